@@ -1,0 +1,45 @@
+"""The bundle: one Flask application factory for five services.
+
+`create_app(service)` builds the app of one service. Shared mechanisms live in
+`app.common`; each service is a package `app.<service>` that exposes
+`init_app(app)`.
+"""
+import importlib
+import importlib.util
+
+from flask import Flask
+
+from app.common import config, errors, requestlog
+
+# Every service the bundle will have, with its loopback port (DESIGN.md).
+SERVICES = ("workspace", "decks", "notebook", "audio", "wizard")
+
+
+class UnknownService(ValueError):
+    pass
+
+
+def built_services():
+    """The services whose package exists in this checkout."""
+    return [s for s in SERVICES if importlib.util.find_spec(f"app.{s}") is not None]
+
+
+def create_app(service, overrides=None):
+    """Build the Flask app of `service`; `overrides` update its config (tests)."""
+    if service not in SERVICES:
+        raise UnknownService(
+            f"unknown SERVICE {service!r}: expected one of {', '.join(SERVICES)}")
+    if service not in built_services():
+        raise UnknownService(
+            f"SERVICE {service!r} is not built in this checkout: "
+            f"available are {', '.join(built_services())}")
+    module = importlib.import_module(f"app.{service}")
+    flask_app = Flask(module.__name__)
+    flask_app.json.sort_keys = False  # keep fields in the order the service builds them
+    flask_app.config["SERVICE"] = service
+    flask_app.config["DATA_DIR"] = config.data_dir(service)
+    flask_app.config.update(overrides or {})
+    errors.register(flask_app, module.error_body)
+    requestlog.register(flask_app)
+    module.init_app(flask_app)
+    return flask_app

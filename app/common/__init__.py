@@ -1,0 +1,1 @@
+"""Mechanisms shared by two or more services. Nothing service-specific lives here."""

@@ -1,0 +1,67 @@
+"""Request bodies: size limits, JSON objects and marshmallow validation.
+
+Every bad body becomes an `ApiError` with a clear message and status: 413 over the
+limit, 415 for a non-JSON content type, 400 for malformed JSON, a non-object or a
+field that fails its schema (the message names the field).
+"""
+import json
+
+from flask import request
+from marshmallow import ValidationError
+
+from app.common.errors import ApiError
+from app.common.offload import blocking
+
+# Parsing a body this large runs in the threadpool, off the gevent loop.
+_OFFLOAD_PARSE_BYTES = 256 * 1024
+
+
+def json_object(limit):
+    """The request body as a JSON object, at most `limit` bytes."""
+    request.max_content_length = limit  # werkzeug answers 413 past it, chunked bodies too
+    if not request.is_json:
+        raise ApiError(415, "the body must be JSON (Content-Type: application/json)")
+    raw = request.get_data(cache=False)
+    try:
+        text = raw.decode("utf-8")
+        data = blocking(json.loads, text) if len(raw) > _OFFLOAD_PARSE_BYTES else json.loads(text)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ApiError(400, f"the body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, "the body must be a JSON object")
+    return data
+
+
+def first_error(messages, prefix=""):
+    """The first (field path, message) in marshmallow's nested error dict."""
+    if isinstance(messages, dict):
+        for key, value in messages.items():
+            return first_error(value, f"{prefix}{key}." if key != "_schema" else prefix)
+    if isinstance(messages, list) and messages:
+        return first_error(messages[0], prefix)
+    return prefix.rstrip("."), str(messages)
+
+
+def validated(schema, data):
+    """`data` loaded through `schema`; a failure is a 400 that names the field."""
+    try:
+        return schema.load(data)
+    except ValidationError as exc:
+        field, message = first_error(exc.messages)
+        text = f"{field}: {message}" if field else message
+        raise ApiError(400, text, fields=exc.messages) from None
+
+
+def query_int(args, name, default, minimum=0, maximum=None):
+    """An integer query parameter; anything else is a 400 naming it."""
+    raw = args.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw, 10)
+    except ValueError:
+        raise ApiError(400, f"{name}: must be an integer, got {raw[:40]!r}") from None
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
+        raise ApiError(400, f"{name}: must be {bound}")
+    return value

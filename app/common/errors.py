@@ -1,0 +1,62 @@
+"""JSON errors: every failure of a service, 404 and 405 included, answers with that
+service's error body and a real non-2xx status.
+
+A service names its body shape with `error_body(status, message, extra)`; routes
+raise `ApiError` (or any werkzeug HTTPException) and never build error responses
+by hand.
+"""
+import logging
+
+from flask import jsonify, request
+from werkzeug.exceptions import HTTPException
+
+log = logging.getLogger("bundle.errors")
+
+
+class ApiError(Exception):
+    """An error a route wants to answer with: status, message and optional extras
+    (for example `fields` for validation errors)."""
+
+    def __init__(self, status, message, **extra):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.extra = extra
+
+
+def _respond(error_body, status, message, extra=None, headers=None):
+    response = jsonify(error_body(status, message, extra or {}))
+    response.status_code = status
+    for name, value in (headers or {}).items():
+        response.headers[name] = value
+    return response
+
+
+def _message(exc):
+    """werkzeug's own descriptions are long prose: say it shortly instead."""
+    if exc.description and exc.description != type(exc).description:
+        return exc.description
+    if exc.code == 404:
+        return f"not found: {request.path}"
+    if exc.code == 405:
+        return f"method {request.method} is not allowed on {request.path}"
+    if exc.code == 413:
+        return "the request body is too large"
+    return exc.name.lower()
+
+
+def register(app, error_body):
+    @app.errorhandler(ApiError)
+    def api_error(exc):
+        return _respond(error_body, exc.status, exc.message, exc.extra)
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc):
+        # Keep headers werkzeug computed, such as Allow on a 405.
+        headers = {k: v for k, v in exc.get_headers() if k.lower() in ("allow", "retry-after")}
+        return _respond(error_body, exc.code or 500, _message(exc), headers=headers)
+
+    @app.errorhandler(Exception)
+    def unexpected(exc):
+        log.exception("unhandled error")
+        return _respond(error_body, 500, "internal server error")

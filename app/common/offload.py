@@ -1,0 +1,30 @@
+"""Blocking work (file I/O that may stall, fsync, CPU-heavy parsing) runs in gevent's
+threadpool so that the worker's loop keeps serving other greenlets."""
+import gevent
+from flask import current_app, has_app_context
+
+
+class _Raised:
+    def __init__(self, exc):
+        self.exc = exc
+
+
+def blocking(fn, *args, **kwargs):
+    """Run `fn` in the threadpool and return its result, or raise its exception here
+    (caught in the thread, so the hub does not print it as a crash). The Flask app
+    context, if any, goes along, so `current_app` works there too."""
+    app = current_app._get_current_object() if has_app_context() else None
+
+    def call():
+        try:
+            if app is None:
+                return fn(*args, **kwargs)
+            with app.app_context():
+                return fn(*args, **kwargs)
+        except Exception as exc:
+            return _Raised(exc)
+
+    result = gevent.get_hub().threadpool.apply(call)
+    if isinstance(result, _Raised):
+        raise result.exc
+    return result

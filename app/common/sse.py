@@ -1,0 +1,83 @@
+"""Server-Sent Events: one helper for every stream of the bundle.
+
+`stream_response(replay, subscription)` answers with `text/event-stream`, no
+caching and `X-Accel-Buffering: no`. It first sends the records of `replay`, then
+the messages of `subscription`. Records carrying an integer sequence (`seq_of`)
+are sent with `id:` and never twice: live messages at or below the last sequence
+sent are skipped, so subscribing before the replay leaves no gap and no duplicate.
+
+A keepalive comment goes out every `KEEPALIVE_SECONDS` on a fixed schedule,
+whether or not events flow. A gone client is noticed on the next write: the server
+raises in the write and the generator's `finally` closes the subscription.
+"""
+import json
+import time
+
+from flask import Response
+
+from app.common.broker import SubscriptionClosed
+
+KEEPALIVE_SECONDS = 25.0
+
+
+def format_record(data, record_id=None, event=None):
+    lines = []
+    if record_id is not None:
+        lines.append(f"id: {record_id}")
+    if event:
+        lines.append(f"event: {event}")
+    payload = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    lines.append(f"data: {payload}")
+    return ("\n".join(lines) + "\n\n").encode("utf-8")
+
+
+def comment(text):
+    return f": {text}\n\n".encode("utf-8")
+
+
+def _records(replay, subscription, seq_of, after, keepalive):
+    last_seq = after
+    next_keepalive = time.monotonic() + keepalive
+    try:
+        yield comment("stream open")
+
+        def render(message):
+            nonlocal last_seq
+            seq = seq_of(message) if seq_of else None
+            if seq is not None:
+                if last_seq is not None and seq <= last_seq:
+                    return None
+                last_seq = seq
+            return format_record(message, seq)
+
+        for message in replay:
+            record = render(message)
+            if record:
+                yield record
+        while True:
+            now = time.monotonic()
+            if now >= next_keepalive:
+                yield comment("keepalive")
+                # Fixed schedule: the next keepalive is due 25 s after the previous one was due.
+                while next_keepalive <= now:
+                    next_keepalive += keepalive
+            try:
+                message = subscription.get(timeout=next_keepalive - now)
+            except SubscriptionClosed as closed:
+                yield comment(f"closed: {closed.reason}")
+                return
+            if message is not None:
+                record = render(message)
+                if record:
+                    yield record
+    finally:
+        subscription.close()
+
+
+def stream_response(replay, subscription, seq_of=None, after=None, keepalive=KEEPALIVE_SECONDS):
+    """`after`: the client's cursor; records at or below it are never sent."""
+    response = Response(_records(replay, subscription, seq_of, after, keepalive),
+                        mimetype="text/event-stream")
+    response.headers["Cache-Control"] = "no-cache"
+    response.headers["X-Accel-Buffering"] = "no"
+    return response

@@ -1,0 +1,15 @@
+"""HTML pages: the deck and session list, and the review page."""
+from flask import render_template
+
+from app.decks import bp, sessions
+
+
+@bp.get("/")
+def index():
+    return render_template("decks/index.html")
+
+
+@bp.get("/review/<session_id>")
+def review(session_id):
+    session = sessions.require(session_id)
+    return render_template("decks/review.html", session=session)

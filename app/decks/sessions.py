@@ -1,0 +1,97 @@
+"""Review sessions: their records, their event logs, and the events' rules."""
+import json
+import os
+import uuid
+from datetime import datetime, timezone
+
+from app.common.errors import ApiError
+from app.common.fsutil import atomic_write
+from app.common.offload import blocking
+from app.decks import decks, layout
+from app.decks.eventlog import SessionLog, last_seq_in_file, read_events
+from app.decks.feed import subscribe as subscribe_feed
+
+# One SessionLog per session in this process, keyed by the log's path (so two apps
+# with different DATA_DIRs in one test process never share one).
+_logs = {}
+
+
+def session_log(session_id):
+    path = layout.events_log(session_id)
+    log = _logs.get(path)
+    if log is None:
+        log = _logs[path] = SessionLog(path)
+    return log
+
+
+def review_link(session_id):
+    return f"/review/{session_id}"
+
+
+def create(deck_id, title):
+    deck = decks.summary(deck_id)
+    if deck is None:
+        raise ApiError(404, f"deck {deck_id!r} does not exist")
+    session_id = uuid.uuid4().hex
+    record = {
+        "id": session_id,
+        "deck_id": deck_id,
+        "title": title or deck["title"],
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "link": review_link(session_id),
+    }
+    directory = layout.session_dir(session_id)
+    os.makedirs(directory)
+    atomic_write(layout.session_json(session_id), json.dumps(record, indent=1).encode())
+    return record
+
+
+def _read_record(session_id):
+    try:
+        with open(layout.session_json(session_id), "rb") as f:
+            return json.load(f)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def get(session_id):
+    """The session record with its `last_seq`, or None (also when session.json is
+    missing but the log exists, as the spec says)."""
+    if not layout.valid_id(session_id):
+        return None
+    record = _read_record(session_id)
+    if record is None:
+        return None
+    return {**record, "last_seq": last_seq_in_file(layout.events_log(session_id))}
+
+
+def require(session_id):
+    record = blocking(get, session_id)
+    if record is None:
+        raise ApiError(404, f"session {session_id!r} does not exist")
+    return record
+
+
+def list_all():
+    try:
+        names = sorted(os.listdir(layout.sessions_dir()))
+    except FileNotFoundError:
+        return []
+    found = (get(name) for name in names if layout.valid_id(name))
+    return sorted((s for s in found if s), key=lambda s: s["created_at"], reverse=True)
+
+
+def topic(session_id):
+    return f"decks:session:{layout.events_log(session_id)}"
+
+
+def append(session_id, event):
+    return session_log(session_id).append(event)
+
+
+def subscribe(session_id):
+    return subscribe_feed(session_log(session_id), topic(session_id))
+
+
+def events(session_id, after=0, limit=None):
+    return blocking(read_events, layout.events_log(session_id), after, limit)

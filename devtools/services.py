@@ -1,0 +1,88 @@
+"""Start a service the way production does:
+
+    SERVICE=<name> PORT=<port> DATA_DIR=<dir> .venv/bin/gunicorn -c gunicorn.conf.py wsgi:app
+
+Used by the dev runner, the test fixtures and the benchmarks.
+"""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GUNICORN = ROOT / ".venv" / "bin" / "gunicorn"
+PORTS = {"workspace": 7080, "decks": 7081, "notebook": 5055, "audio": 7083, "wizard": 7084}
+HEALTH_PATHS = {"decks": "/healthz"}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RunningService:
+    def __init__(self, name, port, data_dir, process):
+        self.name, self.port, self.data_dir, self.process = name, port, data_dir, process
+        self.base_url = f"http://127.0.0.1:{port}"
+
+    def stop(self, timeout=20.0):
+        """SIGTERM and wait; returns the seconds it took. Kills it past `timeout`."""
+        started = time.monotonic()
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+                raise
+        return time.monotonic() - started
+
+    def worker_pids(self):
+        """The pids of the gunicorn workers (children of the arbiter)."""
+        path = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children")
+        return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
+def wait_healthy(url, timeout=30.0, process=None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"the service exited with {process.returncode} before answering {url}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, OSError):
+            pass
+        time.sleep(0.1)  # polling for readiness, not papering over a race
+    raise TimeoutError(f"{url} did not answer 200 within {timeout} s")
+
+
+def start(name, data_dir, port=None, env=None, workers=1, stdout=None, stderr=None, host="127.0.0.1"):
+    """Start `name` under gunicorn and wait until its health route answers."""
+    port = port or free_port()
+    environment = {**os.environ, "SERVICE": name, "HOST": host, "PORT": str(port),
+                   "DATA_DIR": str(data_dir), "WEB_CONCURRENCY": str(workers), **(env or {})}
+    process = subprocess.Popen(
+        [str(GUNICORN), "-c", "gunicorn.conf.py", "wsgi:app"], cwd=ROOT, env=environment,
+        stdout=stdout, stderr=stderr)
+    service = RunningService(name, port, data_dir, process)
+    try:
+        wait_healthy(service.base_url + HEALTH_PATHS.get(name, "/healthz"), process=process)
+    except BaseException:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+        raise
+    return service
+
+
+if __name__ == "__main__":
+    sys.exit("use devtools.run (make run) to run the bundle")

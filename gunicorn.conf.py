@@ -1,0 +1,34 @@
+"""gunicorn settings for every service of the bundle.
+
+Never import app code here: the gevent worker must monkey-patch before the app is
+imported. HOST and PORT are read here, by the server adapter, not by the app.
+"""
+import os
+import resource
+import sys
+
+# Each service's loopback port (DESIGN.md).
+DEFAULT_PORTS = {"workspace": 7080, "decks": 7081, "notebook": 5055, "audio": 7083, "wizard": 7084}
+
+_service = os.environ.get("SERVICE", "").strip()
+if _service not in DEFAULT_PORTS:
+    sys.exit(f"error: SERVICE must be one of {' '.join(DEFAULT_PORTS)} (got {_service!r})")
+
+bind = f"{os.environ.get('HOST', '').strip() or '127.0.0.1'}:{os.environ.get('PORT', '').strip() or DEFAULT_PORTS[_service]}"
+worker_class = "gevent"
+workers = int(os.environ.get("WEB_CONCURRENCY", "1"))
+# Each open SSE or websocket stream holds one connection of the worker.
+worker_connections = int(os.environ.get("WORKER_CONNECTIONS", "4096"))
+# Well under systemd's 20 s stop time-out; streams end at once on SIGTERM anyway.
+graceful_timeout = 10
+timeout = 30
+keepalive = 75  # nginx keeps upstream connections open
+proc_name = f"bundle-{_service}"
+accesslog = None  # the app logs one line per request itself
+errorlog = "-"
+control_socket_disable = True  # no runtime control socket: systemd is the control plane
+
+# Open streams need file descriptors: raise the soft limit to the hard one.
+_soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+if _soft < _hard:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (_hard, _hard))
