@@ -22,7 +22,9 @@ worker_connections = int(os.environ.get("WORKER_CONNECTIONS", "4096"))
 # Well under systemd's 20 s stop time-out; streams end at once on SIGTERM anyway.
 graceful_timeout = 10
 timeout = 30
-keepalive = 75  # nginx keeps upstream connections open
+# Idle keep-alive connections hold a stopping worker until they time out, so keep
+# this short; nginx's upstream keepalive_timeout must stay below it.
+keepalive = 2
 proc_name = f"bundle-{_service}"
 accesslog = None  # the app logs one line per request itself
 errorlog = "-"

@@ -14,24 +14,42 @@ SAMPLE_DECK = ROOT / "samples" / "decks" / "welcome"
 STOP_TIMEOUT = 20.0
 
 
-@pytest.fixture
-def start_service(tmp_path_factory):
-    """start_service(name, data_dir=None, workers=1, env=None) -> RunningService.
+class ServiceStarter:
+    """start(name, data_dir=None, workers=1, env=None) -> RunningService.
 
-    Every service started is stopped at teardown with SIGTERM, and the test fails
-    if it takes 20 s or more to exit (systemd's stop time-out)."""
-    started = []
+    Every service started is stopped by `stop_all` with SIGTERM, and the test fails
+    if one takes 20 s or more to exit (systemd's stop time-out)."""
 
-    def start(name, data_dir=None, workers=1, env=None):
-        data_dir = data_dir or tmp_path_factory.mktemp(f"{name}-data")
-        service = services.start(name, data_dir, workers=workers, env=env)
-        started.append(service)
+    def __init__(self, tmp_path_factory):
+        self.tmp_path_factory = tmp_path_factory
+        self.started = []
+
+    def __call__(self, name, data_dir=None, workers=1, env=None, **kwargs):
+        data_dir = data_dir or self.tmp_path_factory.mktemp(f"{name}-data")
+        service = services.start(name, data_dir, workers=workers, env=env, **kwargs)
+        self.started.append(service)
         return service
 
-    yield start
-    for service in started:
-        took = service.stop(timeout=STOP_TIMEOUT)
-        assert took < STOP_TIMEOUT, f"{service.name} took {took:.1f} s to stop"
+    def stop_all(self):
+        for service in self.started:
+            took = service.stop(timeout=STOP_TIMEOUT)
+            assert took < STOP_TIMEOUT, f"{service.name} took {took:.1f} s to stop"
+
+
+@pytest.fixture
+def start_service(tmp_path_factory):
+    starter = ServiceStarter(tmp_path_factory)
+    yield starter
+    starter.stop_all()
+
+
+@pytest.fixture(scope="module")
+def start_module_service(tmp_path_factory):
+    """Like start_service, for services shared by the tests of a module that
+    leave no trace (read-only requests, rejected inputs)."""
+    starter = ServiceStarter(tmp_path_factory)
+    yield starter
+    starter.stop_all()
 
 
 def copy_sample_deck(data_dir, name="welcome"):
@@ -41,15 +59,30 @@ def copy_sample_deck(data_dir, name="welcome"):
     return {"id": name, "md_path": f"sources/{name}/deck.md", "copy_from": f"sources/{name}"}
 
 
+def _decks_with_sample(starter, data_dir):
+    data_dir.mkdir()
+    body = copy_sample_deck(data_dir)
+    service = starter("decks", data_dir=data_dir)
+    service.import_body = body
+    return service
+
+
 @pytest.fixture
 def decks_server(start_service, tmp_path):
     """A running deck review service whose DATA_DIR holds the sample deck's sources
     (not yet imported): `decks_server.import_body` imports it."""
-    data_dir = tmp_path / "decks-data"
-    data_dir.mkdir()
-    body = copy_sample_deck(data_dir)
-    service = start_service("decks", data_dir=data_dir)
-    service.import_body = body
+    return _decks_with_sample(start_service, tmp_path / "decks-data")
+
+
+@pytest.fixture(scope="module")
+def shared_decks_server(start_module_service, tmp_path_factory):
+    """One deck service per test module with the sample deck imported and one
+    session (`.session`), for tests that change nothing."""
+    service = _decks_with_sample(start_module_service, tmp_path_factory.mktemp("shared") / "decks-data")
+    requests.post(f"{service.base_url}/api/decks/import", json=service.import_body, timeout=10).raise_for_status()
+    created = requests.post(f"{service.base_url}/api/sessions", json={"deck_id": "welcome"}, timeout=10)
+    created.raise_for_status()
+    service.session = created.json()
     return service
 
 
@@ -76,3 +109,16 @@ def decks_app(tmp_path):
 @pytest.fixture
 def decks_client(decks_app):
     return decks_app.test_client()
+
+
+ACCEPTANCE_SERVICES = ("workspace", "decks", "notebook", "audio", "wizard")
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("acceptance", "targets of tests/acceptance (default: a local stack)")
+    for name in ACCEPTANCE_SERVICES:
+        group.addoption(f"--{name}-url", default=None,
+                        help=f"public base URL of the {name} service, e.g. https://{name}.example.org")
+        group.addoption(f"--{name}-host", default=None,
+                        help=f"Host header to send to --{name}-url (when the URL is an address)")
+    group.addoption("--insecure", action="store_true", help="do not verify TLS certificates (staging)")

@@ -24,7 +24,7 @@ def _text(maximum, **kwargs):
 
 
 _deck_id = fields.String(required=True, validate=validate.Regexp(
-    ID_PATTERN, error="must match [A-Za-z0-9_-]{1,64}"))
+    ID_PATTERN, error="must match [A-Za-z0-9_-]{{1,64}}"))
 
 
 class ImportSchema(Schema):
@@ -35,7 +35,7 @@ class ImportSchema(Schema):
 
 class SessionCreateSchema(Schema):
     deck_id = fields.String(required=True, validate=validate.Regexp(
-        ID_PATTERN, error="must match [A-Za-z0-9_-]{1,64}"))
+        ID_PATTERN, error="must match [A-Za-z0-9_-]{{1,64}}"))
     title = fields.String(validate=validate.Length(max=200), allow_none=True)
 
 

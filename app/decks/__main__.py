@@ -1,0 +1,5 @@
+import sys
+
+from app.decks.cli import main
+
+sys.exit(main())

@@ -1,0 +1,91 @@
+"""`make run`: every built service under gunicorn on its loopback port, with
+DATA_DIR=./var/<service>, behind a local nginx on 127.0.0.1:8080, until Ctrl-C.
+
+The deck review service is seeded with the sample deck (and one session) on its
+first run, so there is a real deck to look at at once.
+"""
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import requests
+
+from app import built_services
+from devtools import nginx, services
+
+ROOT = Path(__file__).resolve().parents[1]
+VAR = ROOT / "var"
+NGINX_PORT = 8080
+
+
+def _relay(name, stream):
+    """Prefix each log line of a service with its name."""
+    for line in iter(stream.readline, b""):
+        sys.stderr.write(f"[{name}] {line.decode(errors='replace')}")
+    stream.close()
+
+
+def _seed_decks(service):
+    """Import the sample deck and open a session, the first time only."""
+    if (service.data_dir / "decks" / "welcome").exists():
+        return
+    source = service.data_dir / "sources" / "welcome"
+    if not source.exists():
+        shutil.copytree(ROOT / "samples" / "decks" / "welcome", source)
+    body = {"id": "welcome", "md_path": "sources/welcome/deck.md", "copy_from": "sources/welcome"}
+    requests.post(f"{service.base_url}/api/decks/import", json=body, timeout=30).raise_for_status()
+    requests.post(f"{service.base_url}/api/sessions", json={"deck_id": "welcome", "title": "Sample review"},
+                  timeout=10).raise_for_status()
+
+
+SEEDERS = {"decks": _seed_decks}
+
+
+def _start_services():
+    running = []
+    for name in built_services():
+        data_dir = VAR / name
+        data_dir.mkdir(parents=True, exist_ok=True)
+        service = services.start(name, data_dir, port=services.PORTS[name], stderr=subprocess.PIPE)
+        threading.Thread(target=_relay, args=(name, service.process.stderr), daemon=True).start()
+        running.append(service)
+        SEEDERS.get(name, lambda s: None)(service)
+    return running
+
+
+def main():
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    running, proxy = [], None
+    try:
+        running = _start_services()
+        proxy = nginx.start(VAR / "nginx", NGINX_PORT,
+                            {s.name: f"127.0.0.1:{s.port}" for s in running}, stderr=sys.stderr)
+        print("\nThe bundle is running (Ctrl-C stops it):", flush=True)
+        for service in running:
+            print(f"  {service.name:10} http://{proxy.host(service.name)}:{proxy.port}/   "
+                  f"(direct: {service.base_url}/, data: {service.data_dir})", flush=True)
+        print(flush=True)
+        while not stop.is_set() and all(s.process.poll() is None for s in running):
+            stop.wait(1)
+        for service in running:
+            if service.process.poll() is not None:
+                print(f"{service.name} exited with {service.process.returncode}", file=sys.stderr)
+    except (OSError, RuntimeError, nginx.NginxError, requests.RequestException) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        for service in running:
+            service.stop()
+        print("stopped.", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the bundle needs on this machine, when missing.
+# Needs root for apt-get; as another user it names the command to run instead.
+set -euo pipefail
+# command -> Debian package
+declare -A PACKAGES=([nginx]=nginx-light [openssl]=openssl)
+missing=()
+for cmd in "${!PACKAGES[@]}"; do
+  command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || missing+=("${PACKAGES[$cmd]}")
+done
+python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" -ne 0 ]; then
+  echo "missing Debian packages: ${missing[*]}; run: sudo apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi
+echo "installing Debian packages: ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

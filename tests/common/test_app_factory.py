@@ -1,0 +1,56 @@
+"""The process contract: SERVICE selects the service, DATA_DIR its data, errors are JSON."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app import UnknownService, create_app
+from app.common import config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("value", ["", "bogus"])
+def test_unknown_service_exits_with_one_line_naming_valid_values(value):
+    result = subprocess.run(
+        [str(ROOT / ".venv/bin/gunicorn"), "-c", "gunicorn.conf.py", "wsgi:app"],
+        cwd=ROOT, env={"SERVICE": value, "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=30)
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "workspace decks notebook audio wizard" in lines[0]
+
+
+def test_create_app_rejects_unknown_service():
+    with pytest.raises(UnknownService, match="expected one of"):
+        create_app("nope")
+
+
+def test_data_dir_blank_means_default_and_is_absolute(monkeypatch, tmp_path):
+    monkeypatch.setenv("DATA_DIR", "  ")
+    assert config.data_dir("decks") == str(ROOT / "var" / "decks")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DATA_DIR", "rel/dir")
+    assert config.data_dir("decks") == str(tmp_path / "rel" / "dir")
+
+
+def test_creating_the_app_writes_nothing(tmp_path):
+    create_app("decks", {"DATA_DIR": str(tmp_path / "data")})
+    assert not (tmp_path / "data").exists()
+
+
+def test_404_and_405_have_the_service_error_body(decks_client):
+    missing = decks_client.get("/no/such/route")
+    assert missing.status_code == 404
+    assert missing.get_json() == {"error": "not found: /no/such/route"}
+    wrong = decks_client.delete("/api/decks")
+    assert wrong.status_code == 405
+    assert wrong.get_json()["error"].startswith("method DELETE is not allowed")
+    assert "GET" in wrong.headers["Allow"]
+
+
+def test_every_response_has_a_request_id(decks_client):
+    assert len(decks_client.get("/healthz").headers["X-Request-Id"]) == 32
+    echoed = decks_client.get("/healthz", headers={"X-Request-Id": "abc-123"})
+    assert echoed.headers["X-Request-Id"] == "abc-123"

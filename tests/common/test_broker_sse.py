@@ -1,0 +1,75 @@
+"""The in-process broker and the SSE helper."""
+import time
+
+import gevent
+import pytest
+
+from app.common.broker import Broker, SubscriptionClosed
+from app.common.sse import _records, format_record
+
+
+def test_each_subscriber_gets_every_message_in_order():
+    broker = Broker()
+    a, b = broker.subscribe("t"), broker.subscribe("t")
+    for n in range(3):
+        broker.publish("t", {"n": n})
+    assert [a.get(0)["n"] for _ in range(3)] == [0, 1, 2]
+    assert [b.get(0)["n"] for _ in range(3)] == [0, 1, 2]
+    assert a.get(timeout=0.01) is None
+
+
+def test_laggard_is_dropped_without_blocking_the_publisher():
+    broker = Broker(max_pending=5)
+    slow, fast = broker.subscribe("t"), broker.subscribe("t")
+    for n in range(10):
+        broker.publish("t", n)
+        fast.get(0)
+    # The slow one still gets what was queued, then learns it was dropped.
+    assert [slow.get(0) for _ in range(5)] == [0, 1, 2, 3, 4]
+    with pytest.raises(SubscriptionClosed, match="lagging"):
+        slow.get(0)
+    assert broker.subscriber_count("t") == 1
+
+
+def test_close_all_wakes_waiting_readers():
+    broker = Broker()
+    sub = broker.subscribe("t")
+    waiter = gevent.spawn(sub.get, 30)
+    gevent.sleep(0)
+    broker.close_all("server is stopping")
+    with pytest.raises(SubscriptionClosed, match="stopping"):
+        waiter.get(timeout=2)
+
+
+def test_format_record():
+    assert format_record({"a": 1}, 7) == b'id: 7\ndata: {"a":1}\n\n'
+
+
+def test_records_skip_duplicates_and_keep_a_fixed_keepalive_schedule():
+    """Replay, then live with duplicates skipped; keepalives every interval on a
+    fixed schedule even while events flow."""
+    broker = Broker()
+    sub = broker.subscribe("t")
+    interval = 0.3
+    stream = _records([{"seq": 1}, {"seq": 2}], sub, lambda m: m["seq"], 0, interval)
+    started = time.monotonic()
+
+    def publisher():
+        for seq in (2, 3, 4, 5, 6):  # 2 is a duplicate of the replay
+            gevent.sleep(0.13)
+            broker.publish("t", {"seq": seq})
+
+    gevent.spawn(publisher)
+    seqs, keepalives = [], []
+    for chunk in stream:
+        if chunk.startswith(b": keepalive"):
+            keepalives.append(time.monotonic() - started)
+            if len(keepalives) == 3:
+                break
+        elif chunk.startswith(b"id:"):
+            seqs.append(int(chunk.split(b"\n")[0][4:]))
+    stream.close()
+    assert seqs == [1, 2, 3, 4, 5, 6]
+    for n, at in enumerate(keepalives, start=1):
+        assert n * interval - 0.01 <= at < n * interval + 0.15, keepalives
+    assert broker.subscriber_count("t") == 0  # closing the stream unsubscribed

@@ -1,0 +1,135 @@
+"""The live stream: replay, cursor, no gap or duplicate, keepalive, graceful stop."""
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+
+from tests.decks.helpers import post_event
+from tests.decks.streams import StreamReader
+
+
+def stream_url(service, session, after=None):
+    url = f"{service.base_url}/api/sessions/{session['id']}/stream"
+    return url if after is None else f"{url}?after={after}"
+
+
+def post_notes(service, session, count, start=0):
+    for n in range(start, start + count):
+        post_event(service.base_url, session["id"], {"type": "note", "slide": 0, "text": f"n{n}"}).raise_for_status()
+
+
+def test_replays_past_the_cursor_then_streams_live(deck_session):
+    service, session = deck_session
+    post_notes(service, session, 3)
+    reader = StreamReader(stream_url(service, session, after=1), until=5)
+    reader.start()
+    reader.wait_open()
+    headers = reader.response.headers
+    assert headers["Content-Type"].startswith("text/event-stream")
+    assert headers["Cache-Control"] == "no-cache" and headers["X-Accel-Buffering"] == "no"
+    post_notes(service, session, 2, start=3)
+    reader.join(10)
+    assert not reader.is_alive() and reader.error is None
+    assert reader.seqs == [2, 3, 4, 5]
+    assert [e["text"] for e in reader.events] == ["n1", "n2", "n3", "n4"]
+
+
+def test_last_event_id_or_after_whichever_is_larger(deck_session):
+    service, session = deck_session
+    post_notes(service, session, 4)
+    for after, last_event_id, first in [(1, "3", 4), (3, "1", 4), (None, "2", 3)]:
+        reader = StreamReader(stream_url(service, session, after), until=4, headers={"Last-Event-ID": last_event_id})
+        reader.start()
+        reader.join(10)
+        assert reader.seqs == list(range(first, 5)), (after, last_event_id)
+
+
+def test_bad_cursor_is_400(shared_decks_server):
+    url = stream_url(shared_decks_server, shared_decks_server.session)
+    for params, headers in [({"after": "abc"}, {}), ({"after": "1.5"}, {}), ({}, {"Last-Event-ID": "x"})]:
+        response = requests.get(url, params=params, headers=headers, timeout=10)
+        assert response.status_code == 400
+        assert response.json()["error"].startswith(("after:", "Last-Event-ID:"))
+    assert requests.get(f"{shared_decks_server.base_url}/api/sessions/nope/stream", timeout=10).status_code == 404
+
+
+def test_no_gap_and_no_duplicate_while_events_flow_during_connects(deck_session):
+    """Streams connect at random moments while 120 events are being posted; each
+    must see exactly 1..120, whatever lands in the replay and what comes live."""
+    service, session = deck_session
+    total = 120
+    readers = []
+
+    def poster():
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(lambda n: post_event(service.base_url, session["id"],
+                                               {"type": "note", "slide": 0, "text": f"{n}"}).raise_for_status(),
+                          range(total)))
+
+    posting = threading.Thread(target=poster)
+    posting.start()
+    while posting.is_alive() and len(readers) < 12:
+        reader = StreamReader(stream_url(service, session, after=0), until=total)
+        reader.start()
+        reader.wait_open()
+        readers.append(reader)
+    posting.join(60)
+    for reader in readers:
+        reader.join(30)
+        assert reader.error is None
+        assert reader.seqs == list(range(1, total + 1))
+
+
+def test_streams_on_several_workers_see_events_posted_to_any_worker(start_service, tmp_path):
+    """With two workers, events appended by one reach streams held by the other
+    (through the log), in order and without gap."""
+    from tests.conftest import copy_sample_deck
+    data = tmp_path / "data"
+    data.mkdir()
+    body = copy_sample_deck(data)
+    service = start_service("decks", data_dir=data, workers=2)
+    requests.post(f"{service.base_url}/api/decks/import", json=body, timeout=10).raise_for_status()
+    session = requests.post(f"{service.base_url}/api/sessions", json={"deck_id": "welcome"}, timeout=10).json()
+    readers = [StreamReader(stream_url(service, session, after=0), until=40) for _ in range(8)]
+    for reader in readers:
+        reader.start()
+        reader.wait_open()
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda n: post_event(service.base_url, session["id"],
+                                           {"type": "note", "slide": 0, "text": f"{n}"}).raise_for_status(),
+                      range(40)))
+    for reader in readers:
+        reader.join(30)
+        assert reader.error is None and reader.seqs == list(range(1, 41))
+
+
+def test_sigterm_with_open_streams_ends_them_and_exits_quickly(deck_session):
+    service, session = deck_session
+    readers = [StreamReader(stream_url(service, session, after=0)) for _ in range(20)]
+    for reader in readers:
+        reader.start()
+        reader.wait_open()
+    took = service.stop()
+    assert took < 5, f"stopping took {took:.1f} s with open streams"
+    for reader in readers:
+        reader.join(5)
+        assert not reader.is_alive()
+        assert reader.comment_lines[-1] == "closed: server is stopping"
+
+
+@pytest.mark.slow
+def test_keepalive_comment_every_25_seconds(shared_decks_server):
+    """The real interval, through the real server: one comment at ~25 s."""
+    reader = StreamReader(stream_url(shared_decks_server, shared_decks_server.session, after=10**6))
+    started = time.monotonic()
+    reader.start()
+    reader.wait_open()
+    deadline = started + 40
+    while "keepalive" not in reader.comment_lines and time.monotonic() < deadline:
+        time.sleep(0.2)  # polling the reader thread's progress
+    took = time.monotonic() - started
+    assert "keepalive" in reader.comment_lines
+    assert 24.5 <= took <= 27, took
+    # The reader thread ends when the module's service stops.
