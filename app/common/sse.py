@@ -11,13 +11,15 @@ whether or not events flow. A gone client is noticed on the next write: the serv
 raises in the write and the generator's `finally` closes the subscription.
 """
 import json
+import logging
 import time
 
-from flask import Response
+from flask import Response, request
 
 from app.common.broker import SubscriptionClosed
 
 KEEPALIVE_SECONDS = 25.0
+log = logging.getLogger("bundle.sse")
 
 
 def format_record(data, record_id=None, event=None):
@@ -35,9 +37,11 @@ def comment(text):
     return f": {text}\n\n".encode("utf-8")
 
 
-def _records(replay, subscription, seq_of, after, keepalive):
+def _records(replay, subscription, seq_of, after, keepalive, path):
     last_seq = after
-    next_keepalive = time.monotonic() + keepalive
+    opened = time.monotonic()
+    next_keepalive = opened + keepalive
+    ending = "client gone"  # unless the loop below ends it otherwise
     try:
         yield comment("stream open")
 
@@ -54,6 +58,7 @@ def _records(replay, subscription, seq_of, after, keepalive):
             record = render(message)
             if record:
                 yield record
+        replay = None  # a long-lived stream need not keep its replay in memory
         while True:
             now = time.monotonic()
             if now >= next_keepalive:
@@ -64,6 +69,7 @@ def _records(replay, subscription, seq_of, after, keepalive):
             try:
                 message = subscription.get(timeout=next_keepalive - now)
             except SubscriptionClosed as closed:
+                ending = closed.reason
                 yield comment(f"closed: {closed.reason}")
                 return
             if message is not None:
@@ -72,11 +78,12 @@ def _records(replay, subscription, seq_of, after, keepalive):
                     yield record
     finally:
         subscription.close()
+        log.info("stream %s ended after %.1fs: %s", path, time.monotonic() - opened, ending)
 
 
 def stream_response(replay, subscription, seq_of=None, after=None, keepalive=KEEPALIVE_SECONDS):
     """`after`: the client's cursor; records at or below it are never sent."""
-    response = Response(_records(replay, subscription, seq_of, after, keepalive),
+    response = Response(_records(replay, subscription, seq_of, after, keepalive, request.path),
                         mimetype="text/event-stream")
     response.headers["Cache-Control"] = "no-cache"
     response.headers["X-Accel-Buffering"] = "no"

@@ -45,8 +45,9 @@ def _resolve_input(field, value):
     path = os.path.realpath(os.path.join(root, value))  # an absolute value replaces root
     if not is_within(path, root):
         raise _field_error(field, "must resolve to a path inside the service's data directory")
-    if is_within(path, layout.decks_dir()) or is_within(path, layout.sessions_dir()):
-        raise _field_error(field, "must not point into the service's own decks/ or sessions/ trees")
+    for own in (layout.decks_dir(), layout.sessions_dir()):
+        if is_within(path, own) or is_within(own, path):
+            raise _field_error(field, "must not be or hold the service's own decks/ or sessions/ trees")
     return path
 
 

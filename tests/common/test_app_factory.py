@@ -1,6 +1,5 @@
 """The process contract: SERVICE selects the service, DATA_DIR its data, errors are JSON."""
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest

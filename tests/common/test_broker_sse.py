@@ -51,7 +51,7 @@ def test_records_skip_duplicates_and_keep_a_fixed_keepalive_schedule():
     broker = Broker()
     sub = broker.subscribe("t")
     interval = 0.3
-    stream = _records([{"seq": 1}, {"seq": 2}], sub, lambda m: m["seq"], 0, interval)
+    stream = _records([{"seq": 1}, {"seq": 2}], sub, lambda m: m["seq"], 0, interval, "/t")
     started = time.monotonic()
 
     def publisher():

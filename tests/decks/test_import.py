@@ -109,6 +109,8 @@ BAD_IMPORTS = [
     ({"id": "ok", "md_path": "sources/welcome/deck.md", "copy_from": "sources/../.."}, "copy_from"),
     ({"id": "ok", "md_path": "sources/welcome/deck.md", "copy_from": "sources/welcome/deck.md"}, "copy_from"),
     ({"id": "ok", "md_path": "sources/welcome/deck.md", "copy_from": "sessions"}, "copy_from"),
+    ({"id": "ok", "md_path": "sources/welcome/deck.md", "copy_from": "."}, "copy_from"),
+    ({"id": "ok", "md_path": "decks/welcome/deck.md", "copy_from": "sources/welcome"}, "md_path"),
     ({"id": "ok", "md_path": "sources/welcome/deck.md", "copy_from": "sources/welcome", "x": 1}, "x"),
 ]
 

@@ -133,3 +133,29 @@ def test_keepalive_comment_every_25_seconds(shared_decks_server):
     assert "keepalive" in reader.comment_lines
     assert 24.5 <= took <= 27, took
     # The reader thread ends when the module's service stops.
+
+
+def test_a_gone_client_is_noticed_on_the_next_write(start_service, tmp_path):
+    import socket
+    from tests.conftest import copy_sample_deck
+    data = tmp_path / "data"
+    data.mkdir()
+    body = copy_sample_deck(data)
+    log_path = tmp_path / "service.log"
+    with open(log_path, "wb") as log:
+        service = start_service("decks", data_dir=data, stderr=log)
+    requests.post(f"{service.base_url}/api/decks/import", json=body, timeout=10).raise_for_status()
+    session = requests.post(f"{service.base_url}/api/sessions", json={"deck_id": "welcome"}, timeout=10).json()
+
+    client = socket.create_connection(("127.0.0.1", service.port), timeout=10)
+    client.sendall(f"GET /api/sessions/{session['id']}/stream HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    received = b""
+    while b": stream open" not in received:
+        received += client.recv(4096)
+    client.close()
+    post_notes(service, session, 2)  # the next writes find the client gone
+    deadline = time.monotonic() + 10
+    while b"ended" not in log_path.read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.05)  # polling the log file
+    assert f"stream /api/sessions/{session['id']}/stream ended".encode() in log_path.read_bytes()
+    assert b": client gone" in log_path.read_bytes()
