@@ -34,7 +34,8 @@ def create_app(service, overrides=None):
             f"SERVICE {service!r} is not built in this checkout: "
             f"available are {', '.join(built_services())}")
     module = importlib.import_module(f"app.{service}")
-    flask_app = Flask(module.__name__)
+    # Static files are served by each service's blueprint, not by the app itself.
+    flask_app = Flask(module.__name__, static_folder=None)
     flask_app.json.sort_keys = False  # keep fields in the order the service builds them
     flask_app.config["SERVICE"] = service
     flask_app.config["DATA_DIR"] = config.data_dir(service)

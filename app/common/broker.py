@@ -74,10 +74,15 @@ class Broker:
     def __init__(self, max_pending=1000):
         self.max_pending = max_pending
         self._topics = defaultdict(set)
+        self._closed_reason = None
 
     def subscribe(self, topic):
+        """A new subscription; once the broker is closed (the worker is stopping,
+        yet still serves requests on kept-alive connections) it is closed at once."""
         sub = Subscription(self, topic, self.max_pending)
         self._topics[topic].add(sub)
+        if self._closed_reason:
+            sub._end(self._closed_reason)
         return sub
 
     def publish(self, topic, message):
@@ -88,6 +93,7 @@ class Broker:
         return len(self._topics.get(topic, ()))
 
     def close_all(self, reason="server is stopping"):
+        self._closed_reason = reason
         for subs in list(self._topics.values()):
             for sub in list(subs):
                 sub._end(reason)

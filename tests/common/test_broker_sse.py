@@ -73,3 +73,13 @@ def test_records_skip_duplicates_and_keep_a_fixed_keepalive_schedule():
     for n, at in enumerate(keepalives, start=1):
         assert n * interval - 0.01 <= at < n * interval + 0.15, keepalives
     assert broker.subscriber_count("t") == 0  # closing the stream unsubscribed
+
+
+def test_subscriptions_made_after_close_all_are_closed_at_once():
+    broker = Broker()
+    broker.close_all("server is stopping")
+    late = broker.subscribe("t")
+    broker.publish("t", "never delivered")
+    with pytest.raises(SubscriptionClosed, match="stopping"):
+        late.get(timeout=5)
+    assert broker.subscriber_count("t") == 0

@@ -159,3 +159,20 @@ def test_a_gone_client_is_noticed_on_the_next_write(start_service, tmp_path):
         time.sleep(0.05)  # polling the log file
     assert f"stream /api/sessions/{session['id']}/stream ended".encode() in log_path.read_bytes()
     assert b": client gone" in log_path.read_bytes()
+
+
+def test_a_stream_opened_on_a_kept_alive_connection_while_stopping_is_closed(deck_session):
+    """A stopping worker still serves kept-alive connections: a stream opened
+    there must end at once instead of holding the stop until the time-out."""
+    import signal
+    service, session = deck_session
+    with requests.Session() as http:
+        http.get(f"{service.base_url}/healthz", timeout=10).raise_for_status()
+        started = time.monotonic()
+        service.process.send_signal(signal.SIGTERM)
+        with http.get(stream_url(service, session, after=0), stream=True, timeout=10) as response:
+            assert response.status_code == 200
+            body = response.raw.read(1024, decode_content=True)
+        assert b": closed: server is stopping" in body
+    service.process.wait(20)
+    assert time.monotonic() - started < 5
