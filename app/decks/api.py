@@ -73,13 +73,16 @@ def create_session():
 
 @bp.get("/api/sessions/<session_id>")
 def get_session(session_id):
-    return sessions.require(session_id)
+    session = blocking(sessions.get, session_id)
+    if session is None:
+        raise ApiError(404, f"session {session_id!r} does not exist")
+    return session
 
 
 def _check_slide(session, slide):
     if slide is None:
         return
-    count = blocking(decks.slide_count, session["deck_id"])
+    count = decks.slide_count(session["deck_id"])  # a stat and a cache lookup: cheap enough for the loop
     if count is None:
         raise ApiError(409, f"the session's deck {session['deck_id']!r} no longer exists")
     if slide >= count:

@@ -80,23 +80,35 @@ def _last_newline_end(fd, size):
     return 0
 
 
+def _lines_backwards(fd, end):
+    """(offset, bytes) of each line before `end`, last line first; `end` must be
+    just past a newline (or 0). Reads only as far back as the caller iterates."""
+    pos, buffer = end, b""
+    while buffer or pos > 0:
+        cut = buffer.rfind(b"\n", 0, len(buffer) - 1) if buffer else -1
+        if cut == -1 and pos > 0:
+            start = max(0, pos - _TAIL_BLOCK)
+            buffer = os.pread(fd, pos - start, start) + buffer
+            pos = start
+            continue
+        yield pos + cut + 1, buffer[cut + 1:-1]
+        buffer = buffer[:cut + 1]
+
+
+def _events_backwards(fd, end):
+    for offset, line in _lines_backwards(fd, end):
+        event = parse_line(line) if line.strip() else None
+        if event:
+            yield offset, event
+
+
 def scan_tail(fd, size):
     """(highest seq among complete lines, offset just past the last complete line),
     reading backwards from the end only as far as the last event. A torn trailing
     fragment, however long, is not a complete line."""
     complete_end = _last_newline_end(fd, size)
-    end, carry = complete_end, b""
-    while end > 0:
-        start = max(0, end - _TAIL_BLOCK)
-        lines = (os.pread(fd, end - start, start) + carry).split(b"\n")
-        # The first piece may be the end of a line that began in an earlier block.
-        carry = lines.pop(0) if start > 0 else b""
-        for line in reversed(lines):
-            event = parse_line(line) if line.strip() else None
-            if event:
-                return event["seq"], complete_end
-        end = start
-    return 0, complete_end
+    last = next(_events_backwards(fd, complete_end), None)
+    return (last[1]["seq"] if last else 0), complete_end
 
 
 def read_complete_events(path, offset=0):
@@ -114,8 +126,25 @@ def read_complete_events(path, offset=0):
 
 
 def read_events(path, after=0, limit=None):
-    events, _ = read_complete_events(path)
-    selected = [e for e in events if e["seq"] > after]
+    """The events with seq > `after` (at most `limit`). Seqs only grow along the
+    file, so the start is found reading backwards from the end: a cursor near the
+    end (a reconnecting stream) costs what follows it, not the whole log."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    try:
+        end = _last_newline_end(fd, os.fstat(fd).st_size)
+        start = 0
+        if after > 0:
+            for offset, event in _events_backwards(fd, end):
+                if event["seq"] <= after:
+                    start = offset
+                    break
+        data = os.pread(fd, end - start, start)
+    finally:
+        os.close(fd)
+    selected = [e for e in map(parse_line, data.split(b"\n")) if e and e["seq"] > after]
     return selected if limit is None else selected[:limit]
 
 

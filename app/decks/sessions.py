@@ -46,7 +46,11 @@ def create(deck_id, title):
     return record
 
 
-def _read_record(session_id):
+def find(session_id):
+    """The session's record (a small file, read on the loop), or None: also when
+    session.json is missing but the log exists, as the spec says."""
+    if not layout.valid_id(session_id):
+        return None
     try:
         with open(layout.session_json(session_id), "rb") as f:
             return json.load(f)
@@ -54,22 +58,19 @@ def _read_record(session_id):
         return None
 
 
-def get(session_id):
-    """The session record with its `last_seq`, or None (also when session.json is
-    missing but the log exists, as the spec says)."""
-    if not layout.valid_id(session_id):
-        return None
-    record = _read_record(session_id)
-    if record is None:
-        return None
-    return {**record, "last_seq": last_seq_in_file(layout.events_log(session_id))}
-
-
 def require(session_id):
-    record = blocking(get, session_id)
+    record = find(session_id)
     if record is None:
         raise ApiError(404, f"session {session_id!r} does not exist")
     return record
+
+
+def get(session_id):
+    """The session record with its `last_seq`, or None."""
+    record = find(session_id)
+    if record is None:
+        return None
+    return {**record, "last_seq": last_seq_in_file(layout.events_log(session_id))}
 
 
 def list_all():

@@ -1,0 +1,950 @@
+"""Deck review service benchmark: SSE fan-out and durable appends. Run by hand:
+
+    .venv/bin/python -m bench.decks            # full run (2,000 streams, 10 s of appends)
+    .venv/bin/python -m bench.decks --quick    # smoke run (200 streams, 3 s of appends)
+    .venv/bin/python bench/decks.py --help
+
+It starts the deck service itself with devtools.services.start (gunicorn, gevent
+worker, exactly as production), each phase on a fresh temporary DATA_DIR, talks to
+127.0.0.1 only, prints figures and a verdict per target, and stops the service
+whatever happens. It asserts nothing and is never collected as a test.
+
+Phase 1, fan-out (always ONE gevent worker): N concurrent SSE streams on one
+session; E events are posted one at a time, each timed from just before its POST is
+sent to the moment each stream client has parsed that record. Worker RSS (VmRSS of
+the gunicorn worker) is read before the streams open and after.
+
+Phase 2, durable appends (--workers gunicorn workers, default 1): P concurrent
+posters on keep-alive connections post notes for --seconds; every answer must be
+a 201, and the log must then hold exactly the acknowledged events with seqs 1..N.
+Beside it, the raw rate of "append one ~150-byte line + fdatasync" on the same
+disk (a file in the same DATA_DIR), measured in the same run.
+
+The clients run in this process on gevent (one greenlet per stream or poster, raw
+sockets with a minimal HTTP/1.1 client), on the same machine as the service: they
+compete with it for the CPUs, which the report says.
+"""
+from gevent import monkey
+
+monkey.patch_all()
+
+# isort: split
+import argparse  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import os  # noqa: E402
+import resource  # noqa: E402
+import shutil  # noqa: E402
+import signal  # noqa: E402
+import socket  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from collections import Counter  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import gevent  # noqa: E402
+from gevent.event import Event  # noqa: E402
+from gevent.lock import BoundedSemaphore  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as `python bench/decks.py`
+    sys.path.insert(0, str(ROOT))
+
+from devtools import services  # noqa: E402
+
+SAMPLE_DECK = ROOT / "samples" / "decks" / "welcome"
+HOST = "127.0.0.1"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+# Targets (from the issue).
+TARGET_STREAMS = 2000
+TARGET_P99_S = 1.0
+TARGET_KB_PER_STREAM = 100.0
+TARGET_APPENDS_PER_S = 800.0
+
+# Bounds: every wait below has one of these.
+OPEN_TIMEOUT_S = 30.0        # one stream: connect → ": stream open"
+OPEN_PHASE_TIMEOUT_S = 180.0  # all streams
+EVENT_TIMEOUT_S = 15.0       # one fan-out event reaching every stream
+REQUEST_TIMEOUT_S = 30.0     # one HTTP request
+STOP_TIMEOUT_S = 20.0        # systemd's stop time-out
+
+
+# --------------------------------------------------------------------------- helpers
+
+def percentile(values, p):
+    """Nearest-rank percentile of `values` (None when empty)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(p / 100.0 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def fmt_ms(seconds):
+    return "-" if seconds is None else f"{seconds * 1000:.1f} ms"
+
+
+def proc_status_kb(pid, field):
+    """A `kB` field of /proc/<pid>/status (VmRSS, VmHWM), or None."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def proc_cpu_seconds(pid):
+    """utime + stime of a process, in seconds (None when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def self_cpu_seconds():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def machine_busy_seconds():
+    """CPU-seconds all CPUs of the machine spent busy since boot (/proc/stat)."""
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:]]
+    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+    return (sum(values[:8]) - idle) / CLK_TCK
+
+
+def workers_cpu(pids):
+    return sum(proc_cpu_seconds(pid) or 0.0 for pid in pids)
+
+
+def filesystem_of(path):
+    """(device, mount point, fs type) holding `path`."""
+    path = os.path.realpath(path)
+    best = ("?", "/", "?")
+    try:
+        with open("/proc/mounts") as f:
+            for line in f:
+                device, mount, fstype = line.split()[:3]
+                if (path == mount or path.startswith(mount.rstrip("/") + "/")) and len(mount) >= len(best[1]):
+                    best = (device, mount, fstype)
+    except OSError:
+        pass
+    return best
+
+
+def raise_nofile():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)
+
+
+def copy_sample_deck(data_dir, name="welcome"):
+    """The sample deck's sources under DATA_DIR/sources/<name>; returns the import body
+    (as tests/conftest.py does)."""
+    shutil.copytree(SAMPLE_DECK, Path(data_dir) / "sources" / name)
+    return {"id": name, "md_path": f"sources/{name}/deck.md", "copy_from": f"sources/{name}"}
+
+
+class HttpError(Exception):
+    pass
+
+
+class KeepAliveClient:
+    """A minimal HTTP/1.1 client on one keep-alive connection (much cheaper per
+    request than http.client, which matters when the client shares the CPUs with
+    the service). Responses must carry Content-Length, as Flask's JSON ones do."""
+
+    # The service closes keep-alive connections idle for gunicorn's `keepalive`
+    # seconds (a few); reconnect rather than reuse one idle for longer than this.
+    MAX_IDLE_S = 1.0
+
+    def __init__(self, port, timeout=REQUEST_TIMEOUT_S):
+        self.port, self.timeout = port, timeout
+        self.sock, self.buf = None, b""
+        self.connects = 0
+        self.last_used = 0.0
+
+    def connect(self):
+        self.close()
+        self.sock = socket.create_connection((HOST, self.port), timeout=self.timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = b""
+        self.connects += 1
+        self.last_used = time.monotonic()
+
+    def close(self):
+        if self.sock is not None:
+            try:
+                self.sock.close()
+            finally:
+                self.sock = None
+
+    def _recv(self):
+        data = self.sock.recv(65536)
+        if not data:
+            raise ConnectionError("the server closed the connection")
+        self.buf += data
+
+    def request(self, method, path, body=None):
+        """(status, body bytes). `body`: a JSON-able object or None."""
+        if self.sock is None or time.monotonic() - self.last_used > self.MAX_IDLE_S:
+            self.connect()
+        payload = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
+        head = (f"{method} {path} HTTP/1.1\r\nHost: {HOST}:{self.port}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n")
+        try:
+            self.sock.sendall(head.encode("latin-1") + payload)
+            while True:
+                end = self.buf.find(b"\r\n\r\n")
+                if end >= 0:
+                    break
+                self._recv()
+            header_block, self.buf = self.buf[:end], self.buf[end + 4:]
+            lines = header_block.decode("latin-1").split("\r\n")
+            status = int(lines[0].split(" ", 2)[1])
+            headers = {}
+            for line in lines[1:]:
+                name, _, value = line.partition(":")
+                headers[name.strip().lower()] = value.strip()
+            if "content-length" not in headers:
+                raise HttpError(f"{method} {path}: response without Content-Length ({headers})")
+            length = int(headers["content-length"])
+            while len(self.buf) < length:
+                self._recv()
+            content, self.buf = self.buf[:length], self.buf[length:]
+            if headers.get("connection", "").lower() == "close":
+                self.close()
+            self.last_used = time.monotonic()
+            return status, content
+        except BaseException:
+            self.close()
+            raise
+
+    def json(self, method, path, body=None, expect=(200, 201)):
+        status, content = self.request(method, path, body)
+        if status not in expect:
+            raise HttpError(f"{method} {path} -> {status}: {content[:300]!r}")
+        return json.loads(content)
+
+
+class Service:
+    """devtools.services.start with its output in a log file; stop() is idempotent."""
+
+    def __init__(self, data_dir, workers, log_path):
+        self.log_path = log_path
+        self.log = open(log_path, "wb")
+        self.running = None
+        self.stop_seconds = None
+        try:
+            self.running = services.start("decks", data_dir, workers=workers,
+                                          stdout=self.log, stderr=subprocess.STDOUT)
+        except BaseException:
+            self.log.close()
+            raise
+        self.port = self.running.port
+        try:
+            # The arbiter forks its workers right away; wait (bounded) until all are there.
+            deadline = time.monotonic() + 10
+            while len(self.running.worker_pids()) < workers and time.monotonic() < deadline:
+                gevent.sleep(0.05)
+            self.worker_pids = self.running.worker_pids()
+            if not self.worker_pids:
+                raise RuntimeError("the service has no worker process")
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self):
+        if self.running is None:
+            return None
+        running, self.running = self.running, None
+        try:
+            self.stop_seconds = running.stop(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.stop_seconds = float("inf")  # it was killed
+        finally:
+            self.log.close()
+        return self.stop_seconds
+
+    def log_tail(self, lines=25):
+        try:
+            return "\n".join(Path(self.log_path).read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+# --------------------------------------------------------------------------- fan-out
+
+class StreamClient:
+    """One SSE stream on a raw socket: HTTP/1.1 chunked transfer decoding, then
+    `id:` / `data:` lines. Each complete record is handed to `on_record`."""
+
+    __slots__ = ("index", "bench", "sock", "raw", "state", "need", "body", "rec_id",
+                 "rec_data", "opened", "last_seq", "received", "duplicates", "gaps",
+                 "closed_reason", "error", "ended")
+
+    def __init__(self, index, bench):
+        self.index, self.bench = index, bench
+        self.sock = None
+        self.raw, self.state, self.need, self.body = b"", "size", 0, b""
+        self.rec_id, self.rec_data = None, []
+        self.opened = False
+        self.last_seq = bench.after
+        self.received = self.duplicates = self.gaps = 0
+        self.closed_reason = self.error = None
+        self.ended = False
+
+    def run(self):
+        bench = self.bench
+        try:
+            with bench.open_slots:
+                started = time.perf_counter()
+                try:
+                    with gevent.Timeout(OPEN_TIMEOUT_S, TimeoutError("open timed out")):
+                        self._open()
+                finally:
+                    if self.opened:
+                        bench.open_times.append(time.perf_counter() - started)
+            bench.stream_opened(self)
+            self.sock.settimeout(None)
+            while not self.ended:
+                data = self.sock.recv(65536)
+                if not data:
+                    break
+                self._feed(data)
+        except gevent.GreenletExit:
+            pass
+        except Exception as exc:  # counted and reported, never fatal for the bench
+            self.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            bench.stream_ended(self)
+            if self.sock is not None:
+                self.sock.close()
+
+    def _open(self):
+        bench = self.bench
+        self.sock = socket.create_connection((HOST, bench.port), timeout=OPEN_TIMEOUT_S)
+        self.sock.sendall((f"GET {bench.stream_path} HTTP/1.1\r\nHost: {HOST}:{bench.port}\r\n"
+                           "Accept: text/event-stream\r\n\r\n").encode())
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            data = self.sock.recv(65536)
+            if not data:
+                raise ConnectionError("closed before the response headers")
+            buf += data
+        head, _, rest = buf.partition(b"\r\n\r\n")
+        status_line, *header_lines = head.decode("latin-1").split("\r\n")
+        if status_line.split(" ")[1] != "200":
+            raise HttpError(f"stream answered {status_line!r}")
+        if not any(h.lower().replace(" ", "") == "transfer-encoding:chunked" for h in header_lines):
+            raise HttpError(f"stream is not chunked: {header_lines}")
+        self._feed(rest)
+        while not self.opened and not self.ended:
+            data = self.sock.recv(65536)
+            if not data:
+                raise ConnectionError("closed before ': stream open'")
+            self._feed(data)
+
+    def _feed(self, data):
+        """Decode HTTP chunked framing, then split the body into SSE lines."""
+        raw, pos, body = self.raw + data, 0, []
+        while True:
+            if self.state == "size":
+                at = raw.find(b"\r\n", pos)
+                if at < 0:
+                    break
+                size = int(raw[pos:at].split(b";", 1)[0], 16)
+                pos = at + 2
+                if size == 0:
+                    self.ended = True
+                    break
+                self.need, self.state = size, "data"
+            elif self.state == "data":
+                take = min(self.need, len(raw) - pos)
+                if take <= 0:
+                    break
+                body.append(raw[pos:pos + take])
+                pos += take
+                self.need -= take
+                if self.need == 0:
+                    self.state = "crlf"
+            else:  # the CRLF after a chunk's data
+                if len(raw) - pos < 2:
+                    break
+                pos += 2
+                self.state = "size"
+        self.raw = raw[pos:]
+        if body:
+            self.body += b"".join(body)
+            *lines, self.body = self.body.split(b"\n")
+            for line in lines:
+                self._line(line.rstrip(b"\r"))
+
+    def _line(self, line):
+        if not line:
+            if self.rec_data:
+                self._dispatch()
+            self.rec_id, self.rec_data = None, []
+        elif line.startswith(b":"):
+            text = line[1:].strip().decode("utf-8", "replace")
+            if text == "stream open":
+                self.opened = True
+            elif text.startswith("closed"):
+                self.closed_reason = text
+        else:
+            name, _, value = line.partition(b":")
+            if value.startswith(b" "):
+                value = value[1:]
+            if name == b"id":
+                self.rec_id = value
+            elif name == b"data":
+                self.rec_data.append(value)
+
+    def _dispatch(self):
+        now = time.perf_counter()
+        event = json.loads(b"\n".join(self.rec_data))
+        seq = event["seq"]
+        if self.rec_id is None or int(self.rec_id) != seq:
+            self.bench.id_mismatches += 1
+        if seq <= self.last_seq:
+            self.duplicates += 1
+            return
+        if seq != self.last_seq + 1:
+            self.gaps += 1
+        self.last_seq = seq
+        self.received += 1
+        self.bench.record(seq, now)
+
+
+class FanOut:
+    def __init__(self, port, session_id, after, open_concurrency):
+        self.port = port
+        self.after = after
+        self.stream_path = f"/api/sessions/{session_id}/stream?after={after}"
+        self.open_slots = BoundedSemaphore(open_concurrency)
+        self.open_times = []
+        self.streams = []
+        self.greenlets = []
+        self.live = 0
+        self.all_opened = Event()
+        self.target_open = 0
+        self.opened_count = 0
+        self.failed = 0
+        self.arrivals = {}      # seq -> [perf_counter of each stream's receipt]
+        self.expected = {}      # seq -> number of streams live when it was posted
+        self.done = {}          # seq -> Event set when every expected stream has it
+        self.id_mismatches = 0
+
+    def stream_opened(self, stream):
+        self.live += 1
+        self.opened_count += 1
+        self._check_all_opened()
+
+    def stream_ended(self, stream):
+        if stream.opened:
+            self.live -= 1
+        else:
+            self.failed += 1
+            self._check_all_opened()
+
+    def _check_all_opened(self):
+        if self.opened_count + self.failed >= self.target_open:
+            self.all_opened.set()
+
+    def open(self, count):
+        self.target_open = count
+        for index in range(count):
+            stream = StreamClient(index, self)
+            self.streams.append(stream)
+            self.greenlets.append(gevent.spawn(stream.run))
+        self.all_opened.wait(OPEN_PHASE_TIMEOUT_S)
+
+    def record(self, seq, now):
+        times = self.arrivals.setdefault(seq, [])
+        times.append(now)
+        expected = self.expected.get(seq)
+        if expected is not None and len(times) >= expected:
+            self.done[seq].set()
+
+    def expect(self, seq):
+        self.expected[seq] = self.live
+        self.done[seq] = Event()
+        if len(self.arrivals.get(seq, ())) >= self.live:
+            self.done[seq].set()
+
+    def close(self):
+        gevent.killall(self.greenlets, timeout=10)
+
+    def errors(self):
+        return Counter(s.error for s in self.streams if s.error)
+
+
+def post_many(port, path, count, concurrency=20):
+    """Post `count` notes with `concurrency` keep-alive posters (to pre-fill a log)."""
+    left = [count]
+
+    def poster(index):
+        client = KeepAliveClient(port)
+        try:
+            while left[0] > 0:
+                left[0] -= 1
+                client.json("POST", path, {"type": "note", "slide": 0,
+                                           "text": f"pre-fill from poster {index}: " + "lorem ipsum " * 5},
+                            expect=(201,))
+        finally:
+            client.close()
+
+    greenlets = [gevent.spawn(poster, i) for i in range(min(concurrency, count))]
+    gevent.joinall(greenlets, timeout=max(60.0, count / 50.0), raise_error=True)
+    gevent.killall(greenlets, timeout=5)
+
+
+def run_fanout(args, root):
+    data_dir = root / "fanout-data"
+    data_dir.mkdir()
+    import_body = copy_sample_deck(data_dir)
+    result = {"streams_wanted": args.streams, "events_wanted": args.events, "prefill": args.prefill}
+    print(f"\n== Fan-out: {args.streams} SSE streams on one session, ONE gevent worker ==", flush=True)
+    service = Service(data_dir, 1, root / "fanout-service.log")
+    fan = None
+    try:
+        worker = service.worker_pids[0]
+        print(f"   service on {HOST}:{service.port}, arbiter pid {service.running.process.pid}, "
+              f"worker pid {worker}", flush=True)
+        api = KeepAliveClient(service.port)
+        api.json("POST", "/api/decks/import", import_body)
+        session = api.json("POST", "/api/sessions", {"deck_id": import_body["id"]})
+        sid = session["id"]
+        events_path = f"/api/sessions/{sid}/events"
+
+        # Warm-up, so that one-time costs (lazy imports, first-request caches, the
+        # session's feed) do not count as per-stream memory: a few events, and a few
+        # streams opened, fed and closed.
+        for i in range(3):
+            api.json("POST", events_path, {"type": "note", "slide": 0, "text": f"warm-up {i}"})
+        warm = FanOut(service.port, sid, api.json("GET", f"/api/sessions/{sid}")["last_seq"], 5)
+        warm.open(5)
+        seq = api.json("POST", events_path, {"type": "note", "slide": 0, "text": "warm-up fan-out"})["seq"]
+        warm.expect(seq)
+        warm.done[seq].wait(EVENT_TIMEOUT_S)
+        warm.close()
+        for i in range(2):  # the server notices the closed streams on its next writes
+            api.json("POST", events_path, {"type": "note", "slide": 0, "text": f"warm-up close {i}"})
+        if args.prefill:
+            t = time.perf_counter()
+            post_many(service.port, events_path, args.prefill)
+            print(f"   pre-filled the log with {args.prefill} events in {time.perf_counter() - t:.1f} s "
+                  f"({os.path.getsize(data_dir / 'sessions' / sid / 'events.jsonl') / 1e6:.1f} MB)", flush=True)
+        gevent.sleep(1.0)
+        after = api.json("GET", f"/api/sessions/{sid}")["last_seq"]
+        rss_before = proc_status_kb(worker, "VmRSS")
+        print(f"   worker RSS before opening streams (after warm-up): {rss_before} kB", flush=True)
+
+        fan = FanOut(service.port, sid, after, args.open_concurrency)
+        t_open = time.perf_counter()
+        cpu_open = proc_cpu_seconds(worker)
+        fan.open(args.streams)
+        open_seconds = time.perf_counter() - t_open
+        cpu_open = proc_cpu_seconds(worker) - cpu_open
+        print(f"   opened {fan.opened_count}/{args.streams} streams in {open_seconds:.1f} s "
+              f"(failed: {fan.failed})", flush=True)
+        for error, count in fan.errors().most_common(5):
+            print(f"     {count} x {error}")
+        gevent.sleep(2.0)  # settle
+        rss_open = proc_status_kb(worker, "VmRSS")
+        live_at_rss = fan.live
+        print(f"   worker RSS with {live_at_rss} streams open: {rss_open} kB", flush=True)
+
+        posts, latencies, per_event = [], [], []
+        worker_cpu0, client_cpu0 = proc_cpu_seconds(worker), self_cpu_seconds()
+        busy0, t_events = machine_busy_seconds(), time.perf_counter()
+        for i in range(args.events):
+            if fan.live == 0:
+                break
+            body = {"type": "note", "slide": 0,
+                    "text": f"fan-out probe {i + 1} of {args.events}: " + "lorem ipsum " * 4}
+            seq_expected = after + i + 1
+            fan.expect(seq_expected)
+            t0 = time.perf_counter()
+            stored = api.json("POST", events_path, body, expect=(201,))
+            posts.append(time.perf_counter() - t0)
+            if stored["seq"] != seq_expected:
+                raise RuntimeError(f"posted event got seq {stored['seq']}, expected {seq_expected}")
+            fan.done[seq_expected].wait(EVENT_TIMEOUT_S)
+            got = [t - t0 for t in fan.arrivals.get(seq_expected, [])]
+            latencies.extend(got)
+            per_event.append((seq_expected, len(got), fan.expected[seq_expected],
+                              percentile(got, 50), percentile(got, 99), max(got) if got else None))
+            gevent.sleep(args.gap)
+        events_worker_cpu = proc_cpu_seconds(worker) - worker_cpu0
+        events_client_cpu = self_cpu_seconds() - client_cpu0
+        events_seconds = time.perf_counter() - t_events
+        events_other = machine_busy_seconds() - busy0 - events_worker_cpu - events_client_cpu
+        rss_events = proc_status_kb(worker, "VmRSS")
+        hwm = proc_status_kb(worker, "VmHWM")
+
+        if args.verbose:
+            print("   seq  received/expected   p50        p99        max")
+            for seq, n, exp, p50, p99, mx in per_event:
+                print(f"   {seq:<4} {n:>5}/{exp:<5}          {fmt_ms(p50):>10} {fmt_ms(p99):>10} {fmt_ms(mx):>10}")
+
+        expected_total = sum(e[2] for e in per_event)
+        received_total = sum(e[1] for e in per_event)
+        result.update(
+            worker_pid=worker, rss_before=rss_before, rss_open=rss_open, rss_events=rss_events,
+            hwm=hwm, live_at_rss=live_at_rss, opened=fan.opened_count, failed=fan.failed,
+            open_seconds=open_seconds, open_p50=percentile(fan.open_times, 50),
+            open_p99=percentile(fan.open_times, 99), open_worker_cpu=cpu_open,
+            events=len(per_event), expected_total=expected_total, received_total=received_total,
+            duplicates=sum(s.duplicates for s in fan.streams), gaps=sum(s.gaps for s in fan.streams),
+            id_mismatches=fan.id_mismatches,
+            p50=percentile(latencies, 50), p99=percentile(latencies, 99),
+            max=max(latencies) if latencies else None,
+            worst_event_p99=max((e[4] for e in per_event if e[4] is not None), default=None),
+            post_p50=percentile(posts, 50), post_max=max(posts) if posts else None,
+            events_worker_cpu=events_worker_cpu, events_client_cpu=events_client_cpu,
+            events_seconds=events_seconds, events_other=max(0.0, events_other),
+            kb_per_stream=((rss_open - rss_before) / live_at_rss
+                           if rss_open is not None and rss_before is not None and live_at_rss else None),
+        )
+
+        # Stop the service with the streams still open (and no idle keep-alive
+        # connection, which would hold the worker until gunicorn's keepalive time-out).
+        api.close()
+        live_at_stop = fan.live
+        stop_seconds = service.stop()
+        deadline = time.monotonic() + 5
+        while fan.live and time.monotonic() < deadline:
+            gevent.sleep(0.05)
+        result.update(live_at_stop=live_at_stop, stop_seconds=stop_seconds,
+                      ended_cleanly=sum(1 for s in fan.streams if s.closed_reason))
+        return result
+    except BaseException:
+        print("   --- service log tail ---\n" + service.log_tail(), file=sys.stderr)
+        raise
+    finally:
+        if fan is not None:
+            fan.close()
+        service.stop()
+
+
+def print_fanout(r, ncpu):
+    print(f"\n-- Fan-out results (client and service share this {ncpu}-CPU machine) --")
+    if r["prefill"]:
+        print(f"   (the session's log was pre-filled with {r['prefill']} events before the streams opened)")
+    print(f"   streams opened:        {r['opened']}/{r['streams_wanted']} (failed {r['failed']}), "
+          f"in {r['open_seconds']:.1f} s; time to ': stream open' p50 {fmt_ms(r['open_p50'])}, "
+          f"p99 {fmt_ms(r['open_p99'])}; worker CPU for the opens {r['open_worker_cpu']:.2f} s")
+    print(f"   events posted:         {r['events']} (spaced {r['gap']:.2f} s after each full delivery)")
+    print(f"   deliveries:            {r['received_total']}/{r['expected_total']} "
+          f"(duplicates {r['duplicates']}, seq gaps {r['gaps']}, id/seq mismatches {r['id_mismatches']})")
+    print(f"   latency POST->receipt: p50 {fmt_ms(r['p50'])}, p99 {fmt_ms(r['p99'])}, "
+          f"max {fmt_ms(r['max'])}; worst single-event p99 {fmt_ms(r['worst_event_p99'])}")
+    print(f"   POST -> 201:           p50 {fmt_ms(r['post_p50'])}, max {fmt_ms(r['post_max'])}")
+    if r["events"]:
+        print(f"   CPU per event:         worker {r['events_worker_cpu'] / r['events'] * 1000:.0f} ms, "
+              f"bench client {r['events_client_cpu'] / r['events'] * 1000:.0f} ms "
+              f"(incl. {r['gap']:.2f} s idle gaps); other processes on the machine meanwhile: "
+              f"{r['events_other'] / r['events_seconds'] * 100:.0f}% of one CPU")
+    print(f"   worker RSS:            before {r['rss_before']} kB, with {r['live_at_rss']} streams "
+          f"{r['rss_open']} kB, after the events {r['rss_events']} kB (peak VmHWM {r['hwm']} kB)")
+    if r["kb_per_stream"] is not None:
+        print(f"   RSS growth per stream: {r['kb_per_stream']:.1f} kB")
+    stop = r["stop_seconds"]
+    print(f"   SIGTERM with {r['live_at_stop']} streams open: service exited in "
+          f"{'killed after %.0f s' % STOP_TIMEOUT_S if stop == float('inf') else '%.2f s' % stop}; "
+          f"{r['ended_cleanly']} streams got the ': closed' comment")
+
+
+# --------------------------------------------------------------------------- appends
+
+def raw_fsync_rate(directory, seconds):
+    """Appends/s of one ~150-byte line + os.fdatasync, to a file in `directory`."""
+    path = os.path.join(directory, "raw-fsync-probe.jsonl")
+    line = (json.dumps({"seq": 0, "ts": "2026-01-01T00:00:00.000Z", "type": "note", "slide": 0,
+                        "text": "x" * 70}, separators=(",", ":")) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    count = 0
+    try:
+        started = time.perf_counter()
+        deadline = started + seconds
+        while True:
+            os.write(fd, line)
+            os.fdatasync(fd)
+            count += 1
+            now = time.perf_counter()
+            if now >= deadline or count >= 10_000_000:
+                break
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return count / (now - started), len(line)
+
+
+def run_appends(args, root):
+    data_dir = root / "appends-data"
+    data_dir.mkdir()
+    import_body = copy_sample_deck(data_dir)
+    print(f"\n== Durable appends: {args.posters} concurrent posters for {args.seconds:.0f} s, "
+          f"{args.workers} gunicorn worker(s) ==", flush=True)
+    service = Service(data_dir, args.workers, root / "appends-service.log")
+    clients = []
+    try:
+        pids = service.worker_pids
+        print(f"   service on {HOST}:{service.port}, worker pids {pids}", flush=True)
+        api = KeepAliveClient(service.port)
+        api.json("POST", "/api/decks/import", import_body)
+        session = api.json("POST", "/api/sessions", {"deck_id": import_body["id"]})
+        sid = session["id"]
+        api.close()
+        path = f"/api/sessions/{sid}/events"
+        log_path = data_dir / "sessions" / sid / "events.jsonl"
+
+        fsync_before, line_bytes = raw_fsync_rate(data_dir, args.fsync_seconds)
+        print(f"   raw append+fdatasync ({line_bytes} B lines) before: {fsync_before:.0f}/s", flush=True)
+
+        acked_seqs, latencies, statuses = [], [], Counter()
+        errors, bad_answers = Counter(), Counter()  # transport errors; non-201 answers
+        start = Event()
+        state = {"deadline": None}
+
+        def poster(index, client):
+            body = {"type": "note", "slide": 0, "author": f"poster-{index}", "text": ""}
+            start.wait()
+            n = 0
+            while time.perf_counter() < state["deadline"] and n < 1_000_000:
+                n += 1
+                body["text"] = f"durable append {n} from poster {index}: " + "lorem ipsum " * 3
+                t0 = time.perf_counter()
+                try:
+                    status, content = client.request("POST", path, body)
+                except (OSError, ConnectionError, HttpError, ValueError) as exc:
+                    errors[f"{type(exc).__name__}: {exc}"] += 1
+                    if client.connects > 20:
+                        return  # bounded reconnects
+                    continue
+                latencies.append(time.perf_counter() - t0)
+                statuses[status] += 1
+                if status == 201:
+                    acked_seqs.append(json.loads(content)["seq"])
+                elif len(bad_answers) < 20:
+                    bad_answers[f"{status}: {content[:200]!r}"] += 1
+
+        for index in range(args.posters):
+            client = KeepAliveClient(service.port)
+            client.connect()
+            clients.append(client)
+        greenlets = [gevent.spawn(poster, i, c) for i, c in enumerate(clients)]
+        gevent.sleep(0.2)
+        cpu_workers0, cpu_client0, busy0 = workers_cpu(pids), self_cpu_seconds(), machine_busy_seconds()
+        t_start = time.perf_counter()
+        state["deadline"] = t_start + args.seconds
+        start.set()
+        gevent.joinall(greenlets, timeout=args.seconds + REQUEST_TIMEOUT_S + 5)
+        t_end = time.perf_counter()
+        elapsed = t_end - t_start
+        cpu_workers = workers_cpu(pids) - cpu_workers0
+        cpu_client = self_cpu_seconds() - cpu_client0
+        cpu_other = max(0.0, machine_busy_seconds() - busy0 - cpu_workers - cpu_client)
+        stragglers = sum(1 for g in greenlets if not g.dead)
+        gevent.killall(greenlets, timeout=5)
+
+        fsync_after, _ = raw_fsync_rate(data_dir, args.fsync_seconds)
+        print(f"   raw append+fdatasync after: {fsync_after:.0f}/s", flush=True)
+
+        # The log must hold exactly the acknowledged events, seqs 1..N, nothing else.
+        with open(log_path, "rb") as f:
+            lines = f.read().split(b"\n")
+        torn = lines.pop() != b""  # a complete log ends with a newline
+        file_seqs, bad_lines, stamps = [], 0, set()
+        for line in lines:
+            try:
+                record = json.loads(line)
+                file_seqs.append(record["seq"])
+                stamps.add(record["ts"])
+            except (ValueError, KeyError, TypeError):
+                bad_lines += 1
+        n_acked = len(acked_seqs)
+        contiguous = file_seqs == list(range(1, len(file_seqs) + 1))
+        acked_unique = len(set(acked_seqs)) == n_acked
+        log_ok = (not torn and bad_lines == 0 and contiguous and len(file_seqs) == n_acked
+                  and acked_unique and set(acked_seqs) == set(file_seqs))
+        fsync_rate = (fsync_before + fsync_after) / 2
+        return {
+            "workers": args.workers, "pids": pids, "posters": args.posters, "seconds": elapsed,
+            "acked": n_acked, "rate": n_acked / elapsed if elapsed else 0.0,
+            "statuses": dict(statuses), "errors": errors, "bad_answers": bad_answers, "stragglers": stragglers,
+            "p50": percentile(latencies, 50), "p99": percentile(latencies, 99),
+            "max": max(latencies) if latencies else None,
+            "lines": len(file_seqs), "torn": torn, "bad_lines": bad_lines, "contiguous": contiguous,
+            "acked_unique": acked_unique, "log_ok": log_ok, "distinct_ts": len(stamps),
+            "fsync_before": fsync_before, "fsync_after": fsync_after, "fsync_rate": fsync_rate,
+            "ratio": (n_acked / elapsed) / fsync_rate if elapsed and fsync_rate else None,
+            "cpu_workers": cpu_workers, "cpu_client": cpu_client, "cpu_other": cpu_other, "line_bytes": line_bytes,
+        }
+    except BaseException:
+        print("   --- service log tail ---\n" + service.log_tail(), file=sys.stderr)
+        raise
+    finally:
+        for client in clients:
+            client.close()
+        service.stop()
+
+
+def print_appends(r, ncpu):
+    print(f"\n-- Durable append results ({r['workers']} gunicorn worker(s), pids {r['pids']}; "
+          f"client and service share this {ncpu}-CPU machine) --")
+    print(f"   acknowledged (201):    {r['acked']} in {r['seconds']:.2f} s -> {r['rate']:.0f} appends/s "
+          f"with {r['posters']} keep-alive posters")
+    others = {k: v for k, v in r["statuses"].items() if k != 201}
+    print(f"   other answers:         {others or 'none'}; transport errors: "
+          f"{sum(r['errors'].values())}; posters still running at the bound: {r['stragglers']}")
+    for error, count in (r["bad_answers"] + r["errors"]).most_common(5):
+        print(f"     {count} x {error}")
+    print(f"   POST -> 201 latency:   p50 {fmt_ms(r['p50'])}, p99 {fmt_ms(r['p99'])}, max {fmt_ms(r['max'])}")
+    print(f"   log check:             {r['lines']} lines for {r['acked']} acks; seqs 1..N without gap "
+          f"or repeat: {'yes' if r['contiguous'] else 'NO'}; acked seqs unique and equal to the log's: "
+          f"{'yes' if r['acked_unique'] and r['log_ok'] else 'NO'}; torn tail: {r['torn']}; "
+          f"unparsable lines: {r['bad_lines']} -> {'OK' if r['log_ok'] else 'FAILED'}")
+    if r["acked"]:
+        print(f"   group commit:          {r['distinct_ts']} distinct batch timestamps (ms resolution; "
+              f"a lower bound on commits) -> at most {r['acked'] / max(1, r['distinct_ts']):.1f} events/commit")
+    print(f"   raw append+fdatasync:  {r['fsync_before']:.0f}/s before, {r['fsync_after']:.0f}/s after "
+          f"({r['line_bytes']} B lines, same DATA_DIR)")
+    if r["ratio"] is not None:
+        print(f"   appends/s / raw fsync: {r['ratio']:.2f}")
+    print(f"   CPU during the run:    workers {r['cpu_workers'] / r['seconds'] * 100:.0f}% of one CPU "
+          f"({r['cpu_workers'] / max(1, r['acked']) * 1e6:.0f} us per append), bench client "
+          f"{r['cpu_client'] / r['seconds'] * 100:.0f}% of one CPU, other processes "
+          f"{r['cpu_other'] / r['seconds'] * 100:.0f}% of one CPU")
+
+
+# --------------------------------------------------------------------------- main
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        prog="python -m bench.decks",
+        description="Deck review service benchmark: SSE fan-out and durable appends. "
+                    "Prints figures; asserts nothing.")
+    p.add_argument("--streams", type=int, default=2000, help="SSE streams to open (default 2000)")
+    p.add_argument("--events", type=int, default=20, help="fan-out events to time (default 20)")
+    p.add_argument("--gap", type=float, default=0.25,
+                   help="seconds between a fan-out event's full delivery and the next POST (default 0.25)")
+    p.add_argument("--open-concurrency", type=int, default=100,
+                   help="streams being opened at once (default 100)")
+    p.add_argument("--prefill", type=int, default=0,
+                   help="events to post to the fan-out session before the streams open (default 0): "
+                        "shows what a long log costs each stream open")
+    p.add_argument("--seconds", type=float, default=10.0, help="duration of the append run (default 10)")
+    p.add_argument("--posters", type=int, default=50, help="concurrent posters (default 50)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="gunicorn workers for the append run (default 1; fan-out always uses 1)")
+    p.add_argument("--fsync-seconds", type=float, default=3.0,
+                   help="duration of each raw fdatasync measurement (default 3)")
+    p.add_argument("--only", choices=("fanout", "appends"), help="run one phase only")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run: 200 streams, 5 events, 3 s of appends, 1 s fsync probes")
+    p.add_argument("--tmp-dir", help="parent of the temporary DATA_DIRs (default: the system's, /tmp)")
+    p.add_argument("--keep", action="store_true", help="keep the temporary directory (data and service logs)")
+    p.add_argument("-v", "--verbose", action="store_true", help="print a line per fan-out event")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.streams, args.events, args.seconds, args.fsync_seconds = 200, 5, 3.0, 1.0
+    for name in ("streams", "events", "posters", "workers", "open_concurrency"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be at least 1")
+    if not 0 <= args.prefill <= 1_000_000:
+        p.error("--prefill must be between 0 and 1000000")
+    if not 0 < args.seconds <= 600 or not 0 < args.fsync_seconds <= 60 or not 0 <= args.gap <= 10:
+        p.error("--seconds must be in (0, 600], --fsync-seconds in (0, 60], --gap in [0, 10]")
+    return args
+
+
+def verdict(ok):
+    return "met" if ok else "NOT MET"
+
+
+def main(argv=None):
+    args = parse_args(argv)
+
+    def on_term(signum, frame):
+        raise SystemExit(128 + signum)  # unwinds through the finally blocks that stop the service
+
+    signal.signal(signal.SIGTERM, on_term)
+
+    ncpu = os.cpu_count()
+    soft, hard = raise_nofile()
+    needed = args.streams + args.posters + 100
+    if soft < needed:
+        print(f"warning: RLIMIT_NOFILE is {soft}; capping --streams to {soft - args.posters - 100}")
+        args.streams = max(1, soft - args.posters - 100)
+    root = Path(tempfile.mkdtemp(prefix="bench-decks-", dir=args.tmp_dir))
+    data_fs, work_fs = filesystem_of(root), filesystem_of(ROOT)
+    print(f"deck service benchmark ({'quick' if args.quick else 'full'} run), "
+          f"{time.strftime('%Y-%m-%d %H:%M:%S')}, {ncpu} CPUs, Python {sys.version.split()[0]}, "
+          f"gevent {gevent.__version__}")
+    print(f"temporary DATA_DIRs under {root} (filesystem {data_fs[0]} on {data_fs[1]}, {data_fs[2]}; "
+          f"{'same' if data_fs[0] == work_fs[0] else 'NOT the same'} filesystem as {ROOT})")
+    print(f"bench client: gevent, one greenlet per stream/poster, raw sockets, RLIMIT_NOFILE {soft}/{hard}; "
+          f"it runs on the same {ncpu} CPUs as the service")
+    fan = app = None
+    try:
+        if args.only in (None, "fanout"):
+            fan = run_fanout(args, root)
+            fan["gap"] = args.gap
+            print_fanout(fan, ncpu)
+        if args.only in (None, "appends"):
+            app = run_appends(args, root)
+            print_appends(app, ncpu)
+    finally:
+        if args.keep:
+            print(f"\nkept {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+
+    print(f"\n== Summary ({'quick smoke run: fewer streams than the target' if args.quick else 'full run'}) ==")
+    rows = []
+    if fan:
+        held = fan["opened"] >= TARGET_STREAMS and fan["failed"] == 0
+        complete = fan["received_total"] == fan["expected_total"] and fan["expected_total"] > 0
+        p99_ok = fan["p99"] is not None and fan["p99"] <= TARGET_P99_S and complete
+        kb_ok = fan["kb_per_stream"] is not None and fan["kb_per_stream"] <= TARGET_KB_PER_STREAM
+        rows += [
+            ("SSE streams held by 1 worker", f"{fan['opened']}/{fan['streams_wanted']}",
+             f">= {TARGET_STREAMS}", held),
+            ("fan-out p99 POST->receipt", f"{fmt_ms(fan['p99'])} ({fan['received_total']}/"
+             f"{fan['expected_total']} delivered)", f"<= {TARGET_P99_S:.0f} s, all delivered", p99_ok),
+            ("worker RSS growth per stream", f"{fan['kb_per_stream']:.1f} kB" if fan["kb_per_stream"]
+             is not None else "-", f"<= {TARGET_KB_PER_STREAM:.0f} kB", kb_ok),
+        ]
+    if app:
+        rate_ok = app["rate"] >= TARGET_APPENDS_PER_S and app["log_ok"] and \
+            set(app["statuses"]) == {201} and not app["errors"]
+        rows.append((f"durable appends/s ({app['workers']} worker(s))",
+                     f"{app['rate']:.0f}/s (raw fsync {app['fsync_rate']:.0f}/s, "
+                     f"ratio {app['ratio']:.2f}; log {'OK' if app['log_ok'] else 'FAILED'})",
+                     f">= {TARGET_APPENDS_PER_S:.0f}/s, all 201, log exact", rate_ok))
+    width = [max(len(r[i]) for r in rows) for i in range(3)]
+    print(f"   {'target':<{width[0]}}  {'measured':<{width[1]}}  {'goal':<{width[2]}}  result")
+    for name, measured, goal, ok in rows:
+        print(f"   {name:<{width[0]}}  {measured:<{width[1]}}  {goal:<{width[2]}}  {verdict(ok)}")
+    if fan:
+        ok = held and p99_ok and kb_ok
+        print(f"TARGET 1 fan-out (2,000 streams, p99 <= 1 s, <= 100 kB/stream): {verdict(ok)}"
+              + (" (quick run: stream count below the target)" if args.quick and not held else ""))
+    if app:
+        print(f"TARGET 2 durable appends (>= 800/s, 201 after fsync, exact log): {verdict(rate_ok)}")
+
+
+if __name__ == "__main__":
+    main()
