@@ -19,7 +19,6 @@ Used by the dev runner and the proxy tests: it never imports app code.
 import argparse
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -28,6 +27,8 @@ import time
 from pathlib import Path
 
 import jinja2
+
+from devtools.services import free_port, terminate
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATES = ROOT / "nginx"
@@ -55,12 +56,6 @@ def site_services():
 
 def default_host(service):
     return f"{service}.localhost"
-
-
-def free_port(address="127.0.0.1"):
-    with socket.socket() as s:
-        s.bind((address, 0))
-        return s.getsockname()[1]
 
 
 def _environment():
@@ -190,15 +185,10 @@ class RunningNginx:
         """Fast shutdown (SIGTERM: open streams are closed, not waited for) and
         wait; killed past `timeout`. Returns nginx's exit status."""
         try:
-            if self.process.poll() is None:
-                self.process.send_signal(signal.SIGTERM)
-                try:
-                    self.process.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    self.process.kill()
-                    self.process.wait()
-                    raise NginxError(f"nginx did not stop within {timeout} s; killed")
+            terminate(self.process, timeout)
             return self.process.returncode
+        except subprocess.TimeoutExpired:
+            raise NginxError(f"nginx did not stop within {timeout} s; killed") from None
         finally:
             if self._stderr_file is not None:
                 self._stderr_file.close()

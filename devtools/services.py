@@ -20,10 +20,25 @@ PORTS = {"workspace": 7080, "decks": 7081, "notebook": 5055, "audio": 7083, "wiz
 HEALTH_PATHS = {"decks": "/healthz"}
 
 
-def free_port():
+def free_port(address="127.0.0.1"):
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((address, 0))
         return s.getsockname()[1]
+
+
+def terminate(process, timeout):
+    """SIGTERM `process` and wait for it; past `timeout` it is killed and
+    subprocess.TimeoutExpired is raised. Returns the seconds it took."""
+    started = time.monotonic()
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            raise
+    return time.monotonic() - started
 
 
 class RunningService:
@@ -33,16 +48,7 @@ class RunningService:
 
     def stop(self, timeout=20.0):
         """SIGTERM and wait; returns the seconds it took. Kills it past `timeout`."""
-        started = time.monotonic()
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-                raise
-        return time.monotonic() - started
+        return terminate(self.process, timeout)
 
     def worker_pids(self):
         """The pids of the gunicorn workers (children of the arbiter)."""

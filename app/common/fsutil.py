@@ -1,4 +1,5 @@
-"""File-system helpers: atomic writes and containment checks."""
+"""File-system helpers: atomic writes, JSON files and containment checks."""
+import json
 import os
 import uuid
 
@@ -28,6 +29,15 @@ def atomic_write(path, data):
             os.unlink(tmp)
         raise
     fsync_dir(directory)
+
+
+def read_json(path):
+    """The parsed JSON file at `path`, or None when there is no such file."""
+    try:
+        with open(path, "rb") as f:
+            return json.load(f)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
 
 
 def is_within(path, root):

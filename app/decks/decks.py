@@ -1,7 +1,7 @@
 """Reading imported decks."""
-import json
 import os
 
+from app.common.fsutil import read_json
 from app.decks import layout
 
 SUMMARY_FIELDS = ("id", "title", "slide_count", "source", "imported_at")
@@ -9,13 +9,7 @@ SUMMARY_FIELDS = ("id", "title", "slide_count", "source", "imported_at")
 
 def load(deck_id):
     """The parsed deck, or None."""
-    if not layout.valid_id(deck_id):
-        return None
-    try:
-        with open(layout.deck_json(deck_id), "rb") as f:
-            return json.load(f)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
+    return read_json(layout.deck_json(deck_id)) if layout.valid_id(deck_id) else None
 
 
 def summary(deck_id):
@@ -24,11 +18,7 @@ def summary(deck_id):
 
 
 def list_all():
-    try:
-        names = sorted(os.listdir(layout.decks_dir()))
-    except FileNotFoundError:
-        return []
-    found = (summary(name) for name in names if layout.valid_id(name))
+    found = (summary(deck_id) for deck_id in layout.ids_in(layout.decks_dir()))
     return [d for d in found if d]
 
 

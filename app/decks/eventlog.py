@@ -23,12 +23,12 @@ import json
 import logging
 import os
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
 import gevent
 from gevent.event import AsyncResult
 
 from app.common.offload import blocking
+from app.common.timeutil import utc_timestamp
 
 log = logging.getLogger("bundle.decks.eventlog")
 _TAIL_BLOCK = 64 * 1024
@@ -51,10 +51,6 @@ class CommitResult:
     events: list
     start: int          # file offset where this batch's bytes begin
     identity: FileIdentity  # the file right after the batch
-
-
-def _now():
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def parse_line(line):
@@ -186,7 +182,7 @@ def commit(path, events, state):
             ends_with_newline = complete_end == st.st_size
             state.high_seq = max(state.high_seq, file_seq)
         stored, lines = [], [b"\n"] if not ends_with_newline else []
-        timestamp = _now()
+        timestamp = utc_timestamp("milliseconds")
         for event in events:
             state.high_seq += 1
             record = {"seq": state.high_seq, "ts": timestamp, **event}

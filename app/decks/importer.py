@@ -16,10 +16,10 @@ import os
 import shutil
 import stat
 import uuid
-from datetime import datetime, timezone
 from urllib.parse import quote, unquote, urlsplit
 
 from app.common.errors import ApiError
+from app.common.timeutil import utc_timestamp
 from app.common.fsutil import atomic_write, is_within, swap_into_place
 from app.decks import layout
 from app.decks.parse import DeckSyntaxError, parse_deck
@@ -131,7 +131,7 @@ def prepare(deck_id, md_path, copy_from):
         "title": parsed["title"] or deck_id,
         "source": source_path,
         "copy_from": assets_path,
-        "imported_at": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "imported_at": utc_timestamp("seconds"),
         "slide_count": len(parsed["slides"]),
         "meta": parsed["meta"],
         "assets": assets,

@@ -17,6 +17,14 @@ def valid_id(value):
     return isinstance(value, str) and ID_PATTERN.match(value) is not None
 
 
+def ids_in(directory):
+    """The valid ids among the entries of `directory`, sorted (none if it is missing)."""
+    try:
+        return sorted(name for name in os.listdir(directory) if valid_id(name))
+    except FileNotFoundError:
+        return []
+
+
 def data_dir():
     return current_app.config["DATA_DIR"]
 

@@ -2,11 +2,11 @@
 import json
 import os
 import uuid
-from datetime import datetime, timezone
 
 from app.common.errors import ApiError
-from app.common.fsutil import atomic_write
+from app.common.fsutil import atomic_write, read_json
 from app.common.offload import blocking
+from app.common.timeutil import utc_timestamp
 from app.decks import decks, layout
 from app.decks.eventlog import SessionLog, last_seq_in_file, read_events
 from app.decks.feed import subscribe as subscribe_feed
@@ -37,7 +37,7 @@ def create(deck_id, title):
         "id": session_id,
         "deck_id": deck_id,
         "title": title or deck["title"],
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "created_at": utc_timestamp("seconds"),
         "link": review_link(session_id),
     }
     directory = layout.session_dir(session_id)
@@ -49,13 +49,7 @@ def create(deck_id, title):
 def find(session_id):
     """The session's record (a small file, read on the loop), or None: also when
     session.json is missing but the log exists, as the spec says."""
-    if not layout.valid_id(session_id):
-        return None
-    try:
-        with open(layout.session_json(session_id), "rb") as f:
-            return json.load(f)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
+    return read_json(layout.session_json(session_id)) if layout.valid_id(session_id) else None
 
 
 def require(session_id):
@@ -74,11 +68,7 @@ def get(session_id):
 
 
 def list_all():
-    try:
-        names = sorted(os.listdir(layout.sessions_dir()))
-    except FileNotFoundError:
-        return []
-    found = (get(name) for name in names if layout.valid_id(name))
+    found = (get(session_id) for session_id in layout.ids_in(layout.sessions_dir()))
     return sorted((s for s in found if s), key=lambda s: s["created_at"], reverse=True)
 
 
