@@ -41,7 +41,15 @@ def _seed_decks(service):
                   timeout=10).raise_for_status()
 
 
-SEEDERS = {"decks": _seed_decks}
+def _seed_audio(service):
+    """Sounds the bundle makes itself, in the local sound library (kept if present)."""
+    from app.audio.seed import seed
+    seed(str(service.data_dir / "soundlib"))
+
+
+SEEDERS = {"decks": _seed_decks, "audio": _seed_audio}
+# What a service needs besides SERVICE, PORT and DATA_DIR on this machine.
+ENVIRONMENTS = {"audio": {"AUDIO_PUBLIC_ORIGIN": f"http://audio.localhost:{NGINX_PORT}"}}
 
 
 def _start_services():
@@ -49,7 +57,8 @@ def _start_services():
     for name in built_services():
         data_dir = VAR / name
         data_dir.mkdir(parents=True, exist_ok=True)
-        service = services.start(name, data_dir, port=services.PORTS[name], stderr=subprocess.PIPE)
+        service = services.start(name, data_dir, port=services.PORTS[name], env=ENVIRONMENTS.get(name),
+                                 stderr=subprocess.PIPE, own_session=True)
         threading.Thread(target=_relay, args=(name, service.process.stderr), daemon=True).start()
         running.append(service)
         SEEDERS.get(name, lambda s: None)(service)

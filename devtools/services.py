@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 GUNICORN = ROOT / ".venv" / "bin" / "gunicorn"
 PORTS = {"workspace": 7080, "decks": 7081, "notebook": 5055, "audio": 7083, "wizard": 7084}
-HEALTH_PATHS = {"decks": "/healthz"}
+HEALTH_PATHS = {"decks": "/healthz", "audio": "/api/audio/health"}
 
 
 def free_port(address="127.0.0.1"):
@@ -71,14 +71,17 @@ def wait_healthy(url, timeout=30.0, process=None):
     raise TimeoutError(f"{url} did not answer 200 within {timeout} s")
 
 
-def start(name, data_dir, port=None, env=None, workers=1, stdout=None, stderr=None, host="127.0.0.1"):
-    """Start `name` under gunicorn and wait until its health route answers."""
+def start(name, data_dir, port=None, env=None, workers=1, stdout=None, stderr=None, host="127.0.0.1",
+          own_session=False):
+    """Start `name` under gunicorn and wait until its health route answers.
+    `own_session`: out of the caller's process group, so a Ctrl-C in a terminal
+    reaches only the caller, which then stops the service gracefully."""
     port = port or free_port()
     environment = {**os.environ, "SERVICE": name, "HOST": host, "PORT": str(port),
                    "DATA_DIR": str(data_dir), "WEB_CONCURRENCY": str(workers), **(env or {})}
     process = subprocess.Popen(
         [str(GUNICORN), "-c", "gunicorn.conf.py", "wsgi:app"], cwd=ROOT, env=environment,
-        stdout=stdout, stderr=stderr)
+        stdout=stdout, stderr=stderr, start_new_session=own_session)
     service = RunningService(name, port, data_dir, process)
     try:
         wait_healthy(service.base_url + HEALTH_PATHS.get(name, "/healthz"), process=process)

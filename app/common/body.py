@@ -8,6 +8,7 @@ import json
 
 from flask import request
 from marshmallow import ValidationError
+from werkzeug.exceptions import RequestEntityTooLarge
 
 from app.common.errors import ApiError
 from app.common.offload import blocking
@@ -16,12 +17,23 @@ from app.common.offload import blocking
 _OFFLOAD_PARSE_BYTES = 256 * 1024
 
 
+def read_body(limit):
+    """The request body, at most `limit` bytes, else 413 — with or without a declared
+    length, and without reading more than one byte past the limit. (werkzeug alone
+    refuses a declared length over its maximum, but silently cuts a chunked body at
+    it: so it is asked for one byte more, and that byte tells.)"""
+    request.max_content_length = limit + 1
+    data = request.get_data()
+    if len(data) > limit:
+        raise RequestEntityTooLarge()
+    return data
+
+
 def json_object(limit):
     """The request body as a JSON object, at most `limit` bytes."""
-    request.max_content_length = limit  # werkzeug answers 413 past it, chunked bodies too
     if not request.is_json:
         raise ApiError(415, "the body must be JSON (Content-Type: application/json)")
-    raw = request.get_data(cache=False)
+    raw = read_body(limit)
     try:
         text = raw.decode("utf-8")
         data = blocking(json.loads, text) if len(raw) > _OFFLOAD_PARSE_BYTES else json.loads(text)

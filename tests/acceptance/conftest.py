@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from app.audio.seed import seed
 from devtools import nginx, services
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,25 +37,48 @@ class Target:
         return self.request("POST", path, **kwargs)
 
 
-def _local_decks(tmp_path_factory):
-    data = tmp_path_factory.mktemp("acceptance-decks")
-    shutil.copytree(ROOT / "samples/decks/welcome", data / "sources/welcome")
-    service = services.start("decks", data)
+def _seed_decks(service):
+    shutil.copytree(ROOT / "samples/decks/welcome", service.data_dir / "sources/welcome")
     body = {"id": "welcome", "md_path": "sources/welcome/deck.md", "copy_from": "sources/welcome"}
     requests.post(f"{service.base_url}/api/decks/import", json=body, timeout=30).raise_for_status()
-    proxy = nginx.start(tmp_path_factory.mktemp("acceptance-nginx"), None, {"decks": f"127.0.0.1:{service.port}"})
-    return service, proxy
+
+
+def _seed_audio(service):
+    seed(str(service.data_dir / "soundlib"))
+
+
+LOCAL = {
+    "decks": (_seed_decks, {}),
+    "audio": (_seed_audio, {"AUDIO_PUBLIC_ORIGIN": "https://audio.acceptance.example"}),
+}
+
+
+def _target(request, tmp_path_factory, name):
+    """The service's public address from the options, or a local stack: the service
+    (seeded as `make run` seeds it) behind a real nginx."""
+    url = request.config.getoption(f"--{name}-url")
+    if url:
+        yield Target(url, request.config.getoption(f"--{name}-host"), not request.config.getoption("--insecure"))
+        return
+    seeder, env = LOCAL[name]
+    service = services.start(name, tmp_path_factory.mktemp(f"acceptance-{name}"), env=env)
+    proxy = None
+    try:
+        seeder(service)
+        proxy = nginx.start(tmp_path_factory.mktemp(f"acceptance-{name}-nginx"), None,
+                            {name: f"127.0.0.1:{service.port}"})
+        yield Target(proxy.url, proxy.host(name))
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        service.stop()
 
 
 @pytest.fixture(scope="session")
 def decks(request, tmp_path_factory):
-    url = request.config.getoption("--decks-url")
-    if url:
-        yield Target(url, request.config.getoption("--decks-host"), not request.config.getoption("--insecure"))
-        return
-    service, proxy = _local_decks(tmp_path_factory)
-    try:
-        yield Target(proxy.url, proxy.host("decks"))
-    finally:
-        proxy.stop()
-        service.stop()
+    yield from _target(request, tmp_path_factory, "decks")
+
+
+@pytest.fixture(scope="session")
+def audio(request, tmp_path_factory):
+    yield from _target(request, tmp_path_factory, "audio")

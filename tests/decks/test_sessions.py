@@ -147,3 +147,13 @@ def test_session_of_a_deleted_deck_refuses_slide_events(deck_session):
     response = post_event(service.base_url, session["id"], {"type": "note", "slide": 0, "text": "x"})
     assert response.status_code == 409 and "no longer exists" in response.json()["error"]
     assert post_event(service.base_url, session["id"], {"type": "verdict", "value": "reject"}).status_code == 201
+
+
+def test_chunked_body_over_the_limit_is_413_not_cut(shared_decks_server):
+    """Without a declared length the body is still refused past the limit, rather
+    than cut at it and parsed."""
+    events_url = f"{shared_decks_server.base_url}/api/sessions/{shared_decks_server.session['id']}/events"
+    body = b'{"type": "note", "slide": 0, "text": "' + b"x" * (1024 * 1024) + b'"}'
+    response = requests.post(events_url, data=iter([body[:1000], body[1000:]]),
+                             headers={"Content-Type": "application/json"}, timeout=30)
+    assert response.status_code == 413

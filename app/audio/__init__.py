@@ -1,0 +1,31 @@
+"""Audio service (spec 001, part B): speech synthesis, voices, and a sound library
+with preview, every route under /api/audio/. Providers are chosen by
+configuration; one that is not configured or not reachable is reported
+unavailable, never faked."""
+import logging
+
+from flask import Blueprint
+
+bp = Blueprint("audio", __name__, url_prefix="/api/audio")
+log = logging.getLogger("bundle.audio")
+
+
+def error_body(status, message, extra):
+    body = {"error": message}
+    if extra.get("field"):
+        body["field"] = extra["field"]
+    return body
+
+
+def init_app(app):
+    from app.audio import api, middleware  # noqa: F401  (routes register on bp)
+    from app.audio.service import build_providers
+    from app.audio.settings import AudioSettings
+
+    settings = AudioSettings.from_env(app.config["DATA_DIR"])
+    app.config["AUDIO"] = settings
+    app.extensions["audio"] = build_providers(settings)
+    middleware.register(app)
+    app.register_blueprint(bp)
+    if not settings.public_origin:
+        log.warning("AUDIO_PUBLIC_ORIGIN is not set: every request that sends an Origin is refused")

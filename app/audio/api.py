@@ -1,0 +1,123 @@
+"""Routes of the audio API, all under /api/audio/."""
+from flask import Response, current_app, request
+
+from app.audio import bp
+from app.audio.middleware import MAX_BODY_BYTES
+from app.audio.providers import ProviderFailed, Unavailable
+from app.audio.schemas import SpeechSchema
+from app.common.body import json_object, query_int, validated
+from app.common.errors import ApiError
+
+
+def _providers():
+    return current_app.extensions["audio"]
+
+
+def _state(provider, probe):
+    result = probe.state()
+    return {"available": result.available, "reason": result.reason, "provider": provider.name}
+
+
+def _capabilities():
+    providers = _providers()
+    return {"speech": _state(providers.speech, providers.speech_probe),
+            "soundlib": _state(providers.soundlib, providers.soundlib_probe)}
+
+
+def _require(provider, probe):
+    """503 with the probe's reason when the provider is known to be unavailable."""
+    result = probe.state()
+    if not result.available:
+        raise ApiError(503, f"{provider.name} is unavailable: {result.reason}")
+
+
+def _ask(fn, *args, lookup_status=404, lookup_field=None):
+    """Call a provider, turning its failures into the API's errors."""
+    try:
+        return fn(*args)
+    except Unavailable as exc:
+        raise ApiError(503, exc.reason) from None
+    except ProviderFailed as exc:
+        raise ApiError(502, str(exc)) from None
+    except LookupError as exc:
+        message = f"{lookup_field}: {exc}" if lookup_field else str(exc)
+        raise ApiError(lookup_status, message, field=lookup_field) from None
+
+
+def _text_param(name, maximum, required):
+    value = request.args.get(name)
+    if value is None or value == "":
+        if required:
+            raise ApiError(400, f"{name}: is required", field=name)
+        return None
+    if len(value) > maximum:
+        raise ApiError(400, f"{name}: must be at most {maximum} characters", field=name)
+    return value
+
+
+def _field_error(exc):
+    exc.extra["field"] = next(iter(exc.extra.pop("fields", {}) or {}), None)
+    return exc
+
+
+@bp.get("/health")
+def health():
+    return {"status": "ok"}
+
+
+@bp.get("/ready")
+def ready():
+    capabilities = _capabilities()
+    if capabilities["speech"]["available"]:
+        return {"status": "ok", "providers": capabilities}
+    return {"status": "degraded", "providers": capabilities}, 503
+
+
+@bp.get("/capabilities")
+def capabilities():
+    return {"version": 1, **_capabilities()}
+
+
+@bp.get("/voices")
+def voices():
+    locale = _text_param("locale", 35, required=False)
+    providers = _providers()
+    _require(providers.speech, providers.speech_probe)
+    return {"provider": providers.speech.name, "voices": _ask(providers.speech.voices, locale)}
+
+
+@bp.post("/speech")
+def speech():
+    try:
+        data = validated(SpeechSchema(), json_object(MAX_BODY_BYTES))
+    except ApiError as exc:
+        raise _field_error(exc) from None
+    providers = _providers()
+    _require(providers.speech, providers.speech_probe)
+    audio = _ask(providers.speech.synthesize, data["text"], data["voiceId"], data["rate"],
+                 data["pitch"], data["volume"], lookup_status=400, lookup_field="voiceId")
+    return Response(audio, mimetype="audio/mpeg", headers={"X-Speech-Provider": providers.speech.name})
+
+
+@bp.get("/soundlib/search")
+def search():
+    query = _text_param("q", 120, required=True)
+    try:
+        results = query_int(request.args, "results", 10, minimum=1, maximum=20)
+    except ApiError as exc:
+        exc.extra["field"] = "results"
+        raise
+    providers = _providers()
+    _require(providers.soundlib, providers.soundlib_probe)
+    return {"provider": providers.soundlib.name, "results": _ask(providers.soundlib.search, query, results)}
+
+
+@bp.get("/soundlib/preview/<path:sound_id>")
+def preview(sound_id):
+    providers = _providers()
+    library, _, key = sound_id.partition(":")
+    if library != providers.soundlib.name or not key:
+        raise ApiError(404, f"no sound {sound_id!r} in the {providers.soundlib.name} library")
+    _require(providers.soundlib, providers.soundlib_probe)
+    content_type, audio, identity = _ask(providers.soundlib.preview, key)
+    return Response(audio, mimetype=content_type, headers={"X-Preview-Identity": identity})

@@ -1,0 +1,99 @@
+"""Speech from espeak-ng, the embedded default: a subprocess per request with the
+text on stdin (never in its arguments), its WAV read to the end within the
+response cap, encoded to MP3.
+
+The spec's ranges are the browser speech API's; espeak-ng's own scales:
+
+| field | spec range (normal) | espeak-ng option | mapping |
+|---|---|---|---|
+| rate | 0.5–2 (1) | `-s` words per minute, 80–450 (175) | 175 × rate → 88–350 |
+| pitch | 0–2 (1) | `-p` 0–99 (50) | 50 × pitch, at most 99 |
+| volume | 0–1 (1) | `-a` amplitude 0–200 (100) | 100 × volume |
+"""
+import gevent.lock
+
+from app.audio import mp3
+from app.audio.process import EngineTimeout, run_engine
+from app.audio.providers import ProviderFailed, SpeechProvider, Unavailable, matches_locale, read_capped
+from app.common.offload import blocking
+
+PROBE_TEXT = "a"
+WAV_TO_MP3_BOUND = 8
+
+
+def espeak_arguments(voice_id, rate, pitch, volume):
+    return ["-v", voice_id, "-s", str(round(175 * rate)), "-p", str(min(99, round(50 * pitch))),
+            "-a", str(round(100 * volume)), "--stdout"]
+
+
+def parse_voices(listing):
+    """Voices of `espeak-ng --voices` output. mbrola voices (mb/…) need a separate
+    engine that is not installed, so they are left out."""
+    voices = []
+    for line in listing.splitlines()[1:]:
+        parts = line.split()
+        if len(parts) < 5 or parts[4].startswith("mb/"):
+            continue
+        language, gender, name = parts[1], parts[2].split("/")[-1], parts[3]
+        voices.append({"id": language, "name": name.replace("_", " "),
+                       "locale": _locale_of(language),
+                       "gender": {"M": "male", "F": "female"}.get(gender, "unknown")})
+    return voices
+
+
+def _locale_of(language):
+    """`en-us` → `en-US`, `cmn-latn-pinyin` stays lower case past the region."""
+    parts = language.split("-")
+    if len(parts) >= 2 and len(parts[1]) == 2:
+        parts[1] = parts[1].upper()
+    return "-".join(parts)
+
+
+class EspeakSpeech(SpeechProvider):
+    name = "espeak-ng"
+
+    def __init__(self, settings):
+        self.settings = settings
+        self._voices = None
+        self._slots = gevent.lock.BoundedSemaphore(settings.max_concurrent_synthesis)
+
+    def _run(self, arguments, stdin, timeout):
+        """stdout of espeak-ng within the deadline. Its WAV is about five times the
+        size of the MP3 made of it: bounded at eight times the response cap, the MP3
+        itself is checked against the cap."""
+        try:
+            code, output, error = run_engine([self.settings.espeak_binary, *arguments], stdin, timeout,
+                                             WAV_TO_MP3_BOUND * self.settings.max_response_bytes,
+                                             "the speech engine")
+        except OSError as exc:
+            raise Unavailable(f"the speech engine cannot be started ({exc.strerror})") from None
+        except EngineTimeout as exc:
+            raise ProviderFailed(str(exc)) from None
+        if code != 0:
+            raise ProviderFailed(f"the speech engine failed (exit code {code}{': ' + error if error else ''})")
+        return output
+
+    def probe(self):
+        wav = self._run(["--stdout"], PROBE_TEXT.encode(), self.settings.probe_timeout)
+        if not wav.startswith(b"RIFF"):
+            raise Unavailable("the speech engine answered without audio")
+
+    def voices(self, locale=None):
+        if self._voices is None:
+            listing = self._run(["--voices"], None, self.settings.provider_timeout)
+            self._voices = parse_voices(listing.decode(errors="replace"))
+        return [v for v in self._voices if matches_locale(v["locale"], locale)]
+
+    def synthesize(self, text, voice_id, rate, pitch, volume):
+        if not any(v["id"] == voice_id for v in self.voices()):
+            raise LookupError(f"unknown voice {voice_id!r}")
+        if not self._slots.acquire(timeout=self.settings.provider_timeout):
+            raise Unavailable("the speech engine is busy; try again")
+        try:
+            wav = self._run(espeak_arguments(voice_id, rate, pitch, volume), text.encode(),
+                            self.settings.provider_timeout)
+        finally:
+            self._slots.release()
+        audio = blocking(mp3.wav_to_mp3, wav)  # encoding is CPU work: off the loop
+        return read_capped([audio], self.settings.max_response_bytes, "the synthesized speech")
+

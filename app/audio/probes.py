@@ -1,0 +1,48 @@
+"""Readiness probes of the providers: each provider probed on its own, with its
+own deadline; the result reused for `interval` seconds; concurrent callers of an
+expired probe share one probe (a single flight). So a flood of /ready calls costs
+a provider at most one probe per interval, and no caller waits longer than the
+deadline.
+"""
+import time
+
+import gevent
+from gevent.event import AsyncResult
+
+from app.audio.providers import Unavailable
+
+
+class ProbeResult:
+    def __init__(self, available, reason, checked_at):
+        self.available, self.reason, self.checked_at = available, reason, checked_at
+
+
+class Probe:
+    def __init__(self, check, interval, timeout, clock=time.monotonic):
+        self._check, self.interval, self.timeout, self._clock = check, interval, timeout, clock
+        self._result = None
+        self._inflight = None
+        self.count = 0  # probes actually run, for the benchmark and the logs
+
+    def state(self):
+        result = self._result
+        if result is not None and self._clock() - result.checked_at < self.interval:
+            return result
+        if self._inflight is None:
+            self._inflight = AsyncResult()
+            gevent.spawn(self._run, self._inflight)
+        return self._inflight.get()
+
+    def _run(self, inflight):
+        self.count += 1
+        try:
+            with gevent.Timeout(self.timeout, Unavailable(f"the probe took more than {self.timeout:g} s")):
+                self._check()
+            result = ProbeResult(True, None, self._clock())
+        except Unavailable as exc:
+            result = ProbeResult(False, exc.reason, self._clock())
+        except Exception as exc:  # a failed probe is an answer: the provider is not usable now
+            result = ProbeResult(False, str(exc) or type(exc).__name__, self._clock())
+        self._result = result
+        self._inflight = None
+        inflight.set(result)

@@ -1,0 +1,24 @@
+"""The providers chosen by configuration, each with its readiness probe."""
+from dataclasses import dataclass
+
+from app.audio.edge import EdgeSpeech
+from app.audio.espeak import EspeakSpeech
+from app.audio.freesound import FreesoundLibrary
+from app.audio.local_library import LocalLibrary
+from app.audio.probes import Probe
+
+
+@dataclass
+class Providers:
+    speech: object
+    soundlib: object
+    speech_probe: Probe
+    soundlib_probe: Probe
+
+
+def build_providers(settings):
+    speech = EdgeSpeech(settings) if settings.tts_provider == "edge" else EspeakSpeech(settings)
+    soundlib = FreesoundLibrary(settings) if settings.soundlib_provider == "freesound" else LocalLibrary(settings)
+    return Providers(speech, soundlib,
+                     Probe(speech.probe, settings.probe_interval, settings.probe_timeout),
+                     Probe(soundlib.probe, settings.probe_interval, settings.probe_timeout))

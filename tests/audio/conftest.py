@@ -1,0 +1,69 @@
+"""Fixtures of the audio service's tests: the service under gunicorn with a seeded
+local sound library, and a counting wrapper around espeak-ng to watch probes."""
+import shutil
+import stat
+
+import pytest
+import requests
+
+from app.audio.seed import seed
+
+ORIGIN = "https://audio.test.example"
+APP = {"X-App-Request": "1"}
+
+
+class Audio:
+    """The running service plus helpers to call it."""
+
+    def __init__(self, service, engine_log=None, down_flag=None):
+        self.service, self.engine_log, self.down_flag = service, engine_log, down_flag
+        self.url = service.base_url + "/api/audio"
+
+    def get(self, path, headers=None, **kwargs):
+        return requests.get(self.url + path, headers={**APP, **(headers or {})}, timeout=30, **kwargs)
+
+    def speech(self, body, headers=None, **kwargs):
+        return requests.post(self.url + "/speech", json=body, headers={**APP, **(headers or {})}, timeout=30, **kwargs)
+
+    def probes_run(self):
+        """How many times the engine was started for a probe (no voice chosen)."""
+        if not self.engine_log.exists():
+            return 0
+        return sum(1 for line in self.engine_log.read_text().splitlines() if line.strip() == "--stdout")
+
+
+def counting_engine(directory):
+    """A wrapper that logs each start of espeak-ng and fails while a flag file exists."""
+    log, down = directory / "engine.log", directory / "engine.down"
+    script = directory / "espeak-wrapper"
+    script.write_text(f"""#!/bin/sh
+echo "$@" >> {log}
+if [ -e {down} ]; then echo "the engine is down" >&2; exit 1; fi
+exec {shutil.which("espeak-ng")} "$@"
+""")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return script, log, down
+
+
+def start_audio(starter, data_dir, env=None, engine=True):
+    seed(str(data_dir / "soundlib"))
+    script, log, down = counting_engine(data_dir)
+    service = starter("audio", data_dir=data_dir, env={
+        "AUDIO_PUBLIC_ORIGIN": ORIGIN, **({"AUDIO_ESPEAK_BINARY": str(script)} if engine else {}), **(env or {})})
+    return Audio(service, log, down)
+
+
+@pytest.fixture(scope="module")
+def audio(start_module_service, tmp_path_factory):
+    """One audio service per module: espeak-ng speech, the seeded local library."""
+    return start_audio(start_module_service, tmp_path_factory.mktemp("audio"))
+
+
+@pytest.fixture
+def fresh_audio(start_service, tmp_path):
+    """start(env) -> Audio: a service of the test's own, with short probe intervals."""
+    def start(env=None):
+        data_dir = tmp_path / "audio-data"
+        data_dir.mkdir(exist_ok=True)
+        return start_audio(start_service, data_dir, {"AUDIO_PROBE_INTERVAL": "1", **(env or {})})
+    return start

@@ -1,0 +1,122 @@
+"""Readiness probes: one probe for many callers, reused for the interval, and the
+provider going away and coming back."""
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import gevent
+import pytest
+import requests
+
+from app.audio.probes import Probe
+from app.audio.providers import Unavailable
+
+
+def test_fifty_concurrent_ready_calls_cost_one_probe_then_the_cache_holds(fresh_audio):
+    audio = fresh_audio({"AUDIO_PROBE_INTERVAL": "30"})
+    assert audio.probes_run() == 0  # nothing probed at start
+    with ThreadPoolExecutor(50) as pool:
+        answers = list(pool.map(lambda _: requests.get(audio.url + "/ready", timeout=30), range(50)))
+    assert [a.status_code for a in answers] == [200] * 50
+    assert audio.probes_run() == 1
+    for _ in range(20):
+        assert requests.get(audio.url + "/capabilities", timeout=10).json()["speech"]["available"]
+    assert audio.probes_run() == 1
+
+
+def test_the_engine_going_away_and_coming_back(fresh_audio):
+    audio = fresh_audio({"AUDIO_PROBE_INTERVAL": "0.5"})
+    assert requests.get(audio.url + "/ready", timeout=10).status_code == 200
+    audio.down_flag.write_text("down")
+
+    def wait_for(status):
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            response = requests.get(audio.url + "/ready", timeout=10)
+            if response.status_code == status:
+                return response
+            time.sleep(0.1)  # polling until the next probe interval
+        raise AssertionError(f"/ready never answered {status}")
+
+    degraded = wait_for(503).json()
+    assert degraded["status"] == "degraded"
+    assert degraded["providers"]["speech"]["available"] is False
+    assert "the speech engine failed" in degraded["providers"]["speech"]["reason"]
+    assert degraded["providers"]["soundlib"]["available"] is True
+    refused = audio.speech({"text": "hi", "voiceId": "en-us"})
+    assert refused.status_code == 503 and "espeak-ng is unavailable" in refused.json()["error"]
+    audio.down_flag.unlink()
+    assert wait_for(200).json()["status"] == "ok"
+    assert audio.speech({"text": "hi", "voiceId": "en-us"}).status_code == 200
+
+
+def test_missing_engine_binary_is_unavailable(fresh_audio):
+    audio = fresh_audio({"AUDIO_ESPEAK_BINARY": "/nonexistent/espeak-ng"})
+    response = requests.get(audio.url + "/ready", timeout=10)
+    assert response.status_code == 503
+    assert "cannot be started" in response.json()["providers"]["speech"]["reason"]
+    assert audio.get("/voices").status_code == 503
+
+
+def test_edge_without_a_network_is_unavailable_not_a_crash(fresh_audio):
+    """The online provider cannot reach its service from this machine: it must
+    say so, and speech must be a 503, not a 500 or a fake success."""
+    audio = fresh_audio({"AUDIO_TTS_PROVIDER": "edge", "AUDIO_PROBE_TIMEOUT": "10"})
+    caps = requests.get(audio.url + "/capabilities", timeout=30).json()
+    assert caps["speech"]["provider"] == "edge-tts" and caps["speech"]["available"] is False
+    assert caps["speech"]["reason"].startswith("edge-tts")
+    assert audio.speech({"text": "hi", "voiceId": "en-US-AriaNeural"}).status_code == 503
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_probe_single_flight_deadline_and_interval():
+    clock, calls = FakeClock(), []
+
+    def check():
+        calls.append(1)
+        gevent.sleep(0.05)
+
+    probe = Probe(check, interval=10, timeout=1, clock=clock)
+    results = [g.get() for g in [gevent.spawn(probe.state) for _ in range(30)]]
+    assert len(calls) == 1 and all(r.available for r in results)
+    clock.now = 9.9
+    probe.state()
+    assert len(calls) == 1
+    clock.now = 10.0
+    probe.state()
+    assert len(calls) == 2
+
+    def slow():
+        gevent.sleep(5)
+
+    started = time.monotonic()
+    result = Probe(slow, interval=10, timeout=0.2).state()
+    assert time.monotonic() - started < 1
+    assert not result.available and "more than 0.2 s" in result.reason
+
+    def refused():
+        raise Unavailable("no key")
+
+    assert Probe(refused, 10, 1).state().reason == "no key"
+
+
+@pytest.mark.parametrize("rate,pitch,volume,expected", [
+    (1, 1, 1, {"rate": "+0%", "pitch": "+0Hz", "volume": "+0%"}),
+    (0.5, 0, 0, {"rate": "-50%", "pitch": "-50Hz", "volume": "-100%"}),
+    (2, 2, 0.25, {"rate": "+100%", "pitch": "+50Hz", "volume": "-75%"}),
+])
+def test_edge_strings(rate, pitch, volume, expected):
+    from app.audio.edge import edge_strings
+    assert edge_strings(rate, pitch, volume) == expected
+
+
+def test_espeak_mapping():
+    from app.audio.espeak import espeak_arguments
+    assert espeak_arguments("en-us", 1, 1, 1) == ["-v", "en-us", "-s", "175", "-p", "50", "-a", "100", "--stdout"]
+    assert espeak_arguments("en", 0.5, 2, 0)[3:8] == ["88", "-p", "99", "-a", "0"]
