@@ -5,7 +5,7 @@ from app.audio import bp
 from app.audio.middleware import MAX_BODY_BYTES
 from app.audio.providers import ProviderFailed, Unavailable
 from app.audio.schemas import SpeechSchema
-from app.common.body import json_object, query_int, validated
+from app.common.body import json_object, query_int, query_text, validated
 from app.common.errors import ApiError
 
 
@@ -44,22 +44,6 @@ def _ask(fn, *args, lookup_status=404, lookup_field=None):
         raise ApiError(lookup_status, message, field=lookup_field) from None
 
 
-def _text_param(name, maximum, required):
-    value = request.args.get(name)
-    if value is None or value == "":
-        if required:
-            raise ApiError(400, f"{name}: is required", field=name)
-        return None
-    if len(value) > maximum:
-        raise ApiError(400, f"{name}: must be at most {maximum} characters", field=name)
-    return value
-
-
-def _field_error(exc):
-    exc.extra["field"] = next(iter(exc.extra.pop("fields", {}) or {}), None)
-    return exc
-
-
 @bp.get("/health")
 def health():
     return {"status": "ok"}
@@ -80,7 +64,7 @@ def capabilities():
 
 @bp.get("/voices")
 def voices():
-    locale = _text_param("locale", 35, required=False)
+    locale = query_text(request.args, "locale", 35)
     providers = _providers()
     _require(providers.speech, providers.speech_probe)
     return {"provider": providers.speech.name, "voices": _ask(providers.speech.voices, locale)}
@@ -88,10 +72,7 @@ def voices():
 
 @bp.post("/speech")
 def speech():
-    try:
-        data = validated(SpeechSchema(), json_object(MAX_BODY_BYTES))
-    except ApiError as exc:
-        raise _field_error(exc) from None
+    data = validated(SpeechSchema(), json_object(MAX_BODY_BYTES))
     providers = _providers()
     _require(providers.speech, providers.speech_probe)
     audio = _ask(providers.speech.synthesize, data["text"], data["voiceId"], data["rate"],
@@ -101,12 +82,8 @@ def speech():
 
 @bp.get("/soundlib/search")
 def search():
-    query = _text_param("q", 120, required=True)
-    try:
-        results = query_int(request.args, "results", 10, minimum=1, maximum=20)
-    except ApiError as exc:
-        exc.extra["field"] = "results"
-        raise
+    query = query_text(request.args, "q", 120, required=True)
+    results = query_int(request.args, "results", 10, minimum=1, maximum=20)
     providers = _providers()
     _require(providers.soundlib, providers.soundlib_probe)
     return {"provider": providers.soundlib.name, "results": _ask(providers.soundlib.search, query, results)}

@@ -22,6 +22,7 @@ class Probe:
         self._check, self.interval, self.timeout, self._clock = check, interval, timeout, clock
         self._result = None
         self._inflight = None
+        self._prober = None
         self.count = 0  # probes actually run, for the benchmark and the logs
 
     def state(self):
@@ -30,19 +31,26 @@ class Probe:
             return result
         if self._inflight is None:
             self._inflight = AsyncResult()
-            gevent.spawn(self._run, self._inflight)
+            self._prober = gevent.spawn(self._run, self._inflight)
         return self._inflight.get()
 
     def _run(self, inflight):
         self.count += 1
+        result = ProbeResult(False, "the probe ended without an answer", self._clock())
         try:
-            with gevent.Timeout(self.timeout, Unavailable(f"the probe took more than {self.timeout:g} s")):
+            # A plain gevent.Timeout is a BaseException: no `except Exception` in a
+            # provider can swallow it.
+            with gevent.Timeout(self.timeout):
                 self._check()
             result = ProbeResult(True, None, self._clock())
+        except gevent.Timeout:
+            result = ProbeResult(False, f"the probe took more than {self.timeout:g} s", self._clock())
         except Unavailable as exc:
             result = ProbeResult(False, exc.reason, self._clock())
         except Exception as exc:  # a failed probe is an answer: the provider is not usable now
             result = ProbeResult(False, str(exc) or type(exc).__name__, self._clock())
-        self._result = result
-        self._inflight = None
-        inflight.set(result)
+        finally:
+            # Whatever ended the probe, its waiters get an answer and the next call may probe again.
+            self._result = result
+            self._inflight = None
+            inflight.set(result)

@@ -61,7 +61,7 @@ def validated(schema, data):
     except ValidationError as exc:
         field, message = first_error(exc.messages)
         text = f"{field}: {message}" if field else message
-        raise ApiError(400, text, fields=exc.messages) from None
+        raise ApiError(400, text, field=field or None, fields=exc.messages) from None
 
 
 def query_int(args, name, default, minimum=0, maximum=None):
@@ -72,8 +72,20 @@ def query_int(args, name, default, minimum=0, maximum=None):
     try:
         value = int(raw, 10)
     except ValueError:
-        raise ApiError(400, f"{name}: must be an integer, got {raw[:40]!r}") from None
+        raise ApiError(400, f"{name}: must be an integer, got {raw[:40]!r}", field=name) from None
     if value < minimum or (maximum is not None and value > maximum):
         bound = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
-        raise ApiError(400, f"{name}: must be {bound}")
+        raise ApiError(400, f"{name}: must be {bound}", field=name)
+    return value
+
+
+def query_text(args, name, maximum, required=False):
+    """A text query parameter of at most `maximum` characters (None when absent)."""
+    value = args.get(name)
+    if value is None or value == "":
+        if required:
+            raise ApiError(400, f"{name}: is required", field=name)
+        return None
+    if len(value) > maximum:
+        raise ApiError(400, f"{name}: must be at most {maximum} characters", field=name)
     return value

@@ -24,7 +24,8 @@ def test_fifty_concurrent_ready_calls_cost_one_probe_then_the_cache_holds(fresh_
 
 
 def test_the_engine_going_away_and_coming_back(fresh_audio):
-    audio = fresh_audio({"AUDIO_PROBE_INTERVAL": "0.5"})
+    # A generous deadline: on a loaded machine the reason must still be the engine's own.
+    audio = fresh_audio({"AUDIO_PROBE_INTERVAL": "0.5", "AUDIO_PROBE_TIMEOUT": "10"})
     assert requests.get(audio.url + "/ready", timeout=10).status_code == 200
     audio.down_flag.write_text("down")
 
@@ -120,3 +121,16 @@ def test_espeak_mapping():
     from app.audio.espeak import espeak_arguments
     assert espeak_arguments("en-us", 1, 1, 1) == ["-v", "en-us", "-s", "175", "-p", "50", "-a", "100", "--stdout"]
     assert espeak_arguments("en", 0.5, 2, 0)[3:8] == ["88", "-p", "99", "-a", "0"]
+
+
+def test_a_probe_killed_midway_still_answers_and_frees_the_flight():
+    def hang():
+        gevent.sleep(30)
+
+    probe = Probe(hang, interval=10, timeout=20)
+    waiter = gevent.spawn(probe.state)
+    gevent.sleep(0.01)
+    probe._prober.kill()  # as a worker shutting down would
+    result = waiter.get(timeout=2)
+    assert not result.available and result.reason == "the probe ended without an answer"
+    assert probe._inflight is None
