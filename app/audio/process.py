@@ -14,14 +14,17 @@ class EngineTimeout(Exception):
 
 def run_engine(argv, stdin, timeout, limit, what, cwd=None):
     """(exit code, stdout bytes, first stderr line) of `argv`. Raises OSError when
-    it cannot start, EngineTimeout past `timeout`, TooLarge past `limit` bytes."""
+    it cannot be started, EngineTimeout past `timeout`, TooLarge past `limit` bytes."""
     process = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE)
     try:
         with gevent.Timeout(timeout, EngineTimeout(f"{what} took more than {timeout:g} s")):
-            if stdin is not None:
-                process.stdin.write(stdin)
-            process.stdin.close()
+            try:
+                if stdin is not None:
+                    process.stdin.write(stdin)
+                process.stdin.close()
+            except BrokenPipeError:
+                pass  # it exited without reading its input: its exit code and stderr say why
             output = read_capped(iter(partial(process.stdout.read, 65536), b""), limit, f"{what}'s answer")
             error = process.stderr.read(4096).decode(errors="replace").strip().splitlines()
             code = process.wait()
@@ -30,6 +33,9 @@ def run_engine(argv, stdin, timeout, limit, what, cwd=None):
             process.kill()
             process.wait()
         for stream in (process.stdin, process.stdout, process.stderr):
-            stream.close()
+            try:
+                stream.close()
+            except BrokenPipeError:
+                pass  # input it never read
     return code, output, (error[0][:300] if error else "")
 

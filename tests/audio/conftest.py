@@ -17,6 +17,7 @@ class Audio:
 
     def __init__(self, service, engine_log=None, down_flag=None):
         self.service, self.engine_log, self.down_flag = service, engine_log, down_flag
+        self.slow_flag = down_flag.with_name("engine.slow") if down_flag else None
         self.url = service.base_url + "/api/audio"
 
     def get(self, path, headers=None, **kwargs):
@@ -33,12 +34,14 @@ class Audio:
 
 
 def counting_engine(directory):
-    """A wrapper that logs each start of espeak-ng and fails while a flag file exists."""
-    log, down = directory / "engine.log", directory / "engine.down"
+    """A wrapper that logs each start of espeak-ng, fails while engine.down exists,
+    and synthesizes 5 s late while engine.slow exists."""
+    log, down, slow = directory / "engine.log", directory / "engine.down", directory / "engine.slow"
     script = directory / "espeak-wrapper"
     script.write_text(f"""#!/bin/sh
 echo "$@" >> {log}
 if [ -e {down} ]; then echo "the engine is down" >&2; exit 1; fi
+case "$*" in *-v*) [ -e {slow} ] && sleep 5;; esac
 exec {shutil.which("espeak-ng")} "$@"
 """)
     script.chmod(script.stat().st_mode | stat.S_IEXEC)

@@ -134,3 +134,14 @@ def test_a_probe_killed_midway_still_answers_and_frees_the_flight():
     result = waiter.get(timeout=2)
     assert not result.available and result.reason == "the probe ended without an answer"
     assert probe._inflight is None
+
+
+def test_a_synthesis_past_its_deadline_is_502_at_the_deadline(fresh_audio):
+    audio = fresh_audio({"AUDIO_PROVIDER_TIMEOUT": "1"})
+    audio.slow_flag.write_text("slow")
+    started = time.monotonic()
+    response = audio.speech({"text": "slow", "voiceId": "en-us"})
+    assert response.status_code == 502 and "took more than 1 s" in response.json()["error"]
+    assert time.monotonic() - started < 3
+    audio.slow_flag.unlink()
+    assert audio.speech({"text": "fast again", "voiceId": "en-us"}).status_code == 200
