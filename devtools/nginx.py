@@ -33,7 +33,7 @@ from devtools.services import free_port, terminate
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATES = ROOT / "nginx"
 SERVICES = ("workspace", "decks", "notebook", "audio", "wizard")
-TEMP_DIRS = ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+TEMP_DIRS = ("client_body", "proxy", "fastcgi", "uwsgi", "scgi", "cache")
 STDERR_LOG = "logs/nginx.stderr"
 
 

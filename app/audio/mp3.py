@@ -37,7 +37,7 @@ def encode(pcm, sample_rate, channels=1):
     encoder.set_bit_rate(BIT_RATE_KBPS)
     encoder.set_in_sample_rate(sample_rate)
     encoder.set_channels(channels)
-    encoder.set_quality(5)
+    encoder.set_quality(7)  # lame: 2 best … 7 fast; twice as fast as 5 at this bit rate, same size
     return bytes(encoder.encode(pcm) + encoder.flush())
 
 

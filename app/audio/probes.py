@@ -1,8 +1,9 @@
 """Readiness probes of the providers: each provider probed on its own, with its
-own deadline; the result reused for `interval` seconds; concurrent callers of an
-expired probe share one probe (a single flight). So a flood of /ready calls costs
-a provider at most one probe per interval, and no caller waits longer than the
-deadline.
+own deadline; the result reused for `interval` seconds; an expired result is
+refreshed by one probe in the background (a single flight) while callers get the
+latest answer at once. So a flood of /ready calls costs a provider at most one
+probe per interval, and only the callers before the first result ever wait, at
+most the deadline. The first probes start with the worker.
 """
 import time
 
@@ -26,13 +27,20 @@ class Probe:
         self.count = 0  # probes actually run, for the benchmark and the logs
 
     def state(self):
+        """The latest result. Once expired it is still answered at once while one
+        probe refreshes it in the background (stale while revalidating), so no
+        caller waits behind a probe; only callers before the very first result wait,
+        at most the deadline."""
         result = self._result
-        if result is not None and self._clock() - result.checked_at < self.interval:
-            return result
+        if result is None or self._clock() - result.checked_at >= self.interval:
+            self.refresh()
+        return result if result is not None else self._inflight.get()
+
+    def refresh(self):
+        """Start a probe unless one is running."""
         if self._inflight is None:
             self._inflight = AsyncResult()
             self._prober = gevent.spawn(self._run, self._inflight)
-        return self._inflight.get()
 
     def _run(self, inflight):
         self.count += 1

@@ -19,6 +19,10 @@ class Providers:
 def build_providers(settings):
     speech = EdgeSpeech(settings) if settings.tts_provider == "edge" else EspeakSpeech(settings)
     soundlib = FreesoundLibrary(settings) if settings.soundlib_provider == "freesound" else LocalLibrary(settings)
-    return Providers(speech, soundlib,
-                     Probe(speech.probe, settings.probe_interval, settings.probe_timeout),
-                     Probe(soundlib.probe, settings.probe_interval, settings.probe_timeout))
+    providers = Providers(speech, soundlib,
+                          Probe(speech.probe, settings.probe_interval, settings.probe_timeout),
+                          Probe(soundlib.probe, settings.probe_interval, settings.probe_timeout))
+    # The first probes run as the worker's loop starts, not on the first request.
+    providers.speech_probe.refresh()
+    providers.soundlib_probe.refresh()
+    return providers

@@ -12,8 +12,9 @@ from app.audio.providers import Unavailable
 
 
 def test_fifty_concurrent_ready_calls_cost_one_probe_then_the_cache_holds(fresh_audio):
+    """The worker probes once as it starts; fifty callers share that probe, and
+    the result is reused for the interval."""
     audio = fresh_audio({"AUDIO_PROBE_INTERVAL": "30"})
-    assert audio.probes_run() == 0  # nothing probed at start
     with ThreadPoolExecutor(50) as pool:
         answers = list(pool.map(lambda _: requests.get(audio.url + "/ready", timeout=30), range(50)))
     assert [a.status_code for a in answers] == [200] * 50
@@ -21,6 +22,22 @@ def test_fifty_concurrent_ready_calls_cost_one_probe_then_the_cache_holds(fresh_
     for _ in range(20):
         assert requests.get(audio.url + "/capabilities", timeout=10).json()["speech"]["available"]
     assert audio.probes_run() == 1
+
+
+def test_an_expired_result_is_answered_at_once_while_one_probe_refreshes_it(fresh_audio):
+    audio = fresh_audio({"AUDIO_PROBE_INTERVAL": "1"})
+    assert requests.get(audio.url + "/ready", timeout=10).status_code == 200
+    deadline = time.monotonic() + 5
+    while audio.probes_run() < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)  # the start-up probe's log line
+    time.sleep(1.1)  # let the interval expire: the behaviour under test is what happens after it
+    with ThreadPoolExecutor(20) as pool:
+        answers = list(pool.map(lambda _: requests.get(audio.url + "/ready", timeout=30), range(20)))
+    assert [a.status_code for a in answers] == [200] * 20
+    deadline = time.monotonic() + 5
+    while audio.probes_run() < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)  # polling the engine's log for the refresh
+    assert audio.probes_run() == 2
 
 
 def test_the_engine_going_away_and_coming_back(fresh_audio):
@@ -90,8 +107,10 @@ def test_probe_single_flight_deadline_and_interval():
     probe.state()
     assert len(calls) == 1
     clock.now = 10.0
-    probe.state()
-    assert len(calls) == 2
+    stale = [probe.state() for _ in range(30)]  # answered at once, from the expired result
+    assert all(r is results[0] for r in stale) and probe._inflight is not None
+    gevent.sleep(0.1)
+    assert len(calls) == 2 and probe.state() is not results[0]
 
     def slow():
         gevent.sleep(5)
