@@ -9,10 +9,8 @@ pitch 0–2 → "-50Hz".."+50Hz", volume 0–1 → "-100%".."+0%".
 import json
 import sys
 
-import gevent.lock
-
 from app.audio.process import EngineTimeout, run_engine
-from app.audio.providers import ProviderFailed, SpeechProvider, Unavailable, matches_locale
+from app.audio.providers import ProviderFailed, SpeechProvider, Unavailable
 from app.common.config import PROJECT_ROOT
 
 
@@ -23,11 +21,6 @@ def edge_strings(rate, pitch, volume):
 
 class EdgeSpeech(SpeechProvider):
     name = "edge-tts"
-
-    def __init__(self, settings):
-        self.settings = settings
-        self._voices = None
-        self._slots = gevent.lock.BoundedSemaphore(settings.max_concurrent_synthesis)
 
     def _run(self, request, timeout):
         try:
@@ -40,30 +33,18 @@ class EdgeSpeech(SpeechProvider):
             raise Unavailable(f"edge-tts failed: {error or f'exit code {code}'}")
         return output
 
-    def _all_voices(self, timeout):
+    def _load_voices(self, timeout):
         try:
             return json.loads(self._run({"action": "voices"}, timeout))
         except ValueError:
             raise ProviderFailed("edge-tts answered with a malformed voice list") from None
 
     def probe(self):
-        self._voices = self._all_voices(self.settings.probe_timeout)
+        self._voices = self._load_voices(self.settings.probe_timeout)
 
-    def voices(self, locale=None):
-        if self._voices is None:
-            self._voices = self._all_voices(self.settings.provider_timeout)
-        return [v for v in self._voices if matches_locale(v["locale"], locale)]
-
-    def synthesize(self, text, voice_id, rate, pitch, volume):
-        if not any(v["id"] == voice_id for v in self.voices()):
-            raise LookupError(f"unknown voice {voice_id!r}")
-        if not self._slots.acquire(timeout=self.settings.provider_timeout):
-            raise Unavailable("the speech engine is busy; try again")
-        try:
-            audio = self._run({"action": "speak", "text": text, "voice": voice_id,
-                               **edge_strings(rate, pitch, volume)}, self.settings.provider_timeout)
-        finally:
-            self._slots.release()
+    def _speak(self, text, voice_id, rate, pitch, volume):
+        audio = self._run({"action": "speak", "text": text, "voice": voice_id,
+                           **edge_strings(rate, pitch, volume)}, self.settings.provider_timeout)
         if not audio:
             raise Unavailable("edge-tts returned no audio")
         return audio

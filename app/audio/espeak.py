@@ -10,11 +10,9 @@ The spec's ranges are the browser speech API's; espeak-ng's own scales:
 | pitch | 0–2 (1) | `-p` 0–99 (50) | 50 × pitch, at most 99 |
 | volume | 0–1 (1) | `-a` amplitude 0–200 (100) | 100 × volume |
 """
-import gevent.lock
-
 from app.audio import mp3
 from app.audio.process import EngineTimeout, run_engine
-from app.audio.providers import ProviderFailed, SpeechProvider, Unavailable, matches_locale, read_capped
+from app.audio.providers import ProviderFailed, SpeechProvider, Unavailable
 from app.common.offload import blocking
 
 PROBE_TEXT = "a"
@@ -52,11 +50,6 @@ def _locale_of(language):
 class EspeakSpeech(SpeechProvider):
     name = "espeak-ng"
 
-    def __init__(self, settings):
-        self.settings = settings
-        self._voices = None
-        self._slots = gevent.lock.BoundedSemaphore(settings.max_concurrent_synthesis)
-
     def _run(self, arguments, stdin, timeout):
         """stdout of espeak-ng within the deadline. Its WAV is about five times the
         size of the MP3 made of it: bounded at eight times the response cap, the MP3
@@ -78,22 +71,10 @@ class EspeakSpeech(SpeechProvider):
         if not wav.startswith(b"RIFF"):
             raise Unavailable("the speech engine answered without audio")
 
-    def voices(self, locale=None):
-        if self._voices is None:
-            listing = self._run(["--voices"], None, self.settings.provider_timeout)
-            self._voices = parse_voices(listing.decode(errors="replace"))
-        return [v for v in self._voices if matches_locale(v["locale"], locale)]
+    def _load_voices(self, timeout):
+        return parse_voices(self._run(["--voices"], None, timeout).decode(errors="replace"))
 
-    def synthesize(self, text, voice_id, rate, pitch, volume):
-        if not any(v["id"] == voice_id for v in self.voices()):
-            raise LookupError(f"unknown voice {voice_id!r}")
-        if not self._slots.acquire(timeout=self.settings.provider_timeout):
-            raise Unavailable("the speech engine is busy; try again")
-        try:
-            wav = self._run(espeak_arguments(voice_id, rate, pitch, volume), text.encode(),
-                            self.settings.provider_timeout)
-        finally:
-            self._slots.release()
-        audio = blocking(mp3.wav_to_mp3, wav)  # encoding is CPU work: off the loop
-        return read_capped([audio], self.settings.max_response_bytes, "the synthesized speech")
-
+    def _speak(self, text, voice_id, rate, pitch, volume):
+        wav = self._run(espeak_arguments(voice_id, rate, pitch, volume), text.encode(),
+                        self.settings.provider_timeout)
+        return blocking(mp3.wav_to_mp3, wav)  # encoding is CPU work: off the loop

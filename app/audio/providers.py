@@ -6,6 +6,8 @@ slowly or too much). Routes never fake a result.
 """
 from abc import ABC, abstractmethod
 
+import gevent.lock
+
 PREVIEW_ROUTE = "/api/audio/soundlib/preview/"
 
 
@@ -37,20 +39,45 @@ def read_capped(chunks, limit, what):
 
 
 class SpeechProvider(ABC):
-    """A speech engine. A voice is {id, name, locale, gender}."""
+    """A speech engine. A voice is {id, name, locale, gender}. Subclasses say how
+    to probe, list voices and speak; the checks and limits around them are here."""
     name = "speech"
+
+    def __init__(self, settings):
+        self.settings = settings
+        self._voices = None
+        # Engine processes at once in this worker; more wait, then are told it is busy.
+        self._slots = gevent.lock.BoundedSemaphore(settings.max_concurrent_synthesis)
 
     @abstractmethod
     def probe(self):
         """Return if the engine can synthesize now; raise Unavailable otherwise."""
 
     @abstractmethod
-    def voices(self, locale=None):
-        """The voices, those of `locale` only when given (see matches_locale)."""
+    def _load_voices(self, timeout):
+        """Every voice of the engine."""
 
     @abstractmethod
+    def _speak(self, text, voice_id, rate, pitch, volume):
+        """MP3 bytes of `text` in a known voice."""
+
+    def voices(self, locale=None):
+        """The voices, those of `locale` only when given (see matches_locale)."""
+        if self._voices is None:
+            self._voices = self._load_voices(self.settings.provider_timeout)
+        return [v for v in self._voices if matches_locale(v["locale"], locale)]
+
     def synthesize(self, text, voice_id, rate, pitch, volume):
         """MP3 bytes of `text`; rate 0.5–2, pitch 0–2, volume 0–1 (1, 1, 1 = normal)."""
+        if not any(v["id"] == voice_id for v in self.voices()):
+            raise LookupError(f"unknown voice {voice_id!r}")
+        if not self._slots.acquire(timeout=self.settings.provider_timeout):
+            raise Unavailable("the speech engine is busy; try again")
+        try:
+            audio = self._speak(text, voice_id, rate, pitch, volume)
+        finally:
+            self._slots.release()
+        return read_capped([audio], self.settings.max_response_bytes, "the synthesized speech")
 
 
 class SoundLibrary(ABC):

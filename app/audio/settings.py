@@ -2,27 +2,7 @@
 import os
 from dataclasses import dataclass
 
-from app.common.config import ConfigError, env_int, env_str
-
-
-def _env_seconds(name, default):
-    raw = env_str(name)
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from None
-    if not 0 < value <= 3600:
-        raise ConfigError(f"{name} must be between 0 and 3600 seconds, got {value}")
-    return value
-
-
-def _choice(name, default, choices):
-    value = env_str(name, default).lower()
-    if value not in choices:
-        raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
-    return value
+from app.common.config import env_choice, env_int, env_seconds, env_str
 
 
 @dataclass(frozen=True)
@@ -44,15 +24,15 @@ class AudioSettings:
     def from_env(cls, data_dir):
         return cls(
             public_origin=env_str("AUDIO_PUBLIC_ORIGIN").rstrip("/"),
-            tts_provider=_choice("AUDIO_TTS_PROVIDER", "espeak", ("espeak", "edge")),
+            tts_provider=env_choice("AUDIO_TTS_PROVIDER", "espeak", ("espeak", "edge")),
             espeak_binary=env_str("AUDIO_ESPEAK_BINARY", "espeak-ng"),
-            soundlib_provider=_choice("AUDIO_SOUNDLIB_PROVIDER", "local", ("local", "freesound")),
+            soundlib_provider=env_choice("AUDIO_SOUNDLIB_PROVIDER", "local", ("local", "freesound")),
             soundlib_dir=os.path.abspath(env_str("SOUNDLIB_DIR", os.path.join(data_dir, "soundlib"))),
             freesound_api_key=env_str("FREESOUND_API_KEY"),
             freesound_api_url=env_str("FREESOUND_API_URL", "https://freesound.org/apiv2").rstrip("/"),
             max_response_bytes=env_int("AUDIO_MAX_RESPONSE_BYTES", 16 * 1024 * 1024, minimum=1024),
-            probe_interval=_env_seconds("AUDIO_PROBE_INTERVAL", 15.0),
-            probe_timeout=_env_seconds("AUDIO_PROBE_TIMEOUT", 3.0),
-            provider_timeout=_env_seconds("AUDIO_PROVIDER_TIMEOUT", 20.0),
+            probe_interval=env_seconds("AUDIO_PROBE_INTERVAL", 15.0),
+            probe_timeout=env_seconds("AUDIO_PROBE_TIMEOUT", 3.0),
+            provider_timeout=env_seconds("AUDIO_PROVIDER_TIMEOUT", 20.0),
             max_concurrent_synthesis=env_int("AUDIO_MAX_CONCURRENT_SYNTHESIS", 4, minimum=1, maximum=64),
         )

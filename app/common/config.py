@@ -31,6 +31,27 @@ def env_int(name, default, minimum=None, maximum=None):
     return value
 
 
+def env_seconds(name, default, maximum=3600):
+    """A positive number of seconds (fractions allowed)."""
+    raw = env_str(name)
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from None
+    if not 0 < value <= maximum:
+        raise ConfigError(f"{name} must be between 0 and {maximum} seconds, got {value}")
+    return value
+
+
+def env_choice(name, default, choices):
+    value = env_str(name, default).lower()
+    if value not in choices:
+        raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
 def env_bool(name, default=False):
     raw = env_str(name).lower()
     if not raw:

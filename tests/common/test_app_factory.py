@@ -53,3 +53,12 @@ def test_every_response_has_a_request_id(decks_client):
     assert len(decks_client.get("/healthz").headers["X-Request-Id"]) == 32
     echoed = decks_client.get("/healthz", headers={"X-Request-Id": "abc-123"})
     assert echoed.headers["X-Request-Id"] == "abc-123"
+
+
+def test_a_bad_setting_stops_the_start_with_a_message_naming_it(tmp_path):
+    result = subprocess.run(
+        [str(ROOT / ".venv/bin/gunicorn"), "-c", "gunicorn.conf.py", "wsgi:app"], cwd=ROOT, timeout=60,
+        env={"SERVICE": "audio", "DATA_DIR": str(tmp_path), "PORT": "0", "AUDIO_PROBE_INTERVAL": "soon",
+             "PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
+    assert result.returncode != 0
+    assert "error: AUDIO_PROBE_INTERVAL must be a number of seconds, got 'soon'" in result.stderr
