@@ -41,15 +41,18 @@ def _seed_decks(service):
                   timeout=10).raise_for_status()
 
 
-def _seed_audio(service):
-    """Sounds the bundle makes itself, in the local sound library (kept if present)."""
+def _prepare_audio(data_dir):
+    """Sounds the bundle makes itself, in the local sound library (kept if present),
+    before the start: the worker probes its library as it starts."""
     from app.audio.seed import seed
-    seed(str(service.data_dir / "soundlib"))
+    seed(str(data_dir / "soundlib"))
 
 
-SEEDERS = {"decks": _seed_decks, "audio": _seed_audio}
+PREPARERS = {"audio": _prepare_audio}   # on DATA_DIR, before the service starts
+SEEDERS = {"decks": _seed_decks}        # through the running service
 # What a service needs besides SERVICE, PORT and DATA_DIR on this machine.
-ENVIRONMENTS = {"audio": {"AUDIO_PUBLIC_ORIGIN": f"http://audio.localhost:{NGINX_PORT}"}}
+ENVIRONMENTS = {"audio": {"AUDIO_PUBLIC_ORIGIN": f"http://audio.localhost:{NGINX_PORT}"},
+                "workspace": {"WORKSPACE_ACCESS_URL": f"http://workspace.localhost:{NGINX_PORT}"}}
 
 
 def _start_services():
@@ -57,6 +60,7 @@ def _start_services():
     for name in built_services():
         data_dir = VAR / name
         data_dir.mkdir(parents=True, exist_ok=True)
+        PREPARERS.get(name, lambda d: None)(data_dir)
         service = services.start(name, data_dir, port=services.PORTS[name], env=ENVIRONMENTS.get(name),
                                  stderr=subprocess.PIPE, own_session=True)
         threading.Thread(target=_relay, args=(name, service.process.stderr), daemon=True).start()

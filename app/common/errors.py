@@ -48,7 +48,9 @@ def _message(exc):
 def register(app, error_body):
     @app.errorhandler(ApiError)
     def api_error(exc):
-        return _respond(error_body, exc.status, exc.message, exc.extra)
+        retry = exc.extra.get("retry_after")
+        return _respond(error_body, exc.status, exc.message, exc.extra,
+                        headers={"Retry-After": str(retry)} if retry else None)
 
     @app.errorhandler(HTTPException)
     def http_error(exc):

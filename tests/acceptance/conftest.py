@@ -43,13 +43,16 @@ def _seed_decks(service):
     requests.post(f"{service.base_url}/api/decks/import", json=body, timeout=30).raise_for_status()
 
 
-def _seed_audio(service):
-    seed(str(service.data_dir / "soundlib"))
+def _nothing(_):
+    pass
 
 
+# name: (prepare DATA_DIR before the start, seed the running service, environment)
 LOCAL = {
-    "decks": (_seed_decks, {}),
-    "audio": (_seed_audio, {"AUDIO_PUBLIC_ORIGIN": "https://audio.acceptance.example"}),
+    "decks": (_nothing, _seed_decks, {}),
+    "audio": (lambda data_dir: seed(str(data_dir / "soundlib")), _nothing,
+              {"AUDIO_PUBLIC_ORIGIN": "https://audio.acceptance.example"}),
+    "workspace": (_nothing, _nothing, {}),
 }
 
 
@@ -60,8 +63,10 @@ def _target(request, tmp_path_factory, name):
     if url:
         yield Target(url, request.config.getoption(f"--{name}-host"), not request.config.getoption("--insecure"))
         return
-    seeder, env = LOCAL[name]
-    service = services.start(name, tmp_path_factory.mktemp(f"acceptance-{name}"), env=env)
+    prepare, seeder, env = LOCAL[name]
+    data_dir = tmp_path_factory.mktemp(f"acceptance-{name}")
+    prepare(data_dir)
+    service = services.start(name, data_dir, env=env)
     proxy = None
     try:
         seeder(service)
@@ -82,3 +87,8 @@ def decks(request, tmp_path_factory):
 @pytest.fixture(scope="session")
 def audio(request, tmp_path_factory):
     yield from _target(request, tmp_path_factory, "audio")
+
+
+@pytest.fixture(scope="session")
+def workspace(request, tmp_path_factory):
+    yield from _target(request, tmp_path_factory, "workspace")

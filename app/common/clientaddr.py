@@ -1,0 +1,24 @@
+"""The address a request came from. nginx in front sets X-Real-IP; the header is
+believed only when the direct peer is loopback (nginx on the same host), never
+from a client on the network."""
+import ipaddress
+
+from flask import request
+
+
+def is_loopback(address):
+    try:
+        return ipaddress.ip_address(address or "").is_loopback
+    except ValueError:
+        return False
+
+
+def client_address():
+    peer = request.remote_addr or ""
+    forwarded = request.headers.get("X-Real-IP", "").strip()
+    if forwarded and is_loopback(peer):
+        try:
+            return str(ipaddress.ip_address(forwarded))
+        except ValueError:
+            return peer
+    return peer

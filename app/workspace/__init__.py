@@ -1,0 +1,48 @@
+"""Workspace platform (spec 000, part A): accounts, session credentials, password
+sign-in and single sign-on through an external OIDC provider."""
+import logging
+
+from flask import Blueprint
+
+from app.common.config import PROJECT_ROOT
+
+bp = Blueprint("workspace", __name__, template_folder="templates", static_folder="static",
+               static_url_path="/static")
+log = logging.getLogger("bundle.workspace")
+VERSION = (PROJECT_ROOT / "VERSION").read_text().strip()
+
+
+def error_body(status, message, extra):
+    """Coder's shape: {message, detail?, validations?: [{field, detail}]}."""
+    body = {"message": message}
+    if extra.get("detail"):
+        body["detail"] = extra["detail"]
+    if extra.get("fields"):
+        body["validations"] = [{"field": field, "detail": "; ".join(map(str, problems))
+                                if isinstance(problems, list) else str(problems)}
+                               for field, problems in extra["fields"].items()]
+        if status == 400 and "validations" in body and message != "Validation failed.":
+            body.setdefault("detail", message)
+            body["message"] = "Validation failed."
+    return body
+
+
+def init_app(app):
+    from app.workspace import api, pages  # noqa: F401  (routes register on bp)
+    from app.workspace.models import database, open_database
+    from app.workspace.settings import WorkspaceSettings
+
+    settings = WorkspaceSettings.from_env(app.config["DATA_DIR"])
+    app.config["WORKSPACE"] = settings
+    open_database(settings.database_url)
+
+    @app.before_request
+    def connect():
+        database.connect(reuse_if_open=True)
+
+    @app.teardown_request
+    def disconnect(exc):
+        if not database.is_closed():
+            database.close()
+
+    app.register_blueprint(bp)

@@ -1,0 +1,95 @@
+"""Accounts: the first Owner, later accounts, and their public shape."""
+from peewee import IntegrityError
+
+from app.common.errors import ApiError
+from app.workspace.models import (DEFAULT_ORGANIZATION, Membership, Organization, Singleton, User, audit,
+                                  database, now)
+from app.workspace.passwords import hash_password, weakness
+
+ADMIN_ROLES = {"owner", "user-admin"}
+FIRST_USER = "first-user"
+
+
+def first_user_exists():
+    return Singleton.select().where(Singleton.key == FIRST_USER).exists()
+
+
+def default_organization():
+    return Organization.get(Organization.name == DEFAULT_ORGANIZATION)
+
+
+def is_admin(user):
+    return bool(ADMIN_ROLES & set(user.roles or ()))
+
+
+def _check_password(password, username, email):
+    problem = weakness(password, username, email)
+    if problem:
+        raise ApiError(400, "Validation failed.", fields={"password": [problem]})
+
+
+def _conflict_of(username, email):
+    if User.select().where(User.username_key == username.lower()).exists():
+        return ApiError(409, f"A user with the username {username!r} already exists.",
+                        fields={"username": ["is taken"]})
+    if User.select().where(User.email_key == email.lower()).exists():
+        return ApiError(409, "A user with this email already exists.", fields={"email": ["is taken"]})
+    return None
+
+
+def create(username, email, name="", password=None, login_type="password", roles=(), actor="",
+           password_hash=None):
+    """A new active account in the default organization. The password is hashed
+    before the transaction (hashing yields to other greenlets; a transaction must not)."""
+    if login_type == "password":
+        if password is None and password_hash is None:
+            raise ApiError(400, "Validation failed.", fields={"password": ["is required for a password account"]})
+        if password_hash is None:
+            _check_password(password, username, email)
+            password_hash = hash_password(password)
+    elif password is not None:
+        raise ApiError(400, "Validation failed.", fields={"password": [f"is not used by {login_type} accounts"]})
+    conflict = _conflict_of(username, email)
+    if conflict:
+        raise conflict
+    try:
+        with database.atomic():
+            user = User.create(username=username, username_key=username.lower(), email=email,
+                               email_key=email.lower(), name=name, password_hash=password_hash,
+                               login_type=login_type, roles=list(roles))
+            Membership.create(user=user, organization=default_organization(), roles=["organization-member"])
+            audit("user.create", user, actor=actor, username=username, login_type=login_type)
+    except IntegrityError:
+        raise _conflict_of(username, email) or ApiError(409, "The user already exists.") from None
+    return user
+
+
+def create_first(username, email, name, password):
+    """The initial Owner, exactly once however many ask at the same time."""
+    if first_user_exists():
+        raise ApiError(409, "The initial user has already been created.")
+    _check_password(password, username, email)
+    password_hash = hash_password(password)
+    try:
+        with database.atomic():
+            Singleton.create(key=FIRST_USER)
+            return create(username, email, name, login_type="password", roles=["owner"], actor="first-user",
+                          password_hash=password_hash)
+    except IntegrityError:
+        raise ApiError(409, "The initial user has already been created.") from None
+
+
+def set_password(user, password, actor):
+    _check_password(password, user.username, user.email)
+    password_hash = hash_password(password)
+    User.update(password_hash=password_hash, login_type="password", updated_at=now()).where(
+        User.id == user.id).execute()
+    audit("user.password_reset", user, actor=actor)
+
+
+def public(user):
+    organizations = [str(m.organization_id) for m in Membership.select().where(Membership.user == user)]
+    return {"id": str(user.id), "username": user.username, "name": user.name, "email": user.email,
+            "status": user.status, "login_type": user.login_type,
+            "created_at": user.created_at.isoformat(timespec="seconds") + "Z",
+            "organization_ids": organizations, "roles": list(user.roles or [])}

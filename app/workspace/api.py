@@ -1,0 +1,101 @@
+"""The platform's JSON API under /api/v2 (sign-in arrangement)."""
+from flask import current_app, g, jsonify
+
+from app.common.body import json_object, validated
+from app.common.clientaddr import client_address
+from app.common.errors import ApiError
+from app.workspace import VERSION, accounts, bp, limits, sessions
+from app.workspace.models import User, audit
+from app.workspace.passwords import verify_password
+from app.workspace.schemas import CreateUserSchema, FirstUserSchema, LoginSchema
+
+BODY_LIMIT = 64 * 1024
+
+
+def _settings():
+    return current_app.config["WORKSPACE"]
+
+
+@bp.get("/healthz")
+def healthz():
+    return {"status": "ok"}
+
+
+@bp.get("/api/v2/buildinfo")
+def buildinfo():
+    settings = _settings()
+    return {"version": VERSION, "dashboard_url": settings.access_url + "/", "external_url": settings.access_url}
+
+
+@bp.get("/api/v2/users/authmethods")
+def authmethods():
+    settings = _settings()
+    return {"password": {"enabled": settings.password_enabled},
+            "oidc": {"enabled": settings.oidc_enabled, "signInText": settings.oidc_sign_in_text,
+                     "iconUrl": settings.oidc_icon_url}}
+
+
+@bp.get("/api/v2/users/first")
+def first_user_status():
+    if not accounts.first_user_exists():
+        raise ApiError(404, "The initial user has not been created.")
+    return {"message": "The initial user has already been created."}
+
+
+@bp.post("/api/v2/users/first")
+def create_first_user():
+    data = validated(FirstUserSchema(), json_object(BODY_LIMIT))
+    user = accounts.create_first(data["username"], data["email"], data["name"], data["password"])
+    token = sessions.mint(user, "password")
+    response = jsonify({"user_id": str(user.id), "organization_id": str(accounts.default_organization().id),
+                        "session_token": token})
+    response.status_code = 201
+    return sessions.set_cookie(response, token)
+
+
+@bp.post("/api/v2/users")
+def create_user():
+    actor = sessions.current_user()
+    if not accounts.is_admin(actor):
+        raise ApiError(403, "Only an administrator can create accounts.")
+    data = validated(CreateUserSchema(), json_object(BODY_LIMIT))
+    user = accounts.create(data["username"], data["email"], data["name"], data.get("password"),
+                           data["login_type"], actor=actor.username)
+    return accounts.public(user), 201
+
+
+@bp.get("/api/v2/users/me")
+def me():
+    return accounts.public(sessions.current_user())
+
+
+@bp.post("/api/v2/users/login")
+def login():
+    settings = _settings()
+    data = validated(LoginSchema(), json_object(BODY_LIMIT))
+    if not settings.password_enabled:
+        raise ApiError(403, "Password sign-in is disabled on this deployment.")
+    email = data["email"].lower()
+    limits.check_login(settings, client_address(), email)
+    user = User.get_or_none(User.email_key == email)
+    # An unknown account costs the same time as a wrong password, and says the same.
+    if not verify_password(data["password"], user.password_hash if user else None):
+        audit("user.login_failed", user, actor=client_address())
+        raise ApiError(401, "Incorrect email or password.")
+    if user.login_type != "password":
+        raise ApiError(403, f"This account signs in with {user.login_type}, not a password.")
+    if user.status != "active":
+        raise ApiError(403, "This account is not active.")
+    token = sessions.mint(user, "password")
+    audit("user.login", user, actor=client_address())
+    response = jsonify({"session_token": token})
+    response.status_code = 201
+    return sessions.set_cookie(response, token)
+
+
+@bp.post("/api/v2/users/logout")
+def logout():
+    user = sessions.current_user()
+    sessions.revoke(g.api_key.id)
+    audit("user.logout", user)
+    return sessions.clear_cookie(jsonify({"message": "Signed out."}))

@@ -1,0 +1,95 @@
+"""Host-side commands of the workspace platform. They work on the service's
+database directly (the same DATA_DIR / DATABASE_URL as the service) and need no
+running server.
+
+    python -m app.workspace reset-password <username>
+    python -m app.workspace create-admin --username NAME --email EMAIL [--name NAME]
+
+The password is read from a terminal prompt (asked twice), or from the first line
+of standard input when it is not a terminal; it is never an argument.
+"""
+import argparse
+import getpass
+import sys
+
+from flask import Flask
+
+from app.common import config
+from app.common.errors import ApiError
+from app.workspace import accounts, sessions
+from app.workspace.models import User, database, open_database
+from app.workspace.passwords import weakness
+from app.workspace.settings import WorkspaceSettings
+
+
+def _read_password(stdin, err):
+    if stdin.isatty():
+        first = getpass.getpass("New password: ")
+        if first != getpass.getpass("Repeat it: "):
+            raise SystemExit("error: the two passwords differ")
+        return first
+    line = stdin.readline()
+    if not line:
+        raise SystemExit("error: no password on standard input")
+    return line.rstrip("\r\n")
+
+
+def _context():
+    """A minimal app context: the settings and the database of the service."""
+    app = Flask("app.workspace.cli")
+    settings = WorkspaceSettings.from_env(config.data_dir("workspace"))
+    app.config["WORKSPACE"] = settings
+    open_database(settings.database_url)
+    return app.app_context()
+
+
+def reset_password(username, stdin, out, err):
+    with _context(), database.connection_context():
+        user = User.get_or_none(User.username_key == username.lower())
+        if user is None:
+            err.write(f"error: no user {username!r}\n")
+            return 1
+        password = _read_password(stdin, err)
+        problem = weakness(password, user.username, user.email)
+        if problem:
+            err.write(f"error: the password {problem}\n")
+            return 1
+        accounts.set_password(user, password, actor="host:reset-password")
+        sessions.revoke_all(user)
+    out.write(f"The password of {user.username} was reset and their sessions were revoked.\n")
+    return 0
+
+
+def create_admin(username, email, name, stdin, out, err):
+    with _context(), database.connection_context():
+        password = _read_password(stdin, err)
+        try:
+            if accounts.first_user_exists():
+                user = accounts.create(username, email, name, password, roles=["owner"], actor="host:create-admin")
+            else:
+                user = accounts.create_first(username, email, name, password)
+        except ApiError as exc:
+            problems = "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in (exc.extra.get("fields") or {}).items())
+            err.write(f"error: {exc.message}{' ' + problems if problems else ''}\n")
+            return 1
+    out.write(f"Created the administrator {user.username} ({user.id}).\n")
+    return 0
+
+
+def main(argv=None, stdin=sys.stdin, out=sys.stdout, err=sys.stderr):
+    parser = argparse.ArgumentParser(prog="python -m app.workspace", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    reset = commands.add_parser("reset-password", help="set a user's password and revoke their sessions")
+    reset.add_argument("username")
+    admin = commands.add_parser("create-admin", help="create an Owner account (the first user, if none)")
+    admin.add_argument("--username", required=True)
+    admin.add_argument("--email", required=True)
+    admin.add_argument("--name", default="")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "reset-password":
+            return reset_password(args.username, stdin, out, err)
+        return create_admin(args.username, args.email, args.name, stdin, out, err)
+    except config.ConfigError as exc:
+        err.write(f"error: {exc}\n")
+        return 2

@@ -1,0 +1,21 @@
+"""Login attempts per client address and per account (sliding minute windows)."""
+from app.common.errors import ApiError
+from app.common.ratelimit import RateLimiter
+
+_limiters = {}
+
+
+def _limiter(name, limit):
+    key = (name, limit)
+    if key not in _limiters:
+        _limiters[key] = RateLimiter(limit, 60.0)
+    return _limiters[key]
+
+
+def check_login(settings, address, account):
+    for name, limit, key in (("address", settings.login_per_address, address),
+                             ("account", settings.login_per_account, account)):
+        wait = _limiter(name, limit).hit(key)
+        if wait is not None:
+            raise ApiError(429, "Too many sign-in attempts; try again later.",
+                           detail=f"retry in {wait} s", retry_after=wait)

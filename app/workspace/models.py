@@ -1,0 +1,114 @@
+"""The platform's data (peewee): organizations, users, memberships, session
+tokens, OIDC links and an audit log. The schema is created, and later migrated, at
+start-up, idempotently."""
+import uuid
+from datetime import datetime, timezone
+
+from peewee import (BooleanField, CharField, DatabaseProxy, DateTimeField, ForeignKeyField, Model,
+                    TextField, UUIDField)
+from playhouse.db_url import connect
+from playhouse.sqlite_ext import JSONField
+
+database = DatabaseProxy()
+
+
+def now():
+    return datetime.now(timezone.utc).replace(tzinfo=None)  # stored as naive UTC
+
+
+class BaseModel(Model):
+    class Meta:
+        database = database
+
+
+class Organization(BaseModel):
+    id = UUIDField(primary_key=True, default=uuid.uuid4)
+    name = CharField(unique=True)
+    is_default = BooleanField(default=False)
+    created_at = DateTimeField(default=now)
+
+
+class User(BaseModel):
+    id = UUIDField(primary_key=True, default=uuid.uuid4)
+    username = CharField()
+    username_key = CharField(unique=True)   # lower case: names differing only in case are one name
+    email = CharField()
+    email_key = CharField(unique=True)      # lower case
+    name = CharField(default="")
+    password_hash = TextField(null=True)
+    login_type = CharField(default="password")  # password | oidc | none
+    status = CharField(default="active")
+    roles = JSONField(default=list)         # site roles: owner, user-admin
+    created_at = DateTimeField(default=now)
+    updated_at = DateTimeField(default=now)
+
+
+class Membership(BaseModel):
+    user = ForeignKeyField(User, backref="memberships", on_delete="CASCADE")
+    organization = ForeignKeyField(Organization, backref="members", on_delete="CASCADE")
+    roles = JSONField(default=list)
+
+    class Meta:
+        indexes = ((("user", "organization"), True),)
+
+
+class ApiKey(BaseModel):
+    """A session token `<id>-<secret>`: only a SHA-256 of the secret is stored."""
+    id = CharField(primary_key=True, max_length=10)
+    user = ForeignKeyField(User, backref="api_keys", on_delete="CASCADE")
+    secret_hash = CharField()
+    login_type = CharField()
+    created_at = DateTimeField(default=now)
+    expires_at = DateTimeField()
+    last_used = DateTimeField(default=now)
+    revoked_at = DateTimeField(null=True)
+
+
+class OidcLink(BaseModel):
+    user = ForeignKeyField(User, backref="oidc_links", on_delete="CASCADE")
+    issuer = CharField()
+    subject = CharField()
+    created_at = DateTimeField(default=now)
+
+    class Meta:
+        indexes = ((("issuer", "subject"), True),)
+
+
+class AuditLog(BaseModel):
+    time = DateTimeField(default=now)
+    action = CharField()
+    user = ForeignKeyField(User, null=True, backref="audit", on_delete="SET NULL")
+    actor = CharField(default="")
+    detail = JSONField(default=dict)
+
+
+class Singleton(BaseModel):
+    """Claims that may be made once, ever (the first user): a unique key makes a
+    second claim fail, whatever the number of workers."""
+    key = CharField(primary_key=True)
+    created_at = DateTimeField(default=now)
+
+
+MODELS = [Organization, User, Membership, ApiKey, OidcLink, AuditLog, Singleton]
+DEFAULT_ORGANIZATION = "default"
+
+
+def open_database(url):
+    """Connect the models to `url` and bring the schema up to date."""
+    if url.startswith("sqlite:///"):
+        import os
+        os.makedirs(os.path.dirname(url[len("sqlite:///"):]) or ".", exist_ok=True)
+        db = connect(url, pragmas={"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": 5000,
+                                   "synchronous": "normal"})
+    else:
+        db = connect(url)
+    database.initialize(db)
+    with db.connection_context():
+        db.create_tables(MODELS, safe=True)
+        if not Organization.select().where(Organization.is_default).exists():
+            Organization.get_or_create(name=DEFAULT_ORGANIZATION, defaults={"is_default": True})
+    return db
+
+
+def audit(action, user=None, actor="", **detail):
+    AuditLog.create(action=action, user=user, actor=actor, detail=detail)

@@ -1,0 +1,106 @@
+"""Session tokens: `<10-char id>-<22-char secret>`, of which only a SHA-256 of the
+secret is stored and compared in constant time. Read from the header
+`Workspace-Session-Token`, the cookie `workspace_session_token`, or the query
+parameter `workspace_session_token` (browsers cannot set headers on websockets),
+in that order. Lifetime WORKSPACE_SESSION_DURATION, sliding: a token used when less
+than half its lifetime is left is extended."""
+import hashlib
+import hmac
+import re
+import secrets
+import string
+from datetime import timedelta
+
+from flask import current_app, g, request
+
+from app.common.errors import ApiError
+from app.workspace.models import ApiKey, User, now
+
+HEADER = "Workspace-Session-Token"
+COOKIE = "workspace_session_token"
+TOKEN_SHAPE = re.compile(r"^([A-Za-z0-9]{10})-([A-Za-z0-9]{22})$")
+_ALPHABET = string.ascii_letters + string.digits
+
+
+def _random(length):
+    return "".join(secrets.choice(_ALPHABET) for _ in range(length))
+
+
+def _digest(secret):
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def mint(user, login_type):
+    """A new session token for `user`; the secret exists only in the answer."""
+    settings = current_app.config["WORKSPACE"]
+    key_id, secret = _random(10), _random(22)
+    ApiKey.create(id=key_id, user=user, secret_hash=_digest(secret), login_type=login_type,
+                  expires_at=now() + timedelta(seconds=settings.session_seconds))
+    return f"{key_id}-{secret}"
+
+
+def presented_token():
+    """The token the request carries, from the first place that has one."""
+    return (request.headers.get(HEADER) or request.cookies.get(COOKIE)
+            or request.args.get(COOKIE) or None)
+
+
+def _unauthorized(detail):
+    return ApiError(401, "You must be signed in to do this.", detail=detail)
+
+
+def authenticate(token):
+    """(user, api key) of a valid token; else a 401 whose detail says why."""
+    if token is None:
+        raise _unauthorized("no session token was given")
+    match = TOKEN_SHAPE.match(token)
+    if not match:
+        raise _unauthorized("the session token is malformed")
+    key = ApiKey.get_or_none(ApiKey.id == match.group(1))
+    if key is None or not hmac.compare_digest(key.secret_hash, _digest(match.group(2))):
+        raise _unauthorized("the session token is not valid")
+    if key.revoked_at is not None:
+        raise _unauthorized("the session token was revoked")
+    current = now()
+    if key.expires_at <= current:
+        raise _unauthorized("the session token has expired")
+    _slide(key, current)
+    user = User.get_by_id(key.user_id)
+    if user.status != "active":
+        raise ApiError(403, "This account is not active.")
+    return user, key
+
+
+def _slide(key, current):
+    lifetime = timedelta(seconds=current_app.config["WORKSPACE"].session_seconds)
+    if key.expires_at - current < lifetime / 2:
+        ApiKey.update(expires_at=current + lifetime, last_used=current).where(ApiKey.id == key.id).execute()
+
+
+def current_user():
+    """The signed-in user of this request (401 otherwise), cached on `g`."""
+    if "user" not in g:
+        g.user, g.api_key = authenticate(presented_token())
+    return g.user
+
+
+def revoke(key_id):
+    ApiKey.update(revoked_at=now()).where((ApiKey.id == key_id) & ApiKey.revoked_at.is_null()).execute()
+
+
+def revoke_all(user):
+    ApiKey.update(revoked_at=now()).where((ApiKey.user == user) & ApiKey.revoked_at.is_null()).execute()
+
+
+def set_cookie(response, token):
+    settings = current_app.config["WORKSPACE"]
+    # Host-scoped: no Domain attribute, so the cookie never reaches sibling hosts.
+    response.set_cookie(COOKIE, token, max_age=settings.session_seconds, path="/", httponly=True,
+                        samesite="Lax", secure=settings.secure_cookies)
+    return response
+
+
+def clear_cookie(response):
+    response.delete_cookie(COOKIE, path="/", httponly=True, samesite="Lax",
+                           secure=current_app.config["WORKSPACE"].secure_cookies)
+    return response

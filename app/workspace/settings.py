@@ -1,0 +1,54 @@
+"""The workspace platform's configuration, read once from the environment at start."""
+import os
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from app.common.config import ConfigError, env_bool, env_int, env_str
+
+
+@dataclass(frozen=True)
+class WorkspaceSettings:
+    database_url: str          # DATABASE_URL, default sqlite:///$DATA_DIR/workspace.db
+    access_url: str            # WORKSPACE_ACCESS_URL: the public base address
+    session_seconds: int       # WORKSPACE_SESSION_DURATION (seconds), default 24 h
+    password_enabled: bool     # not WORKSPACE_DISABLE_PASSWORD_AUTH
+    oidc_issuer: str           # WORKSPACE_OIDC_ISSUER_URL
+    oidc_client_id: str        # WORKSPACE_OIDC_CLIENT_ID
+    oidc_client_secret: str    # WORKSPACE_OIDC_CLIENT_SECRET (a secret: never logged or answered)
+    oidc_scopes: tuple         # WORKSPACE_OIDC_SCOPES, comma-separated
+    oidc_sign_in_text: str     # WORKSPACE_OIDC_SIGN_IN_TEXT
+    oidc_icon_url: str         # WORKSPACE_OIDC_ICON_URL
+    oidc_email_domains: tuple  # WORKSPACE_OIDC_EMAIL_DOMAIN, comma-separated; empty: no restriction
+    login_per_address: int     # WORKSPACE_LOGIN_RATE_PER_ADDRESS: attempts a minute from one address
+    login_per_account: int     # WORKSPACE_LOGIN_RATE_PER_ACCOUNT: attempts a minute for one account
+
+    @property
+    def oidc_enabled(self):
+        return bool(self.oidc_issuer and self.oidc_client_id and self.oidc_client_secret)
+
+    @property
+    def secure_cookies(self):
+        return urlsplit(self.access_url).scheme == "https"
+
+    @classmethod
+    def from_env(cls, data_dir):
+        access_url = env_str("WORKSPACE_ACCESS_URL", "http://127.0.0.1:7080").rstrip("/")
+        if urlsplit(access_url).scheme not in ("http", "https") or not urlsplit(access_url).netloc:
+            raise ConfigError(f"WORKSPACE_ACCESS_URL must be an http(s) URL, got {access_url!r}")
+        return cls(
+            database_url=env_str("DATABASE_URL", "sqlite:///" + os.path.join(data_dir, "workspace.db")),
+            access_url=access_url,
+            session_seconds=env_int("WORKSPACE_SESSION_DURATION", 24 * 3600, minimum=60),
+            password_enabled=not env_bool("WORKSPACE_DISABLE_PASSWORD_AUTH"),
+            oidc_issuer=env_str("WORKSPACE_OIDC_ISSUER_URL").rstrip("/"),
+            oidc_client_id=env_str("WORKSPACE_OIDC_CLIENT_ID"),
+            oidc_client_secret=env_str("WORKSPACE_OIDC_CLIENT_SECRET"),
+            oidc_scopes=tuple(s.strip() for s in env_str("WORKSPACE_OIDC_SCOPES", "openid,profile,email").split(",")
+                              if s.strip()),
+            oidc_sign_in_text=env_str("WORKSPACE_OIDC_SIGN_IN_TEXT", "OpenID Connect"),
+            oidc_icon_url=env_str("WORKSPACE_OIDC_ICON_URL"),
+            oidc_email_domains=tuple(d.strip().lower() for d in env_str("WORKSPACE_OIDC_EMAIL_DOMAIN").split(",")
+                                     if d.strip()),
+            login_per_address=env_int("WORKSPACE_LOGIN_RATE_PER_ADDRESS", 20, minimum=1),
+            login_per_account=env_int("WORKSPACE_LOGIN_RATE_PER_ACCOUNT", 10, minimum=1),
+        )

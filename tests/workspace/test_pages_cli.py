@@ -1,0 +1,84 @@
+"""The server-rendered pages and the host-side commands."""
+import subprocess
+import sys
+
+import pytest
+import requests
+
+from app.workspace.pages import safe_redirect
+from tests.conftest import ROOT
+from tests.workspace.conftest import OWNER
+
+
+@pytest.mark.parametrize("value,expected", [
+    ("/workspaces?x=1", "/workspaces?x=1"), ("", "/"), (None, "/"), ("https://evil.example", "/"),
+    ("//evil.example", "/"), ("/\\evil.example", "/"), ("/ok\r\nSet-Cookie: x", "/"), ("evil", "/"),
+    ("javascript:alert(1)", "/"), ("/\x00", "/"),
+])
+def test_safe_redirect(value, expected):
+    assert safe_redirect(value) == expected
+
+
+def test_setup_then_login_page_then_dashboard(workspace):
+    ws = workspace()
+    browser = requests.Session()
+    assert browser.get(ws.url + "/", allow_redirects=False, timeout=10).headers["Location"] == "/setup"
+    weak = browser.post(ws.url + "/setup", data={**OWNER, "password": "short"}, allow_redirects=False, timeout=10)
+    assert weak.status_code == 400 and "password: must be at least 8 characters" in weak.text
+    created = browser.post(ws.url + "/setup", data=OWNER, allow_redirects=False, timeout=30)
+    assert created.status_code == 303 and created.headers["Location"] == "/"
+    dashboard = browser.get(ws.url + "/", timeout=10)
+    assert dashboard.status_code == 200 and '<dd id="username">owner</dd>' in dashboard.text
+    assert browser.get(ws.url + "/setup", allow_redirects=False, timeout=10).headers["Location"] == "/login"
+
+    stranger = requests.Session()
+    page = stranger.get(ws.url + "/login?redirect=//evil.example", timeout=10)
+    assert page.status_code == 200 and 'name="password"' in page.text and 'value="/"' in page.text
+    assert "sso" not in page.text  # OIDC is not configured
+    bad = stranger.post(ws.url + "/login", data={"email": OWNER["email"], "password": "nope nope"}, timeout=30)
+    assert bad.status_code == 401 and "Incorrect email or password." in bad.text
+    good = stranger.post(ws.url + "/login", data={"email": OWNER["email"], "password": OWNER["password"],
+                                                  "redirect": "/settings"}, allow_redirects=False, timeout=30)
+    assert good.status_code == 303 and good.headers["Location"] == "/settings"
+    assert stranger.get(ws.api + "/users/me", timeout=10).json()["username"] == "owner"
+    out = stranger.post(ws.url + "/logout", allow_redirects=False, timeout=10)
+    assert out.headers["Location"] == "/login"
+    assert stranger.get(ws.api + "/users/me", timeout=10).status_code == 401
+
+
+def run_cli(ws, *args, stdin=""):
+    return subprocess.run([sys.executable, "-m", "app.workspace", *args], cwd=ROOT, input=stdin, text=True,
+                          capture_output=True, timeout=60,
+                          env={"DATA_DIR": str(ws.service.data_dir), "PATH": "/usr/bin:/bin"})
+
+
+def test_reset_password_on_the_host_revokes_sessions(workspace):
+    ws = workspace()
+    token = ws.first_user()
+    weak = run_cli(ws, "reset-password", "owner", stdin="123\n")
+    assert weak.returncode == 1 and "must be at least 8 characters" in weak.stderr
+    missing = run_cli(ws, "reset-password", "nobody", stdin="a long passphrase\n")
+    assert missing.returncode == 1 and "no user 'nobody'" in missing.stderr
+    done = run_cli(ws, "reset-password", "OWNER", stdin="a brand new passphrase\n")
+    assert done.returncode == 0, done.stderr
+    assert requests.get(ws.api + "/users/me", headers=ws.as_user(token), timeout=10).status_code == 401
+    assert ws.login(OWNER["email"], OWNER["password"]).status_code == 401
+    assert ws.login(OWNER["email"], "a brand new passphrase").status_code == 201
+    with ws.db() as db:
+        assert db.execute("select count(*) from auditlog where action = 'user.password_reset'").fetchone()[0] == 1
+
+
+def test_create_admin_works_without_a_running_server(tmp_path):
+    class Stopped:
+        class service:
+            data_dir = tmp_path
+    first = run_cli(Stopped, "create-admin", "--username", "root", "--email", "root@example.com",
+                    stdin="correct horse battery\n")
+    assert first.returncode == 0, first.stderr
+    second = run_cli(Stopped, "create-admin", "--username", "ROOT", "--email", "r2@example.com",
+                     stdin="correct horse battery\n")
+    assert second.returncode == 1 and "already exists" in second.stderr
+    import sqlite3
+    with sqlite3.connect(tmp_path / "workspace.db") as db:
+        assert db.execute("select username, roles from user").fetchall() == [("root", '["owner"]')]
+        assert db.execute("select count(*) from singleton").fetchone()[0] == 1  # it was the first user
