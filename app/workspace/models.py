@@ -1,6 +1,7 @@
 """The platform's data (peewee): organizations, users, memberships, session
 tokens, OIDC links and an audit log. The schema is created, and later migrated, at
 start-up, idempotently."""
+import os
 import uuid
 from datetime import datetime, timezone
 
@@ -96,10 +97,12 @@ DEFAULT_ORGANIZATION = "default"
 def open_database(url):
     """Connect the models to `url` and bring the schema up to date."""
     if url.startswith("sqlite:///"):
-        import os
         os.makedirs(os.path.dirname(url[len("sqlite:///"):]) or ".", exist_ok=True)
-        db = connect(url, pragmas={"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": 5000,
-                                   "synchronous": "normal"})
+        # Pooled: each request runs in a greenlet of its own, and opening a connection
+        # (with its pragmas) per request would cost more than the request's queries.
+        db = connect("sqlite+pool://" + url[len("sqlite://"):], max_connections=64, stale_timeout=300,
+                     pragmas={"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": 5000,
+                              "synchronous": "normal"})
     else:
         db = connect(url)
     database.initialize(db)
