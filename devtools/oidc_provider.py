@@ -308,6 +308,9 @@ class ProviderState:
         unknown = set(config) - {"issuer", "clients", "users"}
         if unknown:
             raise ValueError(f"unknown config keys: {', '.join(sorted(unknown))}")
+        for key in ("clients", "users"):
+            if not isinstance(config.get(key, []), list):
+                raise ValueError(f"{key} is a list")
         self.issuer = (config.get("issuer") or "").rstrip("/") or None
         self.clients = _index([_client_from_config(c) for c in config.get("clients") or []],
                               "client_id", "client_id")
@@ -353,7 +356,7 @@ class AuthorizationCodeGrant(grants.AuthorizationCodeGrant):
     TOKEN_ENDPOINT_AUTH_METHODS = ["client_secret_basic"]
 
     @property
-    def state(self):
+    def provider(self):
         return self.server.provider_state
 
     @staticmethod
@@ -379,21 +382,21 @@ class AuthorizationCodeGrant(grants.AuthorizationCodeGrant):
             code, request.client.client_id, request.payload.redirect_uri, request.scope,
             request.user.username, session.get("auth_time") or int(time.time()), data.get("nonce"),
             data["code_challenge"], data["code_challenge_method"], time.time() + CODE_LIFETIME)
-        with self.state.lock:
-            self.state.codes[code] = item
+        with self.provider.lock:
+            self.provider.codes[code] = item
 
     def query_authorization_code(self, code, client):
-        item = self.state.codes.get(code)
+        item = self.provider.codes.get(code)
         if item and item.client_id == client.client_id and time.time() < item.expires_at:
             return item
         return None
 
     def delete_authorization_code(self, authorization_code):
-        with self.state.lock:
-            self.state.codes.pop(authorization_code.code, None)
+        with self.provider.lock:
+            self.provider.codes.pop(authorization_code.code, None)
 
     def authenticate_user(self, authorization_code):
-        return self.state.users.get(authorization_code.username)
+        return self.provider.users.get(authorization_code.username)
 
 
 class RequireS256(CodeChallenge):
@@ -416,13 +419,16 @@ class MinimalOpenIDCode(OpenIDCode):
     at_hash, jti and the nonce when one was sent. No profile, email or groups claims:
     a client must fetch those from userinfo."""
 
+    DEFAULT_EXPIRES_IN = ID_TOKEN_LIFETIME
+
     def __init__(self, state):
         super().__init__(require_nonce=False)
         self.state = state
 
     def exists_nonce(self, nonce, request):
-        client_id = request.payload.client_id
-        return any(c.nonce == nonce and c.client_id == client_id for c in list(self.state.codes.values()))
+        # Authelia keeps no record of nonces: it is the client that matches the id_token's
+        # nonce against the one it sent. So no nonce is refused as a replay here.
+        return False
 
     def resolve_client_private_key(self, client):
         return self.state.key
@@ -623,8 +629,8 @@ class OidcProvider:
     """The provider served on `host` (127.0.0.1) and a free port, in a background thread.
 
     Knobs and read-outs:
-    - issuer: its base URL (http://127.0.0.1:PORT, or the config's issuer);
-      discovery_url: issuer + /.well-known/openid-configuration.
+    - issuer: its base URL once started (http://127.0.0.1:PORT, or the config's issuer);
+      discovery_url: issuer + /.well-known/openid-configuration; port.
     - down: False; True or an HTTP status answers every request with it (True = 503);
       "close" drops every connection without an answer. stop() makes it refuse
       connections; start() again serves on the same port with the same key, codes and
