@@ -28,7 +28,7 @@ def error_body(status, message, extra):
 
 
 def init_app(app):
-    from app.workspace import api, pages  # noqa: F401  (routes register on bp)
+    from app.workspace import api, oidc, pages  # noqa: F401  (routes register on bp)
     from app.workspace.models import database, open_database
     from app.workspace.settings import WorkspaceSettings
 

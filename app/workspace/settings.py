@@ -32,6 +32,11 @@ class WorkspaceSettings:
 
     @classmethod
     def from_env(cls, data_dir):
+        oidc = {name: env_str(name) for name in ("WORKSPACE_OIDC_ISSUER_URL", "WORKSPACE_OIDC_CLIENT_ID",
+                                                  "WORKSPACE_OIDC_CLIENT_SECRET")}
+        if any(oidc.values()) and not all(oidc.values()):
+            missing = ", ".join(name for name, value in oidc.items() if not value)
+            raise ConfigError(f"OIDC is half configured: {missing} must be set too (or none of the three)")
         access_url = env_str("WORKSPACE_ACCESS_URL", "http://127.0.0.1:7080").rstrip("/")
         if urlsplit(access_url).scheme not in ("http", "https") or not urlsplit(access_url).netloc:
             raise ConfigError(f"WORKSPACE_ACCESS_URL must be an http(s) URL, got {access_url!r}")

@@ -62,3 +62,13 @@ def test_a_bad_setting_stops_the_start_with_a_message_naming_it(tmp_path):
              "PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
     assert result.returncode != 0
     assert "error: AUDIO_PROBE_INTERVAL must be a number of seconds, got 'soon'" in result.stderr
+
+
+def test_half_an_oidc_configuration_stops_the_start(tmp_path):
+    result = subprocess.run(
+        [str(ROOT / ".venv/bin/gunicorn"), "-c", "gunicorn.conf.py", "wsgi:app"], cwd=ROOT, timeout=60,
+        env={"SERVICE": "workspace", "DATA_DIR": str(tmp_path), "PORT": "0", "PATH": "/usr/bin:/bin",
+             "WORKSPACE_OIDC_ISSUER_URL": "https://auth.example"}, capture_output=True, text=True)
+    assert result.returncode != 0
+    assert ("OIDC is half configured: WORKSPACE_OIDC_CLIENT_ID, WORKSPACE_OIDC_CLIENT_SECRET must be set too"
+            in result.stderr)
