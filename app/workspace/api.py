@@ -79,11 +79,12 @@ def login():
     limits.check_login(settings, client_address(), email)
     user = User.get_or_none(User.email_key == email)
     # An unknown account costs the same time as a wrong password, and says the same.
-    if not verify_password(data["password"], user.password_hash if user else None):
+    matches = verify_password(data["password"], user.password_hash if user else None)
+    if user is not None and user.login_type != "password":
+        raise ApiError(403, f"This account signs in with {user.login_type}, not a password.")
+    if not matches:
         audit("user.login_failed", user, actor=client_address())
         raise ApiError(401, "Incorrect email or password.")
-    if user.login_type != "password":
-        raise ApiError(403, f"This account signs in with {user.login_type}, not a password.")
     if user.status != "active":
         raise ApiError(403, "This account is not active.")
     token = sessions.mint(user, "password")

@@ -72,7 +72,7 @@ def test_sso_accounts_cannot_use_a_password(owned):
     requests.post(ws.api + "/users", json={"email": "sso@example.com", "username": "ssouser", "login_type": "oidc"},
                   headers=ws.as_user(owner), timeout=10)
     response = ws.login("sso@example.com", "whatever it is")
-    assert response.status_code == 401  # no password hash: it can never match
+    assert response.status_code == 403 and "signs in with oidc" in response.json()["message"]
 
 
 def test_login_is_rate_limited_per_account_and_per_address(workspace):
