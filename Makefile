@@ -13,6 +13,8 @@ test: setup
 
 bench: setup
 	$(PY) -m bench.decks
+	$(PY) -m bench.audio
+	$(PY) -m bench.workspace
 
 setup: system-deps $(VENV)/.installed
 

@@ -1,11 +1,11 @@
-"""Password hashing (scrypt, in the threadpool: it must not block the gevent loop)
+"""Password hashing (scrypt, in a threadpool: it must not block the gevent loop)
 and the strength rules."""
 import base64
 import hashlib
 import hmac
 import os
 
-from app.common.offload import blocking
+import gevent.threadpool
 
 N, R, P, LENGTH = 2 ** 14, 8, 1, 32
 MIN_LENGTH, MAX_LENGTH = 8, 256
@@ -26,9 +26,23 @@ def _unb64(text):
     return base64.b64decode(text + "=" * (-len(text) % 4))
 
 
+_pool = None
+
+
+def hashing(fn, *args):
+    """Run a hash in a threadpool of its own, one thread per CPU. scrypt releases
+    the GIL, so the hashes do not block the loop; but more of them at once than
+    there are CPUs would leave the loop thread waiting for a CPU. Created in the
+    worker, after the fork."""
+    global _pool
+    if _pool is None:
+        _pool = gevent.threadpool.ThreadPool(os.cpu_count() or 1)
+    return _pool.apply(fn, args)
+
+
 def hash_password(password):
     salt = os.urandom(16)
-    return f"scrypt${N}${R}${P}${_b64(salt)}${_b64(blocking(_scrypt, password, salt))}"
+    return f"scrypt${N}${R}${P}${_b64(salt)}${_b64(hashing(_scrypt, password, salt))}"
 
 
 # Checked against when the account does not exist, so that an unknown user costs
@@ -43,10 +57,10 @@ def verify_password(password, stored):
     except ValueError:
         return False
     if (int(n), int(r), int(p)) != (N, R, P):
-        derived = blocking(lambda: hashlib.scrypt(password.encode(), salt=_unb64(salt), n=int(n), r=int(r),
-                                                  p=int(p), dklen=LENGTH, maxmem=64 * 1024 * 1024))
+        derived = hashing(lambda: hashlib.scrypt(password.encode(), salt=_unb64(salt), n=int(n), r=int(r),
+                                                 p=int(p), dklen=LENGTH, maxmem=64 * 1024 * 1024))
     else:
-        derived = blocking(_scrypt, password, _unb64(salt))
+        derived = hashing(_scrypt, password, _unb64(salt))
     return stored is not None and hmac.compare_digest(derived, _unb64(expected))
 
 

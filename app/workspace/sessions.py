@@ -14,7 +14,7 @@ from datetime import timedelta
 from flask import current_app, g, request
 
 from app.common.errors import ApiError
-from app.workspace.models import ApiKey, User, now
+from app.workspace.models import ApiKey, User, database, now
 
 HEADER = "Workspace-Session-Token"
 COOKIE = "workspace_session_token"
@@ -56,19 +56,43 @@ def authenticate(token):
     match = TOKEN_SHAPE.match(token)
     if not match:
         raise _unauthorized("the session token is malformed")
-    key = ApiKey.get_or_none(ApiKey.id == match.group(1))
-    if key is None or not hmac.compare_digest(key.secret_hash, _digest(match.group(2))):
+    found = _key_and_user(match.group(1))
+    if found is None or not hmac.compare_digest(found[0].secret_hash, _digest(match.group(2))):
         raise _unauthorized("the session token is not valid")
+    key, user = found
     if key.revoked_at is not None:
         raise _unauthorized("the session token was revoked")
     current = now()
     if key.expires_at <= current:
         raise _unauthorized("the session token has expired")
     _slide(key, current)
-    user = User.get_by_id(key.user_id)
     if user.status != "active":
         raise ApiError(403, "This account is not active.")
     return user, key
+
+
+_KEY_FIELDS = (ApiKey.id, ApiKey.secret_hash, ApiKey.revoked_at, ApiKey.expires_at)
+_USER_FIELDS = (User.id, User.username, User.name, User.email, User.status, User.login_type, User.roles,
+                User.created_at)
+_lookup_sql = None
+
+
+def _key_and_user(key_id):
+    """(ApiKey, User) of a key id in one statement, or None. It runs on every
+    authenticated request: the SQL is built by peewee once and reused, since
+    building it costs many times more than running it."""
+    global _lookup_sql
+    if _lookup_sql is None:
+        query = (ApiKey.select(*_KEY_FIELDS, *_USER_FIELDS).join(User, on=(ApiKey.user == User.id))
+                 .where(ApiKey.id == "?key?"))
+        _lookup_sql = query.sql()[0]
+    row = database.execute_sql(_lookup_sql, [key_id]).fetchone()
+    if row is None:
+        return None
+    key_values, user_values = row[:len(_KEY_FIELDS)], row[len(_KEY_FIELDS):]
+    key = ApiKey(**{f.name: f.python_value(v) for f, v in zip(_KEY_FIELDS, key_values)})
+    user = User(**{f.name: f.python_value(v) for f, v in zip(_USER_FIELDS, user_values)})
+    return key, user
 
 
 def _slide(key, current):
