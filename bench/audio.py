@@ -63,12 +63,10 @@ monkey.patch_all()
 import argparse  # noqa: E402
 import inspect  # noqa: E402
 import json  # noqa: E402
-import math  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
 import resource  # noqa: E402
 import shutil  # noqa: E402
-import signal  # noqa: E402
 import socket  # noqa: E402
 import stat  # noqa: E402
 import subprocess  # noqa: E402
@@ -87,10 +85,11 @@ if str(ROOT) not in sys.path:  # run as `python bench/audio.py`
 
 from app.audio import mp3  # noqa: E402
 from devtools import nginx as devnginx  # noqa: E402
-from devtools import services  # noqa: E402
+from bench.common import (  # noqa: E402
+    DISTURBED, HOST, REQUEST_TIMEOUT_S, CpuMeter, HttpError, KeepAliveClient, Service, exit_on_sigterm,
+    fmt_ms, log_tails, machine_busy_seconds, percentile, print_targets, proc_cpu, raise_nofile, read_response,
+    run_header, self_cpu_seconds, start_nginx, stop_nginx, verdict)
 
-HOST = "127.0.0.1"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 ORIGIN = "https://audio.bench.example"  # AUDIO_PUBLIC_ORIGIN; the requests send no Origin
 VOICE = "en-us"
 # Exactly 100 characters of English.
@@ -101,17 +100,11 @@ assert len(TEXT) == 100
 TARGET_READY_P99_S = 0.100
 TARGET_READY_CONNECTIONS = 500
 
-# Other processes using more than this share of one CPU during a measurement disturb it.
-DISTURBED = 0.15
-
 # Bounds: every wait below has one of these.
-REQUEST_TIMEOUT_S = 30.0      # one HTTP request
 CONNECT_PHASE_TIMEOUT_S = 10.0  # all connections of a /ready round
 ROUND_TIMEOUT_S = 30.0        # all responses of a /ready round
 ENGINE_TIMEOUT_S = 30.0       # one espeak-ng run
-STOP_TIMEOUT_S = 20.0         # systemd's stop time-out
 PROBE_WAIT_S = 5.0            # a background probe to show up in the engine log after a round
-NGINX_STOP_TIMEOUT_S = 10.0
 # gunicorn's `keepalive` (2 s) also bounds the wait for a connection's FIRST request:
 # the release must come well within it, or the server closes the waiting connections.
 KEEPALIVE_S = 2.0
@@ -123,36 +116,6 @@ CACHE_STATUSES = ("HIT", "MISS", "UPDATING", "STALE", "EXPIRED")
 
 
 # --------------------------------------------------------------------------- helpers
-
-def percentile(values, p):
-    """Nearest-rank percentile of `values` (None when empty)."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(1, math.ceil(p / 100.0 * len(ordered)))
-    return ordered[rank - 1]
-
-
-def fmt_ms(seconds):
-    return "-" if seconds is None else f"{seconds * 1000:.1f} ms"
-
-
-def proc_cpu(pid):
-    """(own utime+stime, waited-for children's cutime+cstime) of a process, in
-    seconds, or None when it is gone. The worker waits for each espeak-ng it
-    starts, so the second figure is the engine processes' CPU."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return ((int(fields[11]) + int(fields[12])) / CLK_TCK, (int(fields[13]) + int(fields[14])) / CLK_TCK)
-
-
-def self_cpu_seconds():
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
 
 def children_cpu_seconds():
     """CPU of this process's waited-for children (the engine runs)."""
@@ -176,57 +139,6 @@ class OtherMeter:
         self.steal = steal - self.b0[1]
         self.other = max(0.0, busy - self.b0[0] - self.steal - own)
         return self
-
-
-def machine_busy_seconds():
-    """(CPU-seconds all CPUs of the machine spent busy, of which stolen by the
-    hypervisor) since boot (/proc/stat)."""
-    with open("/proc/stat") as f:
-        values = [int(v) for v in f.readline().split()[1:]]
-    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
-    steal = values[7] if len(values) > 7 else 0
-    return (sum(values[:8]) - idle) / CLK_TCK, steal / CLK_TCK
-
-
-class CpuMeter:
-    """CPU used between start() and stop(): the worker, its engine children, the
-    proxy's processes (nginx) if any, this client, the rest of the machine, and the
-    time the hypervisor stole (a virtual machine's neighbours slow every figure down)."""
-
-    def __init__(self, worker_pid, proxy_pids=()):
-        self.worker_pid, self.proxy_pids = worker_pid, tuple(proxy_pids)
-
-    def _proxy_cpu(self):
-        return sum((proc_cpu(pid) or (0.0, 0.0))[0] for pid in self.proxy_pids)
-
-    def start(self):
-        self.w0 = proc_cpu(self.worker_pid) or (0.0, 0.0)
-        self.p0 = self._proxy_cpu()
-        self.c0, self.b0, self.t0 = self_cpu_seconds(), machine_busy_seconds(), time.perf_counter()
-        return self
-
-    def stop(self):
-        w1 = proc_cpu(self.worker_pid) or self.w0
-        self.seconds = time.perf_counter() - self.t0
-        self.worker = w1[0] - self.w0[0]
-        self.engines = w1[1] - self.w0[1]
-        self.proxy = max(0.0, self._proxy_cpu() - self.p0)  # nginx: master, worker, cache processes
-        self.client = self_cpu_seconds() - self.c0
-        busy, steal = machine_busy_seconds()
-        self.steal = steal - self.b0[1]
-        self.other = max(0.0, busy - self.b0[0] - self.steal - self.worker - self.engines - self.proxy
-                         - self.client)
-        return self
-
-    def pct(self, value):
-        return f"{value / self.seconds * 100:.0f}%" if self.seconds > 0 else "-"
-
-
-def raise_nofile():
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    return resource.getrlimit(resource.RLIMIT_NOFILE)
 
 
 def counting_engine(directory, binary):
@@ -305,131 +217,11 @@ def mp3_quality():
     return int(token) if token.isdigit() else getattr(mp3, token, token)
 
 
-def child_pids(pid):
-    path = Path(f"/proc/{pid}/task/{pid}/children")
-    try:
-        return [int(p) for p in path.read_text().split()]
-    except OSError:
-        return []
-
-
-class HttpError(Exception):
-    pass
-
-
-def read_response(sock, buf, what):
-    """(status, headers, body, rest of buf) of one HTTP/1.1 response with a
-    Content-Length, read from `sock` after the bytes already in `buf`."""
-    while True:
-        end = buf.find(b"\r\n\r\n")
-        if end >= 0:
-            break
-        data = sock.recv(65536)
-        if not data:
-            raise ConnectionError(f"{what}: the server closed the connection")
-        buf += data
-    lines = buf[:end].decode("latin-1").split("\r\n")
-    buf = buf[end + 4:]
-    status = int(lines[0].split(" ", 2)[1])
-    headers = {}
-    for line in lines[1:]:
-        name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
-    if "content-length" not in headers:
-        raise HttpError(f"{what}: response without Content-Length ({headers})")
-    length = int(headers["content-length"])
-    while len(buf) < length:
-        data = sock.recv(max(65536, length - len(buf)))
-        if not data:
-            raise ConnectionError(f"{what}: the server closed the connection mid-body")
-        buf += data
-    return status, headers, buf[:length], buf[length:]
-
-
-class KeepAliveClient:
-    """A minimal HTTP/1.1 client on one keep-alive connection."""
-
-    # gunicorn closes keep-alive connections idle for `keepalive` (2) seconds.
-    MAX_IDLE_S = 1.0
-
-    def __init__(self, port, timeout=REQUEST_TIMEOUT_S):
-        self.port, self.timeout = port, timeout
-        self.sock, self.buf = None, b""
-        self.connects = 0
-        self.last_used = 0.0
-
-    def connect(self):
-        self.close()
-        self.sock = socket.create_connection((HOST, self.port), timeout=self.timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.buf = b""
-        self.connects += 1
-        self.last_used = time.monotonic()
-
-    def close(self):
-        if self.sock is not None:
-            try:
-                self.sock.close()
-            finally:
-                self.sock = None
-
-    def request(self, method, path, headers=None, body=b""):
-        """(status, headers, body bytes)."""
-        if self.sock is None or time.monotonic() - self.last_used > self.MAX_IDLE_S:
-            self.connect()
-        head = f"{method} {path} HTTP/1.1\r\nHost: {HOST}:{self.port}\r\n"
-        for name, value in (headers or {}).items():
-            head += f"{name}: {value}\r\n"
-        if body or method in ("POST", "PUT"):
-            head += f"Content-Length: {len(body)}\r\n"
-        try:
-            self.sock.sendall(head.encode("latin-1") + b"\r\n" + body)
-            status, response_headers, content, self.buf = read_response(self.sock, self.buf, f"{method} {path}")
-            if response_headers.get("connection", "").lower() == "close":
-                self.close()
-            self.last_used = time.monotonic()
-            return status, response_headers, content
-        except BaseException:
-            self.close()
-            raise
-
-
-class Service:
-    """devtools.services.start with its output in a log file; stop() is idempotent."""
+class AudioService(Service):
+    """The audio service, which reads its own request log back."""
 
     def __init__(self, data_dir, env, log_path):
-        self.log_path = log_path
-        self.log = open(log_path, "wb")
-        self.running = None
-        try:
-            self.running = services.start("audio", data_dir, env=env, workers=1,
-                                          stdout=self.log, stderr=subprocess.STDOUT)
-        except BaseException:
-            self.log.close()
-            raise
-        self.port = self.running.port
-        try:
-            deadline = time.monotonic() + 10
-            while not self.running.worker_pids() and time.monotonic() < deadline:
-                gevent.sleep(0.05)
-            pids = self.running.worker_pids()
-            if not pids:
-                raise RuntimeError("the service has no worker process")
-            self.worker_pid = pids[0]
-        except BaseException:
-            self.stop()
-            raise
-
-    def stop(self):
-        if self.running is None:
-            return
-        running, self.running = self.running, None
-        try:
-            running.stop(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            pass  # it was killed
-        finally:
-            self.log.close()
+        super().__init__("audio", data_dir, log_path, env=env)
 
     def log_size(self):
         try:
@@ -449,12 +241,6 @@ class Service:
                 if match:
                     found.setdefault(int(match.group(1)), []).append(float(match.group(2)) / 1000)
         return found
-
-    def log_tail(self, lines=25):
-        try:
-            return "\n".join(Path(self.log_path).read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
 
 
 # --------------------------------------------------------------------------- engine alone
@@ -539,7 +325,7 @@ def run_speech(args, root, binary):
     data_dir.mkdir()
     print(f"\n== Speech: {args.clients} keep-alive clients POST /api/audio/speech for {args.seconds:.0f} s, "
           f"ONE gevent worker ==", flush=True)
-    service = Service(data_dir, {"AUDIO_PUBLIC_ORIGIN": ORIGIN, "AUDIO_ESPEAK_BINARY": binary},
+    service = AudioService(data_dir, {"AUDIO_PUBLIC_ORIGIN": ORIGIN, "AUDIO_ESPEAK_BINARY": binary},
                       root / "speech-service.log")
     clients = []
     try:
@@ -550,7 +336,7 @@ def run_speech(args, root, binary):
 
         warm = KeepAliveClient(service.port)  # voice list, first probe, first-request costs
         for _ in range(2):
-            status, response_headers, content = warm.request("POST", path, headers, body)
+            status, response_headers, content = warm.request("POST", path, body, headers)
             if status != 200:
                 raise HttpError(f"warm-up POST {path} -> {status}: {content[:300]!r}")
         warm.close()
@@ -566,7 +352,7 @@ def run_speech(args, root, binary):
                 n += 1
                 t0 = time.perf_counter()
                 try:
-                    status, response_headers, content = client.request("POST", path, headers, body)
+                    status, response_headers, content = client.request("POST", path, body, headers)
                 except (OSError, ConnectionError, HttpError, ValueError) as exc:
                     errors[f"{type(exc).__name__}: {exc}"] += 1
                     if client.connects > 20:
@@ -584,7 +370,7 @@ def run_speech(args, root, binary):
             clients.append(client)
         greenlets = [gevent.spawn(client_loop, c) for c in clients]
         gevent.sleep(0.2)
-        meter = CpuMeter(service.worker_pid).start()
+        meter = CpuMeter([service.worker_pid]).start()
         state["deadline"] = meter.t0 + args.seconds
         start.set()
         gevent.joinall(greenlets, timeout=args.seconds + REQUEST_TIMEOUT_S + 5)
@@ -602,7 +388,7 @@ def run_speech(args, root, binary):
             "max": max(latencies) if latencies else None, "cpu": meter,
         }
     except BaseException:
-        print("   --- service log tail ---\n" + service.log_tail(), file=sys.stderr)
+        print(log_tails(service), file=sys.stderr)
         raise
     finally:
         for client in clients:
@@ -749,7 +535,7 @@ def run_flood(args, root, binary, through_nginx=False):
     if args.connections + 100 > resource.getrlimit(resource.RLIMIT_NOFILE)[0]:
         raise RuntimeError("RLIMIT_NOFILE is too low for --connections")
     t_service = time.perf_counter()
-    service = Service(data_dir, {"AUDIO_PUBLIC_ORIGIN": ORIGIN, "AUDIO_ESPEAK_BINARY": str(script),
+    service = AudioService(data_dir, {"AUDIO_PUBLIC_ORIGIN": ORIGIN, "AUDIO_ESPEAK_BINARY": str(script),
                                  "AUDIO_PROBE_INTERVAL": f"{interval:g}"},
                       root / f"{name}-service.log")
     proxy = None
@@ -758,9 +544,8 @@ def run_flood(args, root, binary, through_nginx=False):
         print(f"   service on {HOST}:{service.port} (started in {time.perf_counter() - t_service:.2f} s), "
               f"worker pid {service.worker_pid}; engine wrapper {script} (logs each start)", flush=True)
         if through_nginx:
-            proxy = devnginx.start(root / "nginx-prefix", None, {"audio": f"{HOST}:{service.port}"})
+            proxy, proxy_pids = start_nginx(root / "nginx-prefix", "audio", service)
             port, host = proxy.port, proxy.host("audio")
-            proxy_pids = [proxy.process.pid, *child_pids(proxy.process.pid)]
             print(f"   nginx {proxy.url} (prefix {proxy.prefix}), pids {proxy_pids} (master, worker, cache "
                   f"manager and loader); requests sent with Host: {host}", flush=True)
         else:
@@ -791,7 +576,7 @@ def run_flood(args, root, binary, through_nginx=False):
         def play(label):
             mark0 = engine_log.mark()
             log0 = service.log_size()
-            meter = CpuMeter(service.worker_pid, proxy_pids).start()
+            meter = CpuMeter([service.worker_pid], proxy_pids).start()
             r = ready_round(port, args.connections, args.settle, host, through_nginx, service.worker_pid)
             meter.stop()
             r["t_end"] = time.perf_counter()
@@ -857,17 +642,12 @@ def run_flood(args, root, binary, through_nginx=False):
                 "tail_probes": tail, "probe_times": probe_times, "gaps": gaps,
                 "nginx": {"url": proxy.url, "pids": proxy_pids} if proxy else None}
     except BaseException:
-        print("   --- service log tail ---\n" + service.log_tail(), file=sys.stderr)
-        if proxy is not None:
-            print("   --- nginx stderr ---\n" + proxy.stderr_text()[-3000:], file=sys.stderr)
+        print(log_tails(service, proxy), file=sys.stderr)
         raise
     finally:
         try:
             if proxy is not None:
-                try:
-                    proxy.stop(timeout=NGINX_STOP_TIMEOUT_S)
-                except devnginx.NginxError as exc:
-                    print(f"   {exc}", file=sys.stderr)
+                stop_nginx(proxy)
         finally:
             service.stop()
 
@@ -1041,17 +821,10 @@ def parse_args(argv):
     return args
 
 
-def verdict(ok):
-    return "met" if ok else "NOT MET"
-
-
 def main(argv=None):
     args = parse_args(argv)
 
-    def on_term(signum, frame):
-        raise SystemExit(128 + signum)  # unwinds through the finally blocks that stop the service
-
-    signal.signal(signal.SIGTERM, on_term)
+    exit_on_sigterm()
 
     binary = shutil.which("espeak-ng")
     if binary is None:
@@ -1068,9 +841,7 @@ def main(argv=None):
     soft, hard = raise_nofile()
     root = Path(tempfile.mkdtemp(prefix="bench-audio-", dir=args.tmp_dir))
     version = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
-    print(f"audio service benchmark ({'quick' if args.quick else 'full'} run), "
-          f"{time.strftime('%Y-%m-%d %H:%M:%S')}, {ncpu} CPUs, Python {sys.version.split()[0]}, "
-          f"gevent {gevent.__version__}")
+    print(run_header("audio service benchmark", args.quick))
     print(f"engine: {binary} ({version.split('  ')[0]}); MP3: lameenc quality {mp3_quality() or '?'} at "
           f"{mp3.BIT_RATE_KBPS} kb/s (app/audio/mp3.py); temporary DATA_DIRs under {root}")
     print(f"bench client: gevent, raw sockets, RLIMIT_NOFILE {soft}/{hard}; it runs on the same {ncpu} CPUs "
@@ -1164,12 +935,7 @@ def main(argv=None):
                          f"{fmt_ms(worst)}; round 1, on nginx's empty cache: {fmt_ms(proxied['rounds'][0]['p99'])}"
                          + (f"; later rounds, entry cached (fresh or stale): {fmt_ms(cached)}, {verdict(cached_ok)}"
                             if cached is not None else "") + ")"))
-    if rows:
-        width = [max(len(r[i]) for r in rows) for i in range(3)]
-        print(f"   {'target':<{width[0]}}  {'measured':<{width[1]}}  {'goal':<{width[2]}}  result")
-        for name, measured, goal, ok in rows:
-            print(f"   {name:<{width[0]}}  {measured:<{width[1]}}  {goal:<{width[2]}}  "
-                  f"{'-' if ok is None else verdict(ok)}")
+    print_targets(rows)
     for line in verdicts:
         print(line)
     floods = [(what, f) for what, f in (("straight to gunicorn", ready), ("through nginx", proxied)) if f]

@@ -31,13 +31,9 @@ monkey.patch_all()
 # isort: split
 import argparse  # noqa: E402
 import json  # noqa: E402
-import math  # noqa: E402
 import os  # noqa: E402
-import resource  # noqa: E402
 import shutil  # noqa: E402
-import signal  # noqa: E402
 import socket  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -52,11 +48,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as `python bench/decks.py`
     sys.path.insert(0, str(ROOT))
 
-from devtools import services  # noqa: E402
+from bench.common import (  # noqa: E402
+    HOST, REQUEST_TIMEOUT_S, STOP_TIMEOUT_S, CpuMeter, HttpError, KeepAliveClient, Service, exit_on_sigterm,
+    fmt_ms, machine_busy_seconds, percentile, print_targets, proc_cpu_seconds, raise_nofile, run_header,
+    self_cpu_seconds, verdict)
 
 SAMPLE_DECK = ROOT / "samples" / "decks" / "welcome"
-HOST = "127.0.0.1"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 # Targets (from the issue).
 TARGET_STREAMS = 2000
@@ -68,24 +65,9 @@ TARGET_APPENDS_PER_S = 800.0
 OPEN_TIMEOUT_S = 30.0        # one stream: connect → ": stream open"
 OPEN_PHASE_TIMEOUT_S = 180.0  # all streams
 EVENT_TIMEOUT_S = 15.0       # one fan-out event reaching every stream
-REQUEST_TIMEOUT_S = 30.0     # one HTTP request
-STOP_TIMEOUT_S = 20.0        # systemd's stop time-out
 
 
 # --------------------------------------------------------------------------- helpers
-
-def percentile(values, p):
-    """Nearest-rank percentile of `values` (None when empty)."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(1, math.ceil(p / 100.0 * len(ordered)))
-    return ordered[rank - 1]
-
-
-def fmt_ms(seconds):
-    return "-" if seconds is None else f"{seconds * 1000:.1f} ms"
-
 
 def proc_status_kb(pid, field):
     """A `kB` field of /proc/<pid>/status (VmRSS, VmHWM), or None."""
@@ -97,33 +79,6 @@ def proc_status_kb(pid, field):
     except OSError:
         return None
     return None
-
-
-def proc_cpu_seconds(pid):
-    """utime + stime of a process, in seconds (None when it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-def self_cpu_seconds():
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def machine_busy_seconds():
-    """CPU-seconds all CPUs of the machine spent busy since boot (/proc/stat)."""
-    with open("/proc/stat") as f:
-        values = [int(v) for v in f.readline().split()[1:]]
-    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
-    return (sum(values[:8]) - idle) / CLK_TCK
-
-
-def workers_cpu(pids):
-    return sum(proc_cpu_seconds(pid) or 0.0 for pid in pids)
 
 
 def filesystem_of(path):
@@ -141,146 +96,11 @@ def filesystem_of(path):
     return best
 
 
-def raise_nofile():
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    return resource.getrlimit(resource.RLIMIT_NOFILE)
-
-
 def copy_sample_deck(data_dir, name="welcome"):
     """The sample deck's sources under DATA_DIR/sources/<name>; returns the import body
     (as tests/conftest.py does)."""
     shutil.copytree(SAMPLE_DECK, Path(data_dir) / "sources" / name)
     return {"id": name, "md_path": f"sources/{name}/deck.md", "copy_from": f"sources/{name}"}
-
-
-class HttpError(Exception):
-    pass
-
-
-class KeepAliveClient:
-    """A minimal HTTP/1.1 client on one keep-alive connection (much cheaper per
-    request than http.client, which matters when the client shares the CPUs with
-    the service). Responses must carry Content-Length, as Flask's JSON ones do."""
-
-    # The service closes keep-alive connections idle for gunicorn's `keepalive`
-    # seconds (a few); reconnect rather than reuse one idle for longer than this.
-    MAX_IDLE_S = 1.0
-
-    def __init__(self, port, timeout=REQUEST_TIMEOUT_S):
-        self.port, self.timeout = port, timeout
-        self.sock, self.buf = None, b""
-        self.connects = 0
-        self.last_used = 0.0
-
-    def connect(self):
-        self.close()
-        self.sock = socket.create_connection((HOST, self.port), timeout=self.timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.buf = b""
-        self.connects += 1
-        self.last_used = time.monotonic()
-
-    def close(self):
-        if self.sock is not None:
-            try:
-                self.sock.close()
-            finally:
-                self.sock = None
-
-    def _recv(self):
-        data = self.sock.recv(65536)
-        if not data:
-            raise ConnectionError("the server closed the connection")
-        self.buf += data
-
-    def request(self, method, path, body=None):
-        """(status, body bytes). `body`: a JSON-able object or None."""
-        if self.sock is None or time.monotonic() - self.last_used > self.MAX_IDLE_S:
-            self.connect()
-        payload = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
-        head = (f"{method} {path} HTTP/1.1\r\nHost: {HOST}:{self.port}\r\n"
-                f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n")
-        try:
-            self.sock.sendall(head.encode("latin-1") + payload)
-            while True:
-                end = self.buf.find(b"\r\n\r\n")
-                if end >= 0:
-                    break
-                self._recv()
-            header_block, self.buf = self.buf[:end], self.buf[end + 4:]
-            lines = header_block.decode("latin-1").split("\r\n")
-            status = int(lines[0].split(" ", 2)[1])
-            headers = {}
-            for line in lines[1:]:
-                name, _, value = line.partition(":")
-                headers[name.strip().lower()] = value.strip()
-            if "content-length" not in headers:
-                raise HttpError(f"{method} {path}: response without Content-Length ({headers})")
-            length = int(headers["content-length"])
-            while len(self.buf) < length:
-                self._recv()
-            content, self.buf = self.buf[:length], self.buf[length:]
-            if headers.get("connection", "").lower() == "close":
-                self.close()
-            self.last_used = time.monotonic()
-            return status, content
-        except BaseException:
-            self.close()
-            raise
-
-    def json(self, method, path, body=None, expect=(200, 201)):
-        status, content = self.request(method, path, body)
-        if status not in expect:
-            raise HttpError(f"{method} {path} -> {status}: {content[:300]!r}")
-        return json.loads(content)
-
-
-class Service:
-    """devtools.services.start with its output in a log file; stop() is idempotent."""
-
-    def __init__(self, data_dir, workers, log_path):
-        self.log_path = log_path
-        self.log = open(log_path, "wb")
-        self.running = None
-        self.stop_seconds = None
-        try:
-            self.running = services.start("decks", data_dir, workers=workers,
-                                          stdout=self.log, stderr=subprocess.STDOUT)
-        except BaseException:
-            self.log.close()
-            raise
-        self.port = self.running.port
-        try:
-            # The arbiter forks its workers right away; wait (bounded) until all are there.
-            deadline = time.monotonic() + 10
-            while len(self.running.worker_pids()) < workers and time.monotonic() < deadline:
-                gevent.sleep(0.05)
-            self.worker_pids = self.running.worker_pids()
-            if not self.worker_pids:
-                raise RuntimeError("the service has no worker process")
-        except BaseException:
-            self.stop()
-            raise
-
-    def stop(self):
-        if self.running is None:
-            return None
-        running, self.running = self.running, None
-        try:
-            self.stop_seconds = running.stop(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.stop_seconds = float("inf")  # it was killed
-        finally:
-            self.log.close()
-        return self.stop_seconds
-
-    def log_tail(self, lines=25):
-        try:
-            return "\n".join(Path(self.log_path).read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
 
 
 # --------------------------------------------------------------------------- fan-out
@@ -515,7 +335,7 @@ def run_fanout(args, root):
     import_body = copy_sample_deck(data_dir)
     result = {"streams_wanted": args.streams, "events_wanted": args.events, "prefill": args.prefill}
     print(f"\n== Fan-out: {args.streams} SSE streams on one session, ONE gevent worker ==", flush=True)
-    service = Service(data_dir, 1, root / "fanout-service.log")
+    service = Service("decks", data_dir, root / "fanout-service.log")
     fan = None
     try:
         worker = service.worker_pids[0]
@@ -567,7 +387,7 @@ def run_fanout(args, root):
 
         posts, latencies, per_event = [], [], []
         worker_cpu0, client_cpu0 = proc_cpu_seconds(worker), self_cpu_seconds()
-        busy0, t_events = machine_busy_seconds(), time.perf_counter()
+        busy0, t_events = machine_busy_seconds()[0], time.perf_counter()
         for i in range(args.events):
             if fan.live == 0:
                 break
@@ -589,7 +409,7 @@ def run_fanout(args, root):
         events_worker_cpu = proc_cpu_seconds(worker) - worker_cpu0
         events_client_cpu = self_cpu_seconds() - client_cpu0
         events_seconds = time.perf_counter() - t_events
-        events_other = machine_busy_seconds() - busy0 - events_worker_cpu - events_client_cpu
+        events_other = machine_busy_seconds()[0] - busy0 - events_worker_cpu - events_client_cpu
         rss_events = proc_status_kb(worker, "VmRSS")
         hwm = proc_status_kb(worker, "VmHWM")
 
@@ -697,7 +517,7 @@ def run_appends(args, root):
     import_body = copy_sample_deck(data_dir)
     print(f"\n== Durable appends: {args.posters} concurrent posters for {args.seconds:.0f} s, "
           f"{args.workers} gunicorn worker(s) ==", flush=True)
-    service = Service(data_dir, args.workers, root / "appends-service.log")
+    service = Service("decks", data_dir, root / "appends-service.log", workers=args.workers)
     clients = []
     try:
         pids = service.worker_pids
@@ -727,7 +547,7 @@ def run_appends(args, root):
                 body["text"] = f"durable append {n} from poster {index}: " + "lorem ipsum " * 3
                 t0 = time.perf_counter()
                 try:
-                    status, content = client.request("POST", path, body)
+                    status, _, content = client.request("POST", path, body)
                 except (OSError, ConnectionError, HttpError, ValueError) as exc:
                     errors[f"{type(exc).__name__}: {exc}"] += 1
                     if client.connects > 20:
@@ -746,16 +566,16 @@ def run_appends(args, root):
             clients.append(client)
         greenlets = [gevent.spawn(poster, i, c) for i, c in enumerate(clients)]
         gevent.sleep(0.2)
-        cpu_workers0, cpu_client0, busy0 = workers_cpu(pids), self_cpu_seconds(), machine_busy_seconds()
+        meter = CpuMeter(pids).start()
         t_start = time.perf_counter()
         state["deadline"] = t_start + args.seconds
         start.set()
         gevent.joinall(greenlets, timeout=args.seconds + REQUEST_TIMEOUT_S + 5)
         t_end = time.perf_counter()
+        meter.stop()
         elapsed = t_end - t_start
-        cpu_workers = workers_cpu(pids) - cpu_workers0
-        cpu_client = self_cpu_seconds() - cpu_client0
-        cpu_other = max(0.0, machine_busy_seconds() - busy0 - cpu_workers - cpu_client)
+        cpu_workers, cpu_client = meter.worker, meter.client
+        cpu_other = meter.other + meter.steal  # this report counts stolen time as other processes'
         stragglers = sum(1 for g in greenlets if not g.dead)
         gevent.killall(greenlets, timeout=5)
 
@@ -870,17 +690,10 @@ def parse_args(argv):
     return args
 
 
-def verdict(ok):
-    return "met" if ok else "NOT MET"
-
-
 def main(argv=None):
     args = parse_args(argv)
 
-    def on_term(signum, frame):
-        raise SystemExit(128 + signum)  # unwinds through the finally blocks that stop the service
-
-    signal.signal(signal.SIGTERM, on_term)
+    exit_on_sigterm()
 
     ncpu = os.cpu_count()
     soft, hard = raise_nofile()
@@ -890,9 +703,7 @@ def main(argv=None):
         args.streams = max(1, soft - args.posters - 100)
     root = Path(tempfile.mkdtemp(prefix="bench-decks-", dir=args.tmp_dir))
     data_fs, work_fs = filesystem_of(root), filesystem_of(ROOT)
-    print(f"deck service benchmark ({'quick' if args.quick else 'full'} run), "
-          f"{time.strftime('%Y-%m-%d %H:%M:%S')}, {ncpu} CPUs, Python {sys.version.split()[0]}, "
-          f"gevent {gevent.__version__}")
+    print(run_header("deck service benchmark", args.quick))
     print(f"temporary DATA_DIRs under {root} (filesystem {data_fs[0]} on {data_fs[1]}, {data_fs[2]}; "
           f"{'same' if data_fs[0] == work_fs[0] else 'NOT the same'} filesystem as {ROOT})")
     print(f"bench client: gevent, one greenlet per stream/poster, raw sockets, RLIMIT_NOFILE {soft}/{hard}; "
@@ -934,10 +745,7 @@ def main(argv=None):
                      f"{app['rate']:.0f}/s (raw fsync {app['fsync_rate']:.0f}/s, "
                      f"ratio {app['ratio']:.2f}; log {'OK' if app['log_ok'] else 'FAILED'})",
                      f">= {TARGET_APPENDS_PER_S:.0f}/s, all 201, log exact", rate_ok))
-    width = [max(len(r[i]) for r in rows) for i in range(3)]
-    print(f"   {'target':<{width[0]}}  {'measured':<{width[1]}}  {'goal':<{width[2]}}  result")
-    for name, measured, goal, ok in rows:
-        print(f"   {name:<{width[0]}}  {measured:<{width[1]}}  {goal:<{width[2]}}  {verdict(ok)}")
+    print_targets(rows)
     if fan:
         ok = held and p99_ok and kb_ok
         print(f"TARGET 1 fan-out (2,000 streams, p99 <= 1 s, <= 100 kB/stream): {verdict(ok)}"

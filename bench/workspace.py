@@ -54,14 +54,10 @@ monkey.patch_all()
 
 # isort: split
 import argparse  # noqa: E402
-import json  # noqa: E402
 import math  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
-import resource  # noqa: E402
 import shutil  # noqa: E402
-import signal  # noqa: E402
-import socket  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -77,10 +73,10 @@ if str(ROOT) not in sys.path:  # run as `python bench/workspace.py`
     sys.path.insert(0, str(ROOT))
 
 from devtools import nginx as devnginx  # noqa: E402
-from devtools import services  # noqa: E402
-
-HOST = "127.0.0.1"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
+from bench.common import (  # noqa: E402
+    HOST, REQUEST_TIMEOUT_S, CpuMeter, HttpError, KeepAliveClient, Service, build_request, exit_on_sigterm,
+    fmt_ms, log_tails, machine_busy_seconds, percentile, print_targets, raise_nofile, run_header, start_nginx,
+    stop_nginx, verdict)
 
 FIRST_USER = {"email": "owner@example.com", "username": "owner", "password": "correct horse battery"}
 LOGIN = {"email": FIRST_USER["email"], "password": FIRST_USER["password"]}
@@ -96,13 +92,7 @@ TARGET_RATIO = 0.7
 TARGET_BUILDINFO_P99_S = 0.050
 TARGET_LOGINS = 20
 
-# Other processes using more than this share of one CPU during a measurement disturb it.
-DISTURBED = 0.15
-
 # Bounds: every wait below has one of these.
-REQUEST_TIMEOUT_S = 30.0     # one HTTP request
-STOP_TIMEOUT_S = 20.0        # systemd's stop time-out
-NGINX_STOP_TIMEOUT_S = 10.0
 MAX_REQUESTS = 10_000_000    # per client and segment
 MAX_RECONNECTS = 20          # per client and segment
 PY_SPY_SLACK_S = 15.0        # py-spy's own start and write-out, past its duration
@@ -110,234 +100,8 @@ PY_SPY_SLACK_S = 15.0        # py-spy's own start and write-out, past its durati
 
 # --------------------------------------------------------------------------- helpers
 
-def percentile(values, p):
-    """Nearest-rank percentile of `values` (None when empty)."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(1, math.ceil(p / 100.0 * len(ordered)))
-    return ordered[rank - 1]
-
-
-def fmt_ms(seconds):
-    return "-" if seconds is None else f"{seconds * 1000:.1f} ms"
-
-
 def fmt_us(seconds):
     return "-" if seconds is None else f"{seconds * 1e6:.0f} us"
-
-
-def proc_cpu_seconds(pid):
-    """utime + stime of a process (all its threads), in seconds (None when it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-def self_cpu_seconds():
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def machine_busy_seconds():
-    """(CPU-seconds all CPUs of the machine spent busy, of which stolen by the
-    hypervisor) since boot (/proc/stat)."""
-    with open("/proc/stat") as f:
-        values = [int(v) for v in f.readline().split()[1:]]
-    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
-    steal = values[7] if len(values) > 7 else 0
-    return (sum(values[:8]) - idle) / CLK_TCK, steal / CLK_TCK
-
-
-def child_pids(pid):
-    try:
-        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
-
-
-def raise_nofile():
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    return resource.getrlimit(resource.RLIMIT_NOFILE)
-
-
-class CpuMeter:
-    """CPU used between start() and stop(): the workers (all their threads, so the
-    threadpool's hashing too), nginx (master and workers), this client, the rest of
-    the machine (py-spy too, when it records), and the time the hypervisor stole."""
-
-    def __init__(self, worker_pids, proxy_pids=()):
-        self.worker_pids, self.proxy_pids = tuple(worker_pids), tuple(proxy_pids)
-
-    def _workers(self):
-        return sum(proc_cpu_seconds(pid) or 0.0 for pid in self.worker_pids)
-
-    def _proxy(self):
-        return sum(proc_cpu_seconds(pid) or 0.0 for pid in self.proxy_pids)
-
-    def start(self):
-        self.w0, self.p0 = self._workers(), self._proxy()
-        self.c0, self.b0, self.t0 = self_cpu_seconds(), machine_busy_seconds(), time.perf_counter()
-        return self
-
-    def stop(self):
-        self.seconds = time.perf_counter() - self.t0
-        self.worker = max(0.0, self._workers() - self.w0)
-        self.proxy = max(0.0, self._proxy() - self.p0)
-        self.client = self_cpu_seconds() - self.c0
-        busy, steal = machine_busy_seconds()
-        self.steal = steal - self.b0[1]
-        self.other = max(0.0, busy - self.b0[0] - self.steal - self.worker - self.proxy - self.client)
-        return self
-
-    def pct(self, value):
-        return f"{value / self.seconds * 100:.0f}%" if self.seconds > 0 else "-"
-
-    def disturbed(self):
-        return self.seconds > 0 and (self.other + self.steal) / self.seconds > DISTURBED
-
-
-class HttpError(Exception):
-    pass
-
-
-def build_request(method, path, host, headers=None, body=None):
-    """The bytes of one HTTP/1.1 request (built once, sent many times)."""
-    payload = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
-    head = f"{method} {path} HTTP/1.1\r\nHost: {host}\r\n"
-    for name, value in (headers or {}).items():
-        head += f"{name}: {value}\r\n"
-    if body is not None:
-        head += "Content-Type: application/json\r\n"
-    if body is not None or method in ("POST", "PUT", "PATCH"):
-        head += f"Content-Length: {len(payload)}\r\n"
-    return head.encode("latin-1") + b"\r\n" + payload
-
-
-class KeepAliveClient:
-    """A minimal HTTP/1.1 client on one keep-alive connection (much cheaper per
-    request than http.client, which matters when the client shares the CPUs with
-    the service). Responses must carry Content-Length, as Flask's JSON ones (and
-    nginx's passing them on) do."""
-
-    # gunicorn closes keep-alive connections idle for `keepalive` (2) seconds.
-    MAX_IDLE_S = 1.0
-
-    def __init__(self, port, timeout=REQUEST_TIMEOUT_S):
-        self.port, self.timeout = port, timeout
-        self.sock, self.buf = None, b""
-        self.connects = 0
-        self.last_used = 0.0
-
-    def connect(self):
-        self.close()
-        self.sock = socket.create_connection((HOST, self.port), timeout=self.timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.buf = b""
-        self.connects += 1
-        self.last_used = time.monotonic()
-
-    def close(self):
-        if self.sock is not None:
-            try:
-                self.sock.close()
-            finally:
-                self.sock = None
-
-    def _recv(self):
-        data = self.sock.recv(65536)
-        if not data:
-            raise ConnectionError("the server closed the connection")
-        self.buf += data
-
-    def send(self, raw):
-        """Send prepared request bytes; (status, body bytes)."""
-        if self.sock is None or time.monotonic() - self.last_used > self.MAX_IDLE_S:
-            self.connect()
-        try:
-            self.sock.sendall(raw)
-            while True:
-                end = self.buf.find(b"\r\n\r\n")
-                if end >= 0:
-                    break
-                self._recv()
-            header_block, self.buf = self.buf[:end], self.buf[end + 4:]
-            lines = header_block.split(b"\r\n")
-            status = int(lines[0].split(b" ", 2)[1])
-            length, close = None, False
-            for line in lines[1:]:
-                name, _, value = line.partition(b":")
-                name = name.strip().lower()
-                if name == b"content-length":
-                    length = int(value)
-                elif name == b"connection" and value.strip().lower() == b"close":
-                    close = True
-            if length is None:
-                raise HttpError(f"response without Content-Length: {header_block[:300]!r}")
-            while len(self.buf) < length:
-                self._recv()
-            content, self.buf = self.buf[:length], self.buf[length:]
-            if close:
-                self.close()
-            self.last_used = time.monotonic()
-            return status, content
-        except BaseException:
-            self.close()
-            raise
-
-    def json(self, raw, expect=(200, 201)):
-        status, content = self.send(raw)
-        if status not in expect:
-            raise HttpError(f"{raw.split(b' HTTP/')[0].decode()} -> {status}: {content[:300]!r}")
-        return json.loads(content)
-
-
-class Service:
-    """devtools.services.start with its output in a log file; stop() is idempotent."""
-
-    def __init__(self, data_dir, workers, env, log_path):
-        self.log_path = log_path
-        self.log = open(log_path, "wb")
-        self.running = None
-        try:
-            self.running = services.start("workspace", data_dir, env=env, workers=workers,
-                                          stdout=self.log, stderr=subprocess.STDOUT)
-        except BaseException:
-            self.log.close()
-            raise
-        self.port = self.running.port
-        try:
-            deadline = time.monotonic() + 10
-            while len(self.running.worker_pids()) < workers and time.monotonic() < deadline:
-                gevent.sleep(0.05)
-            self.worker_pids = self.running.worker_pids()
-            if not self.worker_pids:
-                raise RuntimeError("the service has no worker process")
-        except BaseException:
-            self.stop()
-            raise
-
-    def stop(self):
-        if self.running is None:
-            return
-        running, self.running = self.running, None
-        try:
-            running.stop(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            pass  # it was killed
-        finally:
-            self.log.close()
-
-    def log_tail(self, lines=25):
-        try:
-            return "\n".join(Path(self.log_path).read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
 
 
 class Stack:
@@ -347,11 +111,9 @@ class Stack:
         data_dir = root / f"{name}-data"
         data_dir.mkdir()
         self.proxy = None
-        self.service = Service(data_dir, workers, env, root / f"{name}-service.log")
+        self.service = Service("workspace", data_dir, root / f"{name}-service.log", workers=workers, env=env)
         try:
-            self.proxy = devnginx.start(root / f"{name}-nginx", None,
-                                        {"workspace": f"{HOST}:{self.service.port}"})
-            self.proxy_pids = [self.proxy.process.pid] + child_pids(self.proxy.process.pid)
+            self.proxy, self.proxy_pids = start_nginx(root / f"{name}-nginx", "workspace", self.service)
         except BaseException:
             self.stop()
             raise
@@ -368,30 +130,26 @@ class Stack:
         try:
             if self.proxy is not None:
                 proxy, self.proxy = self.proxy, None
-                try:
-                    proxy.stop(timeout=NGINX_STOP_TIMEOUT_S)
-                except devnginx.NginxError as exc:
-                    print(f"   warning: {exc}", file=sys.stderr)
+                stop_nginx(proxy)
         finally:
             self.service.stop()
 
     def log_tails(self):
-        text = "   --- service log tail ---\n" + self.service.log_tail()
-        if self.proxy is not None and self.proxy.stderr_text():
-            text += "\n   --- nginx stderr ---\n" + self.proxy.stderr_text()[-3000:]
-        return text
+        return log_tails(self.service, self.proxy)
 
 
 def create_first_user(port, host):
-    client = KeepAliveClient(port)
+    client = KeepAliveClient(port, host)
     try:
-        answer = client.json(build_request("POST", "/api/v2/users/first", host, body=FIRST_USER), expect=(201,))
-        me = client.json(build_request("GET", ME, host, {TOKEN_HEADER: answer["session_token"]}), expect=(200,))
+        answer = client.json("POST", "/api/v2/users/first", FIRST_USER, expect=(201,))
+        me = client.json("GET", ME, headers={TOKEN_HEADER: answer["session_token"]}, expect=(200,))
         if me.get("username") != FIRST_USER["username"]:
             raise RuntimeError(f"/users/me answered {me!r} for the first user's token")
         return answer["session_token"]
     finally:
         client.close()
+
+
 
 
 class PySpy:
@@ -460,7 +218,7 @@ def run_clients(port, raw, clients, seconds, meter, setup=None, started=None):
             n += 1
             t0 = time.perf_counter()
             try:
-                status, content = client.send(raw)
+                status, _, content = client.send(raw)
             except (OSError, ConnectionError, HttpError, ValueError) as exc:
                 errors[f"{type(exc).__name__}: {exc}"] += 1
                 if client.connects > MAX_RECONNECTS:
@@ -619,7 +377,7 @@ def sample(port, raw, seconds, gap):
         while time.perf_counter() < deadline and len(latencies) < MAX_REQUESTS:
             t0 = time.perf_counter()
             try:
-                status, _ = client.send(raw)
+                status, _, _ = client.send(raw)
             except (OSError, ConnectionError, HttpError, ValueError) as exc:
                 errors[f"{type(exc).__name__}: {exc}"] += 1
                 if client.connects > MAX_RECONNECTS:
@@ -658,9 +416,9 @@ def run_logins(args, root, spy):
             probe = build_request("GET", BUILDINFO, host)
             login = build_request("POST", LOGIN_PATH, host, body=LOGIN)
             # Warm-up: one login, a few samples.
-            warm = KeepAliveClient(port)
+            warm = KeepAliveClient(port, host)
             try:
-                warm.json(login, expect=(201,))
+                warm.json("POST", LOGIN_PATH, LOGIN, expect=(201,))
             finally:
                 warm.close()
             sample(port, probe, 0.5, args.probe_gap)
@@ -853,10 +611,6 @@ def parse_args(argv):
     return args
 
 
-def verdict(ok):
-    return "met" if ok else "NOT MET"
-
-
 def find_py_spy():
     for candidate in (ROOT / ".venv" / "bin" / "py-spy", shutil.which("py-spy")):
         if candidate and os.access(candidate, os.X_OK):
@@ -867,10 +621,7 @@ def find_py_spy():
 def main(argv=None):
     args = parse_args(argv)
 
-    def on_term(signum, frame):
-        raise SystemExit(128 + signum)  # unwinds through the finally blocks that stop nginx and the service
-
-    signal.signal(signal.SIGTERM, on_term)
+    exit_on_sigterm()
     try:
         devnginx.nginx_binary()
     except devnginx.NginxError as exc:
@@ -893,9 +644,7 @@ def main(argv=None):
     root = Path(tempfile.mkdtemp(prefix="bench-workspace-", dir=args.tmp_dir))
     nginx_version = subprocess.run([devnginx.nginx_binary(), "-v"], capture_output=True, text=True,
                                    timeout=10).stderr.strip()
-    print(f"workspace platform benchmark ({'quick' if args.quick else 'full'} run), "
-          f"{time.strftime('%Y-%m-%d %H:%M:%S')}, {ncpu} CPUs, Python {sys.version.split()[0]}, "
-          f"gevent {gevent.__version__}, {nginx_version}")
+    print(f"{run_header('workspace platform benchmark', args.quick)}, {nginx_version}")
     print(f"temporary DATA_DIRs and nginx prefixes under {root}; bench client: gevent, raw sockets, "
           f"RLIMIT_NOFILE {soft}/{hard}; it runs on the same {ncpu} CPUs as nginx and the service")
     auth = logins = None
@@ -962,12 +711,7 @@ def main(argv=None):
             verdicts.append(f"TARGET 2 /buildinfo p99 < {TARGET_BUILDINFO_P99_S * 1000:.0f} ms while {args.logins} "
                             f"logins run, {'through nginx' if way == 'nginx' else 'straight to gunicorn'}: "
                             f"{verdict(ok)} (p99 {fmt_ms(d['p99'])})")
-    if rows:
-        width = [max(len(r[i]) for r in rows) for i in range(3)]
-        print(f"   {'target':<{width[0]}}  {'measured':<{width[1]}}  {'goal':<{width[2]}}  result")
-        for name, measured, goal, ok in rows:
-            print(f"   {name:<{width[0]}}  {measured:<{width[1]}}  {goal:<{width[2]}}  "
-                  f"{'-' if ok is None else verdict(ok)}")
+    print_targets(rows)
     for line in verdicts:
         print(line)
     if args.quick:

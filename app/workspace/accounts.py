@@ -100,7 +100,10 @@ def organization_ids(user):
 
 
 def public(user):
-    organizations = organization_ids(user)
+    # A user from the token lookup already carries them.
+    organizations = getattr(user, "organization_ids", None)
+    if organizations is None:
+        organizations = organization_ids(user)
     return {"id": str(user.id), "username": user.username, "name": user.name, "email": user.email,
             "status": user.status, "login_type": user.login_type,
             "created_at": user.created_at.isoformat(timespec="seconds") + "Z",

@@ -12,9 +12,10 @@ import string
 from datetime import timedelta
 
 from flask import current_app, g, request
+from peewee import JOIN
 
 from app.common.errors import ApiError
-from app.workspace.models import ApiKey, User, database, now
+from app.workspace.models import ApiKey, Membership, Organization, User, database, now
 
 HEADER = "Workspace-Session-Token"
 COOKIE = "workspace_session_token"
@@ -78,20 +79,24 @@ _lookup_sql = None
 
 
 def _key_and_user(key_id):
-    """(ApiKey, User) of a key id in one statement, or None. It runs on every
-    authenticated request: the SQL is built by peewee once and reused, since
-    building it costs many times more than running it."""
+    """(ApiKey, User) of a key id in one statement, or None; the user carries its
+    organization ids (one row per membership). It runs on every authenticated
+    request: the SQL is built by peewee once and reused, since building it costs
+    many times more than running it."""
     global _lookup_sql
     if _lookup_sql is None:
-        query = (ApiKey.select(*_KEY_FIELDS, *_USER_FIELDS).join(User, on=(ApiKey.user == User.id))
+        query = (ApiKey.select(*_KEY_FIELDS, *_USER_FIELDS, Membership.organization)
+                 .join(User, on=(ApiKey.user == User.id))
+                 .join(Membership, JOIN.LEFT_OUTER, on=(Membership.user == User.id))
                  .where(ApiKey.id == "?key?"))
         _lookup_sql = query.sql()[0]
-    row = database.execute_sql(_lookup_sql, [key_id]).fetchone()
-    if row is None:
+    rows = database.execute_sql(_lookup_sql, [key_id]).fetchall()
+    if not rows:
         return None
-    key_values, user_values = row[:len(_KEY_FIELDS)], row[len(_KEY_FIELDS):]
+    key_values, user_values = rows[0][:len(_KEY_FIELDS)], rows[0][len(_KEY_FIELDS):-1]
     key = ApiKey(**{f.name: f.python_value(v) for f, v in zip(_KEY_FIELDS, key_values)})
     user = User(**{f.name: f.python_value(v) for f, v in zip(_USER_FIELDS, user_values)})
+    user.organization_ids = [str(Organization.id.python_value(row[-1])) for row in rows if row[-1] is not None]
     return key, user
 
 
