@@ -88,7 +88,7 @@ from devtools import nginx as devnginx  # noqa: E402
 from bench.common import (  # noqa: E402
     DISTURBED, HOST, REQUEST_TIMEOUT_S, CpuMeter, HttpError, KeepAliveClient, Service, exit_on_sigterm,
     fmt_ms, log_tails, machine_busy_seconds, percentile, print_targets, proc_cpu, raise_nofile, read_response,
-    run_header, self_cpu_seconds, start_nginx, stop_nginx, verdict)
+    run_header, self_cpu_seconds, start_nginx, stop_nginx, timed_answers, verdict)
 
 ORIGIN = "https://audio.bench.example"  # AUDIO_PUBLIC_ORIGIN; the requests send no Origin
 VOICE = "en-us"
@@ -347,18 +347,9 @@ def run_speech(args, root, binary):
 
         def client_loop(client):
             start.wait()
-            n = 0
-            while time.perf_counter() < state["deadline"] and n < 1_000_000:
-                n += 1
-                t0 = time.perf_counter()
-                try:
-                    status, response_headers, content = client.request("POST", path, body, headers)
-                except (OSError, ConnectionError, HttpError, ValueError) as exc:
-                    errors[f"{type(exc).__name__}: {exc}"] += 1
-                    if client.connects > 20:
-                        return  # bounded reconnects
-                    continue
-                latencies.append(time.perf_counter() - t0)
+            answers_of = timed_answers(client, lambda: client.request("POST", path, body, headers),
+                                       state["deadline"], latencies, errors)
+            for status, response_headers, content in answers_of:
                 kind = response_headers.get("content-type", "-")
                 answers[(status, kind)] += 1
                 if (status != 200 or kind != "audio/mpeg" or not content) and len(bad) < 20:

@@ -207,6 +207,26 @@ def read_response(sock, buf, what):
     return status, headers, buf[:length], buf[length:]
 
 
+def timed_answers(client, send, deadline, latencies, errors, max_requests=1_000_000, max_reconnects=20):
+    """Answers of `send()` (a request on `client`) repeated until the perf_counter
+    `deadline` or `max_requests`, each one's latency appended to `latencies`. A
+    transport error is counted in `errors` and the loop goes on, until the client
+    has reconnected more than `max_reconnects` times (bounded reconnects)."""
+    for _ in range(max_requests):
+        if time.perf_counter() >= deadline:
+            return
+        t0 = time.perf_counter()
+        try:
+            answer = send()
+        except (OSError, ConnectionError, HttpError, ValueError) as exc:
+            errors[f"{type(exc).__name__}: {exc}"] += 1
+            if client.connects > max_reconnects:
+                return
+            continue
+        latencies.append(time.perf_counter() - t0)
+        yield answer
+
+
 class KeepAliveClient:
     """A minimal HTTP/1.1 client on one keep-alive connection (much cheaper per
     request than http.client, which matters when the client shares the CPUs with

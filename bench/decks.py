@@ -30,6 +30,7 @@ monkey.patch_all()
 
 # isort: split
 import argparse  # noqa: E402
+import itertools  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import shutil  # noqa: E402
@@ -51,7 +52,7 @@ if str(ROOT) not in sys.path:  # run as `python bench/decks.py`
 from bench.common import (  # noqa: E402
     HOST, REQUEST_TIMEOUT_S, STOP_TIMEOUT_S, CpuMeter, HttpError, KeepAliveClient, Service, exit_on_sigterm,
     fmt_ms, machine_busy_seconds, percentile, print_targets, proc_cpu_seconds, raise_nofile, run_header,
-    self_cpu_seconds, verdict)
+    self_cpu_seconds, timed_answers, verdict)
 
 SAMPLE_DECK = ROOT / "samples" / "decks" / "welcome"
 
@@ -540,20 +541,14 @@ def run_appends(args, root):
 
         def poster(index, client):
             body = {"type": "note", "slide": 0, "author": f"poster-{index}", "text": ""}
+            numbers = itertools.count(1)
+
+            def send():
+                body["text"] = f"durable append {next(numbers)} from poster {index}: " + "lorem ipsum " * 3
+                return client.request("POST", path, body)
+
             start.wait()
-            n = 0
-            while time.perf_counter() < state["deadline"] and n < 1_000_000:
-                n += 1
-                body["text"] = f"durable append {n} from poster {index}: " + "lorem ipsum " * 3
-                t0 = time.perf_counter()
-                try:
-                    status, _, content = client.request("POST", path, body)
-                except (OSError, ConnectionError, HttpError, ValueError) as exc:
-                    errors[f"{type(exc).__name__}: {exc}"] += 1
-                    if client.connects > 20:
-                        return  # bounded reconnects
-                    continue
-                latencies.append(time.perf_counter() - t0)
+            for status, _, content in timed_answers(client, send, state["deadline"], latencies, errors):
                 statuses[status] += 1
                 if status == 201:
                     acked_seqs.append(json.loads(content)["seq"])

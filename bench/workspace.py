@@ -74,9 +74,9 @@ if str(ROOT) not in sys.path:  # run as `python bench/workspace.py`
 
 from devtools import nginx as devnginx  # noqa: E402
 from bench.common import (  # noqa: E402
-    HOST, REQUEST_TIMEOUT_S, CpuMeter, HttpError, KeepAliveClient, Service, build_request, exit_on_sigterm,
+    HOST, REQUEST_TIMEOUT_S, CpuMeter, KeepAliveClient, Service, build_request, exit_on_sigterm,
     fmt_ms, log_tails, machine_busy_seconds, percentile, print_targets, raise_nofile, run_header, start_nginx,
-    stop_nginx, verdict)
+    stop_nginx, timed_answers, verdict)
 
 FIRST_USER = {"email": "owner@example.com", "username": "owner", "password": "correct horse battery"}
 LOGIN = {"email": FIRST_USER["email"], "password": FIRST_USER["password"]}
@@ -211,20 +211,8 @@ def run_clients(port, raw, clients, seconds, meter, setup=None, started=None):
 
     def worker(client):
         start.wait()
-        n = 0
-        while n < MAX_REQUESTS:
-            if time.perf_counter() >= state["deadline"]:
-                return
-            n += 1
-            t0 = time.perf_counter()
-            try:
-                status, _, content = client.send(raw)
-            except (OSError, ConnectionError, HttpError, ValueError) as exc:
-                errors[f"{type(exc).__name__}: {exc}"] += 1
-                if client.connects > MAX_RECONNECTS:
-                    return
-                continue
-            latencies.append(time.perf_counter() - t0)
+        for status, _, content in timed_answers(client, lambda: client.send(raw), state["deadline"], latencies,
+                                                errors, MAX_REQUESTS, MAX_RECONNECTS):
             statuses[status] += 1
             if status not in (200, 201) and len(bad) < 20:
                 bad[f"{status}: {content[:200]!r}"] += 1
@@ -371,19 +359,10 @@ def sample(port, raw, seconds, gap):
     (latencies, statuses, errors)."""
     client = KeepAliveClient(port)
     latencies, statuses, errors = [], Counter(), Counter()
-    deadline = time.perf_counter() + seconds
     try:
         client.connect()
-        while time.perf_counter() < deadline and len(latencies) < MAX_REQUESTS:
-            t0 = time.perf_counter()
-            try:
-                status, _, _ = client.send(raw)
-            except (OSError, ConnectionError, HttpError, ValueError) as exc:
-                errors[f"{type(exc).__name__}: {exc}"] += 1
-                if client.connects > MAX_RECONNECTS:
-                    break
-                continue
-            latencies.append(time.perf_counter() - t0)
+        for status, _, _ in timed_answers(client, lambda: client.send(raw), time.perf_counter() + seconds,
+                                          latencies, errors, MAX_REQUESTS, MAX_RECONNECTS):
             statuses[status] += 1
             if gap:
                 gevent.sleep(gap)
