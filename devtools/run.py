@@ -48,6 +48,8 @@ def _prepare_audio(data_dir):
     seed(str(data_dir / "soundlib"))
 
 
+# Where a person starts: the audio service has no page, its capabilities say what works.
+HOME_PATHS = {"audio": "/api/audio/capabilities"}
 PREPARERS = {"audio": _prepare_audio}   # on DATA_DIR, before the service starts
 SEEDERS = {"decks": _seed_decks}        # through the running service
 # What a service needs besides SERVICE, PORT and DATA_DIR on this machine.
@@ -80,7 +82,8 @@ def main():
                             {s.name: f"127.0.0.1:{s.port}" for s in running}, stderr=sys.stderr)
         print("\nThe bundle is running (Ctrl-C stops it):", flush=True)
         for service in running:
-            print(f"  {service.name:10} http://{proxy.host(service.name)}:{proxy.port}/   "
+            home = HOME_PATHS.get(service.name, "/")
+            print(f"  {service.name:10} http://{proxy.host(service.name)}:{proxy.port}{home}   "
                   f"(direct: {service.base_url}/, data: {service.data_dir})", flush=True)
         print(flush=True)
         while not stop.is_set() and all(s.process.poll() is None for s in running):
