@@ -237,8 +237,9 @@ def probes(fake):
 
 
 def test_concurrent_capability_checks_cost_freesound_one_probe(start_service, fake):
-    service = start_service("audio", env=env_for(fake, AUDIO_PROBE_INTERVAL="60"))
+    """The worker probes as it starts; thirty callers within the interval add nothing."""
     before = probes(fake)
+    service = start_service("audio", env=env_for(fake, AUDIO_PROBE_INTERVAL="60"))
     with ThreadPoolExecutor(30) as pool:
         states = list(pool.map(lambda _: soundlib(service), range(30)))
     assert all(state["available"] for state in states)
