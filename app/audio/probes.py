@@ -24,7 +24,6 @@ class Probe:
         self._result = None
         self._inflight = None
         self._prober = None
-        self.count = 0  # probes actually run, for the benchmark and the logs
 
     def state(self):
         """The latest result. Once expired it is still answered at once while one
@@ -43,7 +42,6 @@ class Probe:
             self._prober = gevent.spawn(self._run, self._inflight)
 
     def _run(self, inflight):
-        self.count += 1
         result = ProbeResult(False, "the probe ended without an answer", self._clock())
         try:
             # A plain gevent.Timeout is a BaseException: no `except Exception` in a
