@@ -5,6 +5,7 @@ import logging
 from flask import Blueprint
 
 from app.common.config import PROJECT_ROOT
+from app.common.db import bind_to_requests
 
 bp = Blueprint("workspace", __name__, template_folder="templates", static_folder="static",
                static_url_path="/static")
@@ -35,14 +36,6 @@ def init_app(app):
     settings = WorkspaceSettings.from_env(app.config["DATA_DIR"])
     app.config["WORKSPACE"] = settings
     open_database(settings.database_url)
-
-    @app.before_request
-    def connect():
-        database.connect(reuse_if_open=True)
-
-    @app.teardown_request
-    def disconnect(exc):
-        if not database.is_closed():
-            database.close()
+    bind_to_requests(app, database)
 
     app.register_blueprint(bp)

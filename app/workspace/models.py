@@ -1,14 +1,14 @@
 """The platform's data (peewee): organizations, users, memberships, session
 tokens, OIDC links and an audit log. The schema is created, and later migrated, at
 start-up, idempotently."""
-import os
 import uuid
 from datetime import datetime, timezone
 
 from peewee import (BooleanField, CharField, DatabaseProxy, DateTimeField, ForeignKeyField, Model,
                     TextField, UUIDField)
-from playhouse.db_url import connect
 from playhouse.sqlite_ext import JSONField
+
+from app.common.db import connect_database
 
 database = DatabaseProxy()
 
@@ -96,18 +96,8 @@ DEFAULT_ORGANIZATION = "default"
 
 def open_database(url):
     """Connect the models to `url` and bring the schema up to date."""
-    if url.startswith("sqlite:///"):
-        os.makedirs(os.path.dirname(url[len("sqlite:///"):]) or ".", exist_ok=True)
-        # Pooled: each request runs in a greenlet of its own, and opening a connection
-        # (with its pragmas) per request would cost more than the request's queries.
-        db = connect("sqlite+pool://" + url[len("sqlite://"):], max_connections=64, stale_timeout=300,
-                     pragmas={"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": 5000,
-                              "synchronous": "normal"})
-    else:
-        db = connect(url)
-    database.initialize(db)
+    db = connect_database(database, url, MODELS)
     with db.connection_context():
-        db.create_tables(MODELS, safe=True)
         if not Organization.select().where(Organization.is_default).exists():
             Organization.get_or_create(name=DEFAULT_ORGANIZATION, defaults={"is_default": True})
     return db
