@@ -13,7 +13,9 @@ imports nothing from app/.
     python -m devtools.oidc_provider digest < secret.txt   # prints $pbkdf2-sha512$...
 
 Paths as Authelia serves them: /.well-known/openid-configuration,
-/api/oidc/authorization, /api/oidc/token, /api/oidc/userinfo, /jwks.json.
+/api/oidc/authorization, /api/oidc/token, /api/oidc/userinfo, /jwks.json; and for
+forward auth (nginx auth_request) /api/firstfactor (portal sign-in, JSON) and
+/api/authz/auth-request (200 with Remote-User/-Groups/-Name/-Email, or 401).
 
 What a client registration (spec 000 A, "Identity-provider-side client registration")
 promises, and so what this provider enforces:
@@ -498,6 +500,8 @@ ENDPOINTS = {
     "token": "/api/oidc/token",
     "userinfo": "/api/oidc/userinfo",
     "jwks": "/jwks.json",
+    "firstfactor": "/api/firstfactor",
+    "authz": "/api/authz/auth-request",
 }
 
 
@@ -606,6 +610,28 @@ def create_provider(config):
     @app.route(ENDPOINTS["userinfo"], methods=["GET", "POST"], endpoint="userinfo")
     def userinfo():
         return server.create_endpoint_response("userinfo")
+
+    @app.post(ENDPOINTS["firstfactor"], endpoint="firstfactor")
+    def firstfactor():
+        """Authelia's portal sign-in (JSON {username, password}): opens a session
+        without any OIDC client, as for the forward-auth sites."""
+        body = request.get_json(silent=True) or {}
+        user = state.check_password(str(body.get("username", "")), str(body.get("password", "")))
+        if user is None:
+            return jsonify({"status": "KO", "message": "Authentication failed."}), 401
+        session.clear()
+        session.update(username=user.username, auth_time=int(time.time()))
+        return jsonify({"status": "OK"})
+
+    @app.route(ENDPOINTS["authz"], methods=["GET", "HEAD", "POST"], endpoint="authz")
+    def authz():
+        """Forward auth for nginx's auth_request, as Authelia's /api/authz/auth-request:
+        200 with the Remote-* headers for a signed-in session, 401 otherwise."""
+        user = signed_in_user()
+        if user is None:
+            return "", 401
+        return "", 200, {"Remote-User": user.username, "Remote-Groups": ",".join(user.groups),
+                         "Remote-Name": user.name, "Remote-Email": user.email}
 
     @app.route("/logout", methods=["GET", "POST"], endpoint="logout")
     def logout():

@@ -7,7 +7,7 @@ field that fails its schema (the message names the field).
 import json
 
 from flask import request
-from marshmallow import ValidationError
+from marshmallow import ValidationError, fields
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from app.common.errors import ApiError
@@ -89,3 +89,12 @@ def query_text(args, name, maximum, required=False):
     if len(value) > maximum:
         raise ApiError(400, f"{name}: must be at most {maximum} characters", field=name)
     return value
+
+
+class StrictBoolean(fields.Boolean):
+    """A JSON boolean and nothing else: "yes", 1 or "true" are refused, not guessed."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if not isinstance(value, bool):
+            raise ValidationError("Not a valid boolean.")
+        return value
