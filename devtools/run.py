@@ -48,8 +48,9 @@ def _prepare_audio(data_dir):
     seed(str(data_dir / "soundlib"))
 
 
-# Where a person starts: the audio service has no page, its capabilities say what works.
-HOME_PATHS = {"audio": "/api/audio/capabilities"}
+# Where a person starts: the audio service has no page, its capabilities say what works;
+# the wizard's pages are yet to come, its identity route shows who nginx says you are.
+HOME_PATHS = {"audio": "/api/audio/capabilities", "wizard": "/api/me"}
 PREPARERS = {"audio": _prepare_audio}   # on DATA_DIR, before the service starts
 SEEDERS = {"decks": _seed_decks}        # through the running service
 # What a service needs besides SERVICE, PORT and DATA_DIR on this machine.
@@ -79,7 +80,8 @@ def main():
     try:
         running = _start_services()
         proxy = nginx.start(VAR / "nginx", NGINX_PORT,
-                            {s.name: f"127.0.0.1:{s.port}" for s in running}, stderr=sys.stderr)
+                            {s.name: f"127.0.0.1:{s.port}" for s in running}, stderr=sys.stderr,
+                            variables={"wizard_uploads_dir": str(VAR / "wizard" / "uploads")})
         print("\nThe bundle is running (Ctrl-C stops it):", flush=True)
         for service in running:
             home = HOME_PATHS.get(service.name, "/")

@@ -1,0 +1,38 @@
+"""Prompt wizard (spec 002): collections of wizards, blueprints, prompts and likes,
+uploads, AI text and image generation, and live collection events. Identity comes
+from the reverse proxy (`Remote-User`, `Remote-Groups`)."""
+import logging
+
+from flask import Blueprint
+
+bp = Blueprint("wizard", __name__)
+log = logging.getLogger("bundle.wizard")
+
+
+def error_body(status, message, extra):
+    body = {"error": message}
+    if extra.get("field"):
+        body["field"] = extra["field"]
+    return body
+
+
+def init_app(app):
+    from app.common.db import bind_to_requests
+    from app.wizard import ai, api, uploads  # noqa: F401  (routes register on bp)
+    from app.wizard.generation import Generator
+    from app.wizard.models import database, open_database
+    from app.wizard.seed import seed_global_wizards
+    from app.wizard.settings import UPLOAD_LIMIT, WizardSettings
+
+    settings = WizardSettings.from_env(app.config["DATA_DIR"])
+    app.config["WIZARD"] = settings
+    app.extensions["wizard_generator"] = Generator.from_env()
+    # The largest body of any route (an upload), with room for the multipart framing.
+    app.config["MAX_CONTENT_LENGTH"] = UPLOAD_LIMIT + 64 * 1024
+    open_database(settings.database_url)
+    seed_global_wizards()
+    bind_to_requests(app, database)
+    if settings.allow_test_identity:
+        log.warning("WIZ_ALLOW_TEST_IDENTITY=1: X-Wiz-Test-User is honoured on direct loopback requests; "
+                    "never enable this in production")
+    app.register_blueprint(bp)

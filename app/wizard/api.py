@@ -1,0 +1,101 @@
+"""The wizard's JSON routes: identity, collections, likes, client errors and events."""
+import logging
+
+from flask import Response, jsonify, request
+
+from app.common import sse
+from app.common.body import json_object
+from app.common.broker import broker
+from app.common.errors import ApiError
+from app.wizard import bp, collections, identity
+from app.wizard.models import LlmTiming
+
+log = logging.getLogger("bundle.wizard")
+ROW_BODY_LIMIT = 256 * 1024
+_CLIENT_ERROR_LIMITS = {"type": 100, "message": 2000, "stack": 8000}
+
+
+@bp.before_app_request
+def identify():
+    # Every /api/ path, routes that do not exist included: nothing is told to a
+    # caller without an identity.
+    if request.path.startswith("/api/"):
+        identity.require_identity()
+
+
+@bp.get("/api/me")
+def me():
+    return jsonify(identity.current().as_json())
+
+
+@bp.get("/api/collections/<name>")
+def list_collection(name):
+    wanted = collections.parse_filter(request.args.get("filter"))
+    body, version = collections.list_rows(name, identity.current(), wanted)
+    response = Response(body, mimetype="application/json")
+    # Private: the answer depends on who asks.
+    response.headers["Cache-Control"] = "private, no-cache"
+    return response
+
+
+@bp.post("/api/collections/<name>")
+def create_in_collection(name):
+    collections.model_of(name)
+    row = collections.create_row(name, identity.current(), json_object(ROW_BODY_LIMIT))
+    return jsonify(row), 201
+
+
+@bp.patch("/api/collections/<name>/<row_id>")
+def update_in_collection(name, row_id):
+    collections.model_of(name)
+    return jsonify(collections.update_row(name, identity.current(), row_id, json_object(ROW_BODY_LIMIT)))
+
+
+@bp.delete("/api/collections/<name>/<row_id>")
+def delete_from_collection(name, row_id):
+    collections.delete_row(name, identity.current(), row_id)
+    return "", 204
+
+
+@bp.post("/api/likes/toggle")
+def toggle_like():
+    blueprint_id = json_object(4096).get("blueprint_id")
+    if not isinstance(blueprint_id, str) or not 0 < len(blueprint_id) <= 200:
+        raise ApiError(400, "blueprint_id: must be a non-empty string", field="blueprint_id")
+    return jsonify(collections.toggle_like(identity.current(), blueprint_id))
+
+
+@bp.post("/api/errors")
+def client_error():
+    """A browser's uncaught exception or failed fetch, into the service's log."""
+    report = json_object(32 * 1024)
+    fields = {}
+    for name, limit in _CLIENT_ERROR_LIMITS.items():
+        value = report.get(name, "")
+        if not isinstance(value, str):
+            raise ApiError(400, f"{name}: must be a string", field=name)
+        fields[name] = value[:limit]
+    if not fields["message"]:
+        raise ApiError(400, "message: is required", field="message")
+    log.warning("client: %s: %s (user %s) %s", fields["type"] or "error", fields["message"],
+                identity.current().id, fields["stack"].replace("\n", " | "))
+    return "", 204
+
+
+@bp.get("/api/events")
+def events():
+    """Collection changes as `data: {"collection": name}`; each write reaches every
+    open stream of this process."""
+    return sse.stream_response((), broker.subscribe(collections.EVENTS_TOPIC))
+
+
+@bp.get("/api/admin/llm-timings")
+def llm_timings():
+    identity.require_admin()
+    rows = LlmTiming.select().order_by(LlmTiming.seq.desc()).limit(1000).dicts()
+    return jsonify([{k: v for k, v in row.items() if k != "seq"} for row in rows])
+
+
+@bp.get("/healthz")
+def healthz():
+    return jsonify({"status": "ok"})

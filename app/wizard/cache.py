@@ -1,0 +1,41 @@
+"""Answers to collection reads, kept while their collection has not changed.
+
+Every write raises its collection's counter in `collection_versions` inside the
+write's transaction, so one indexed read tells any worker process whether a cached
+answer is still current; a list of a thousand rows is then not rebuilt for every
+reader of an unchanged collection.
+"""
+from collections import OrderedDict
+
+from app.wizard.models import CollectionVersion
+
+MAX_ENTRIES = 256
+MAX_BODY = 4 * 1024 * 1024      # larger answers are rebuilt each time rather than kept
+_entries = OrderedDict()         # key -> (version, body); least recently used first
+
+
+def version(name):
+    return (CollectionVersion.select(CollectionVersion.version)
+            .where(CollectionVersion.name == name).scalar() or 0)
+
+
+def bump(name):
+    """Call inside the write's transaction."""
+    CollectionVersion.update(version=CollectionVersion.version + 1).where(CollectionVersion.name == name).execute()
+
+
+def get(key, current_version):
+    entry = _entries.get(key)
+    if entry is None or entry[0] != current_version:
+        return None
+    _entries.move_to_end(key)
+    return entry[1]
+
+
+def put(key, current_version, body):
+    if len(body) > MAX_BODY:
+        return
+    _entries[key] = (current_version, body)
+    _entries.move_to_end(key)
+    while len(_entries) > MAX_ENTRIES:
+        _entries.popitem(last=False)

@@ -1,0 +1,774 @@
+"""AI text and image generation through an OpenAI-compatible provider (no Flask here).
+
+Protocol, through `requests` (cooperative under the gunicorn gevent worker's patching):
+- text: POST {base}/chat/completions {model, messages, stream?, response_format?}; with an
+  `on_chunk` callback the call streams (`stream: true`, SSE `data:` records ending with
+  `data: [DONE]`) and every content delta is handed to the callback as it arrives.
+- images: POST {base}/images/generations {model, prompt, n: 1, size, response_format:
+  "b64_json"}; an answer with only a `url` is fetched within the same deadline and size cap.
+  The image is opened with Pillow (PNG, JPEG or WebP only) and converted to WebP.
+
+Rules (spec 002, issue 3):
+- Every call takes a slot of a bounded concurrency limit first; the wait is real, measured
+  (`queueMs`) and counts toward the call's time-out. One deadline covers queue, attempts,
+  repair and download; passing it is GenerationFailed(504).
+- JSON mode: strict parse; invalid → local repair (json-repair) → still invalid → one rerun
+  of the generation (the same steps) → still invalid → GenerationFailed(502). Nothing is made
+  up: a repair that only yields an empty container (what json-repair makes of prose) is
+  invalid, and `kind == "ideas"` must be `{ideas: [...]}` with 5 or 6 entries each with a
+  non-empty string title and description, checked on the whole batch (nothing trimmed).
+- Provider HTTP errors, unreachable providers and malformed answers are GenerationFailed(502)
+  with a message that names the provider's status but never the API key.
+- CPU work (large JSON parses, json-repair on big outputs, Pillow) runs in gevent's threadpool
+  through app.common.offload.blocking so the worker's loop keeps serving.
+
+Image sizes (`SIZES`): the exact ratio on a 1024-pixel long side, multiples of 64:
+1:1 → 1024x1024, 3:4 → 768x1024, 4:3 → 1024x768, 9:16 → 576x1024, 16:9 → 1024x576.
+Providers with a fixed list of sizes (OpenAI's dall-e-3 / gpt-image-1 take only 1024x1024 and
+one portrait and one landscape size) can be given their own mapping with `sizes=`.
+"""
+import base64
+import binascii
+import io
+import json
+import logging
+import re
+import threading
+import time
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import gevent
+import gevent.lock
+import gevent.monkey
+import json_repair
+import requests
+import urllib3
+from PIL import Image
+
+from app.common.config import ConfigError, env_int, env_seconds, env_str
+from app.common.offload import blocking
+
+log = logging.getLogger("bundle.wizard.generation")
+
+SIZES = {"1:1": "1024x1024", "3:4": "768x1024", "4:3": "1024x768",
+         "9:16": "576x1024", "16:9": "1024x576"}
+
+DEFAULT_IMAGE_SYSTEM = (
+    "Create a single safe-for-work illustration suitable for a general audience. "
+    "No nudity, sexual content, gore, graphic violence, hate symbols, or self-harm. "
+    "Do not depict real, identifiable people or copyrighted characters, logos or trademarks. "
+    "Do not render any text, captions, letters or watermarks in the image. "
+    "If the subject asks for anything unsafe, depict a harmless, neutral interpretation instead."
+)
+
+HOST_DEFAULT = "host default"
+UNKNOWN_MODEL = "unknown"
+IDEAS_BATCH = (5, 6)
+
+TEXT_ANSWER_LIMIT = 8 * 1024 * 1024      # a chat answer; far above any useful completion
+IMAGE_ANSWER_LIMIT = 64 * 1024 * 1024    # a JSON answer carrying a base64 image
+IMAGE_DOWNLOAD_LIMIT = 32 * 1024 * 1024  # an image fetched from the answer's `url`
+MAX_IMAGE_PIXELS = 40_000_000            # refuse decompression bombs before decoding
+OFFLOAD_OVER = 256 * 1024                # parse/repair larger texts off the loop
+CHUNK = 64 * 1024
+CONNECT_TIMEOUT = 10.0
+KEY_SHAPE = re.compile(r"[!-~]{1,512}")  # a key goes into a header: printable ASCII only
+SECRETISH = re.compile(r"\b(sk|pk|key|api|token|bearer)[-_A-Za-z0-9*.]{6,}", re.IGNORECASE)
+
+
+class GenerationUnavailable(Exception):
+    """No provider (or no model of that role) is configured."""
+
+
+class GenerationFailed(Exception):
+    """The generation failed: `status` 502 (provider or output failure) or 504 (time-out),
+    `message` safe to show, `timing` the JSON-mode timing dict (None for other calls)."""
+
+    def __init__(self, status, message, timing=None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.timing = timing
+
+
+@dataclass
+class TextOutcome:
+    content: str
+    timing: dict | None
+    resolved_model: str
+    requested_model: str
+
+
+@dataclass
+class ImageOutcome:
+    webp: bytes
+    provider: str
+    model: str
+
+
+class _InvalidOutput(Exception):
+    """The model's output is not acceptable JSON for this call."""
+
+
+class _Answer:
+    """What one chat completion produced."""
+
+    def __init__(self, content, model):
+        self.content = content
+        self.model = model
+
+
+class Generator:
+    def __init__(self, *, base_url, api_key, text_model, image_model, provider="openai",
+                 timeout=60.0, concurrency=4, image_system=None, sizes=None,
+                 json_response_format=True):
+        self.base_url = (base_url or "").rstrip("/")
+        self._api_key = api_key or ""
+        self.text_model = text_model or ""
+        self.image_model = image_model or ""
+        self.provider = provider or "openai"
+        self.timeout = float(timeout)
+        self.concurrency = int(concurrency)
+        self.image_system = image_system or DEFAULT_IMAGE_SYSTEM
+        self.sizes = dict(sizes or SIZES)
+        # OpenAI-style JSON mode; some compatible servers reject the field, hence the switch.
+        self.json_response_format = json_response_format
+        self._slots = _new_slots(self.concurrency)
+        self._session = requests.Session()
+        adapter = requests.adapters.HTTPAdapter(pool_maxsize=max(10, self.concurrency))
+        self._session.mount("http://", adapter)
+        self._session.mount("https://", adapter)
+
+    @classmethod
+    def from_env(cls):
+        base_url = env_str("WIZ_AI_BASE_URL")
+        if base_url and urlsplit(base_url).scheme not in ("http", "https"):
+            raise ConfigError("WIZ_AI_BASE_URL must be an http:// or https:// URL")
+        api_key = env_str("WIZ_AI_API_KEY")
+        if api_key and not KEY_SHAPE.fullmatch(api_key):
+            # Never echo the value: it is a secret.
+            raise ConfigError("WIZ_AI_API_KEY has characters that an API key cannot have")
+        return cls(
+            base_url=base_url,
+            api_key=api_key,
+            text_model=env_str("WIZ_TEXT_MODEL"),
+            image_model=env_str("WIZ_IMAGE_MODEL"),
+            provider=env_str("WIZ_AI_PROVIDER", "openai"),
+            timeout=env_seconds("WIZ_AI_TIMEOUT", 60.0),
+            concurrency=env_int("WIZ_AI_CONCURRENCY", 4, minimum=1, maximum=256),
+        )
+
+    @property
+    def available_text(self):
+        return bool(self.base_url and self.text_model)
+
+    @property
+    def available_image(self):
+        return bool(self.base_url and self.image_model)
+
+    # -- text ----------------------------------------------------------------------
+
+    def text(self, messages, *, system=None, json_mode=False, kind=None, model=None,
+             on_chunk=None, on_phase=None, on_reasoning=None):
+        """One chat completion. `messages` is a list of {role, content} (ValueError otherwise).
+        `on_chunk(text)` gets content deltas as they stream, `on_reasoning(text)` the
+        reasoning deltas some providers stream beside them, `on_phase(name, detail)` the
+        phases queued, started, repairing, retrying, done and failed."""
+        if not self.available_text:
+            raise GenerationUnavailable(
+                "AI text generation is not configured (set WIZ_AI_BASE_URL and WIZ_TEXT_MODEL)")
+        body = {"model": model or self.text_model,
+                "messages": _chat_messages(messages, system)}
+        if json_mode and self.json_response_format:
+            body["response_format"] = {"type": "json_object"}
+        phase = _Phases(on_phase)
+        timing = {"requestedModel": model or HOST_DEFAULT, "resolvedModel": UNKNOWN_MODEL,
+                  "queueMs": 0, "attemptMs": 0, "repairMs": 0, "totalMs": 0, "attempts": 0}
+        clock = _Clock(self.timeout)
+        try:
+            with clock.guard(), self._slot(clock, timing, phase):
+                if json_mode:
+                    content = self._json_attempts(body, kind, clock, timing, phase, on_chunk,
+                                                  on_reasoning)
+                else:
+                    content = self._attempt(body, clock, timing, phase, on_chunk,
+                                            on_reasoning).content
+        except GenerationFailed as exc:
+            timing["totalMs"] = clock.elapsed_ms()
+            exc.timing = dict(timing) if json_mode else None
+            phase("failed", {"status": exc.status, "message": exc.message})
+            raise
+        timing["totalMs"] = clock.elapsed_ms()
+        phase("done", {"totalMs": timing["totalMs"], "attempts": timing["attempts"]})
+        return TextOutcome(content=content, timing=dict(timing) if json_mode else None,
+                           resolved_model=timing["resolvedModel"],
+                           requested_model=timing["requestedModel"])
+
+    def _json_attempts(self, body, kind, clock, timing, phase, on_chunk, on_reasoning):
+        """The first generation and at most one rerun; the accepted JSON, serialized."""
+        for attempt in (1, 2):
+            if attempt == 2:
+                phase("retrying", {"attempt": 2})
+            answer = self._attempt(body, clock, timing, phase, on_chunk, on_reasoning)
+            value = self._accept(answer.content, kind, clock, timing, phase)
+            if value is not None:
+                return json.dumps(value, ensure_ascii=False)
+        raise GenerationFailed(
+            502, "the model's output was not valid JSON"
+                 + (" with 5 or 6 ideas" if kind == "ideas" else "")
+                 + " after a local repair and one rerun")
+
+    def _accept(self, content, kind, clock, timing, phase):
+        """The parsed value if `content` is acceptable, as is or after a local repair; None
+        otherwise."""
+        try:
+            return _checked(_parse_strict(content), kind, repaired=False)
+        except _InvalidOutput:
+            pass
+        phase("repairing", {"attempt": timing["attempts"]})
+        started = time.monotonic()
+        try:
+            return _checked(blocking(_repair, content), kind, repaired=True)
+        except _InvalidOutput:
+            return None
+        finally:
+            timing["repairMs"] += _ms(time.monotonic() - started)
+
+    def _attempt(self, body, clock, timing, phase, on_chunk, on_reasoning):
+        """One chat completion, counted in `timing`, streaming when a callback wants chunks."""
+        timing["attempts"] += 1
+        phase("started", {"attempt": timing["attempts"], "queueMs": timing["queueMs"]})
+        started = time.monotonic()
+        try:
+            if on_chunk is None and on_reasoning is None:
+                answer = self._complete(body, clock)
+            else:
+                answer = self._stream(body, clock, _Relay(on_chunk), _Relay(on_reasoning))
+        finally:
+            timing["attemptMs"] += _ms(time.monotonic() - started)
+        # The final attempt's report decides; an answer without a model says nothing.
+        timing["resolvedModel"] = answer.model or UNKNOWN_MODEL
+        return answer
+
+    def _complete(self, body, clock):
+        with self._post(clock, "/chat/completions", body) as response:
+            payload = _read_json(clock, response, TEXT_ANSWER_LIMIT)
+        return _Answer(_message_content(payload), _reported_model(payload))
+
+    def _stream(self, body, clock, relay, reasoning):
+        with self._post(clock, "/chat/completions", dict(body, stream=True)) as response:
+            if not _is_event_stream(response):
+                # A server that ignores `stream` answers one JSON body: relay it whole.
+                payload = _read_json(clock, response, TEXT_ANSWER_LIMIT)
+                answer = _Answer(_message_content(payload), _reported_model(payload))
+                relay(answer.content)
+                return answer
+            return _read_stream(clock, response, relay, reasoning)
+
+    # -- images --------------------------------------------------------------------
+
+    def image(self, subject, aspect_ratio, *, system=None, model=None, on_phase=None):
+        """One generated image as WebP bytes. ValueError for an empty subject or an aspect
+        ratio outside SIZES."""
+        if not self.available_image:
+            raise GenerationUnavailable(
+                "AI image generation is not configured (set WIZ_AI_BASE_URL and WIZ_IMAGE_MODEL)")
+        if not isinstance(subject, str) or not subject.strip():
+            raise ValueError("the image subject must be a non-empty string")
+        if aspect_ratio not in self.sizes:
+            raise ValueError(f"aspectRatio must be one of {', '.join(self.sizes)}")
+        model = model or self.image_model
+        body = {"model": model, "prompt": _image_prompt(system or self.image_system, subject),
+                "n": 1, "size": self.sizes[aspect_ratio]}
+        if not model.startswith("gpt-image"):
+            # OpenAI's gpt-image models always answer base64 and refuse this field.
+            body["response_format"] = "b64_json"
+        phase = _Phases(on_phase)
+        clock = _Clock(self.timeout)
+        timing = {"queueMs": 0}
+        try:
+            with clock.guard(), self._slot(clock, timing, phase):
+                phase("started", {"queueMs": timing["queueMs"]})
+                raw = self._image_bytes(body, clock)
+                phase("converting", {"bytes": len(raw)})
+                webp = blocking(_to_webp, raw)
+        except GenerationFailed as exc:
+            phase("failed", {"status": exc.status, "message": exc.message})
+            raise
+        phase("done", {"totalMs": clock.elapsed_ms(), "bytes": len(webp)})
+        return ImageOutcome(webp=webp, provider=self.provider, model=model)
+
+    def _image_bytes(self, body, clock):
+        with self._post(clock, "/images/generations", body) as response:
+            payload = _read_json(clock, response, IMAGE_ANSWER_LIMIT)
+        item = _first_image(payload)
+        if isinstance(item.get("b64_json"), str) and item["b64_json"]:
+            return _b64(item["b64_json"])
+        url = item.get("url")
+        if isinstance(url, str) and url.startswith("data:"):
+            return _b64(url.partition(",")[2])
+        if isinstance(url, str) and urlsplit(url).scheme in ("http", "https"):
+            return self._download(clock, url)
+        raise GenerationFailed(502, "the AI provider's answer carries no image")
+
+    def _download(self, clock, url):
+        headers = {"Accept": "image/*"}
+        if _origin(url) == _origin(self.base_url) and self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"  # the key stays with its origin
+        with _provider_errors(clock, "the image download"):
+            response = self._session.get(url, headers=headers, stream=True,
+                                         timeout=clock.timeouts())
+        with response:
+            if response.status_code != 200:
+                raise GenerationFailed(
+                    502, f"the image download answered HTTP {response.status_code}")
+            declared = response.headers.get("Content-Length", "").strip()
+            if declared.isdigit() and int(declared) > IMAGE_DOWNLOAD_LIMIT:
+                raise GenerationFailed(502, "the generated image is larger than the size cap")
+            return _read_capped(clock, response, IMAGE_DOWNLOAD_LIMIT, "the generated image")
+
+    # -- shared ----------------------------------------------------------------------
+
+    def _slot(self, clock, timing, phase):
+        return _Slot(self._slots, clock, timing, phase, self.concurrency)
+
+    def _post(self, clock, path, body):
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if body.get("stream"):
+            headers["Accept"] = "text/event-stream"
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        with _provider_errors(clock, "the AI provider"):
+            response = self._session.post(self.base_url + path, json=body, headers=headers,
+                                          stream=True, timeout=clock.timeouts())
+        if response.status_code != 200:
+            with response:
+                raise GenerationFailed(502, _status_message(response, self._api_key))
+        return response
+
+
+# -- the deadline and the queue ----------------------------------------------------------
+
+class _Deadline(Exception):
+    """The call's deadline passed (checked between reads)."""
+
+
+class _Clock:
+    """One call's deadline, started when the call is made (queueing counts)."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+        self.started = time.monotonic()
+        self.deadline = self.started + seconds
+
+    def remaining(self):
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise _Deadline()
+        return left
+
+    def timeouts(self):
+        left = self.remaining()
+        return (min(left, CONNECT_TIMEOUT), left)
+
+    def elapsed_ms(self):
+        return _ms(time.monotonic() - self.started)
+
+    def timed_out(self):
+        return GenerationFailed(504, f"the AI provider did not answer within {self.seconds:g} s")
+
+    def guard(self):
+        return _Guard(self)
+
+
+class _Guard:
+    """The one place where every form of time-out becomes GenerationFailed(504). Under the
+    gevent worker it also runs a gevent.Timeout over the whole call, which interrupts any
+    blocked socket operation (slow-drip answers included); unpatched threads (tests, CLI)
+    rely on the socket time-outs and the checks between reads instead."""
+
+    def __init__(self, clock):
+        self.clock = clock
+        self.timer = None
+        if gevent.monkey.is_module_patched("socket"):
+            self.timer = gevent.Timeout(clock.seconds)  # a BaseException: no `except Exception` eats it
+
+    def __enter__(self):
+        if self.timer is not None:
+            self.timer.start()
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if self.timer is not None:
+            self.timer.close()
+        if (exc is not None and exc is self.timer) or isinstance(exc, _Deadline):
+            raise self.clock.timed_out() from None
+        return False
+
+
+class _Slot:
+    """A place among `concurrency` calls at once. The wait is measured into
+    timing["queueMs"] and bounded by the call's deadline."""
+
+    def __init__(self, slots, clock, timing, phase, concurrency):
+        self.slots, self.clock, self.timing, self.phase = slots, clock, timing, phase
+        self.concurrency = concurrency
+
+    def __enter__(self):
+        self.phase("queued", {"concurrency": self.concurrency})
+        started = time.monotonic()
+        try:
+            acquired = self.slots.acquire(timeout=self.clock.remaining())
+        finally:
+            self.timing["queueMs"] = _ms(time.monotonic() - started)
+        if not acquired:
+            raise GenerationFailed(
+                504, f"no generation slot became free within {self.clock.seconds:g} s "
+                     f"({self.concurrency} at once)")
+        return self
+
+    def __exit__(self, *exc):
+        self.slots.release()
+        return False
+
+
+def _new_slots(concurrency):
+    # gevent's semaphore is cooperative but belongs to one thread's hub; the gunicorn
+    # gevent worker patches threading, while plain threads (tests, CLI) need a thread one.
+    if gevent.monkey.is_module_patched("threading"):
+        return gevent.lock.BoundedSemaphore(concurrency)
+    return threading.BoundedSemaphore(concurrency)
+
+
+class _provider_errors:
+    """Turns requests' failures into GenerationFailed; never shows the request (the
+    headers carry the key)."""
+
+    def __init__(self, clock, what):
+        self.clock, self.what = clock, what
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if kind is None:
+            return False
+        if issubclass(kind, (requests.Timeout, _Deadline)):
+            raise self.clock.timed_out() from None
+        if issubclass(kind, requests.ConnectionError):
+            raise GenerationFailed(502, f"{self.what} cannot be reached ({_cause(exc)})") from None
+        if issubclass(kind, requests.RequestException):
+            raise GenerationFailed(502, f"the request to {self.what} failed ({kind.__name__})") from None
+        return False
+
+
+# -- reading answers -----------------------------------------------------------------
+
+def _chunks(clock, response):
+    """The body's chunks as they arrive (one socket read each, so the deadline is checked
+    between reads and stream deltas are not held back to fill a buffer)."""
+    raw = response.raw
+    while True:
+        clock.remaining()
+        try:
+            chunk = raw.read1(CHUNK, decode_content=True)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            if clock.deadline <= time.monotonic() or "timed out" in str(exc).lower():
+                raise _Deadline() from None
+            raise GenerationFailed(
+                502, f"the AI provider's answer was cut off ({type(exc).__name__})") from None
+        if not chunk:
+            return
+        yield chunk
+
+
+def _read_capped(clock, response, limit, what):
+    parts, total = [], 0
+    for chunk in _chunks(clock, response):
+        total += len(chunk)
+        if total > limit:
+            raise GenerationFailed(502, f"{what} is larger than the size cap of {limit} bytes")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def _read_json(clock, response, limit):
+    data = _read_capped(clock, response, limit, "the AI provider's answer")
+    try:
+        return blocking(json.loads, data) if len(data) > OFFLOAD_OVER else json.loads(data)
+    except ValueError:
+        raise GenerationFailed(502, "the AI provider answered with malformed JSON") from None
+
+
+def _is_event_stream(response):
+    return response.headers.get("Content-Type", "").split(";")[0].strip().lower() == "text/event-stream"
+
+
+def _read_stream(clock, response, relay, reasoning):
+    """Collects an SSE chat-completion stream: content deltas go to `relay` in order."""
+    parts, model, finished, size = [], None, False, 0
+    for data in _sse_data(_chunks(clock, response)):
+        if data.strip() == "[DONE]":
+            finished = True
+            break
+        try:
+            event = json.loads(data)
+        except ValueError:
+            raise GenerationFailed(502, "the AI provider streamed malformed JSON") from None
+        if not isinstance(event, dict):
+            raise GenerationFailed(502, "the AI provider streamed an unexpected record")
+        if "error" in event:
+            raise GenerationFailed(502, "the AI provider reported an error mid-stream: "
+                                        + _error_text(event, ""))
+        model = _reported_model(event) or model
+        delta, reason, done = _delta(event)
+        finished = finished or done
+        if reason:
+            reasoning(reason)
+        if delta:
+            size += len(delta)
+            if size > TEXT_ANSWER_LIMIT:
+                raise GenerationFailed(502, "the AI provider's answer is larger than the size cap")
+            parts.append(delta)
+            relay(delta)
+    if not finished:
+        raise GenerationFailed(502, "the AI provider's stream ended before it was complete")
+    return _Answer("".join(parts), model)
+
+
+def _sse_data(chunks):
+    """The `data` of each server-sent event (multi-line data joined by newlines)."""
+    buffer, data = b"", []
+    for chunk in chunks:
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            line = line.rstrip(b"\r").decode("utf-8", "replace")
+            if not line:
+                if data:
+                    yield "\n".join(data)
+                data = []
+            elif line.startswith("data:"):
+                data.append(line[5:].removeprefix(" "))
+    tail = buffer.rstrip(b"\r").decode("utf-8", "replace")
+    if tail.startswith("data:"):
+        data.append(tail[5:].removeprefix(" "))
+    if data:
+        yield "\n".join(data)
+
+
+def _delta(event):
+    """(content delta, reasoning delta, finished) of one stream record."""
+    choices = event.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return "", "", False  # usage-only and keep-alive records carry no choice
+    choice = choices[0]
+    delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+    content = delta.get("content")
+    reason = delta.get("reasoning_content") or delta.get("reasoning")
+    return (content if isinstance(content, str) else "",
+            reason if isinstance(reason, str) else "",
+            bool(choice.get("finish_reason")))
+
+
+def _message_content(payload):
+    try:
+        message = payload["choices"][0]["message"]
+        content = message["content"]
+    except (KeyError, IndexError, TypeError):
+        raise GenerationFailed(502, "the AI provider's answer has no message") from None
+    if not isinstance(content, str):
+        refusal = message.get("refusal") if isinstance(message, dict) else None
+        if isinstance(refusal, str) and refusal:
+            raise GenerationFailed(502, "the model refused: " + _short(refusal, ""))
+        raise GenerationFailed(502, "the AI provider's answer has no text content")
+    return content
+
+
+def _reported_model(payload):
+    model = payload.get("model") if isinstance(payload, dict) else None
+    return model.strip() if isinstance(model, str) and model.strip() else None
+
+
+def _first_image(payload):
+    data = payload.get("data") if isinstance(payload, dict) else None
+    if not isinstance(data, list) or not data or not isinstance(data[0], dict):
+        raise GenerationFailed(502, "the AI provider's answer carries no image")
+    return data[0]
+
+
+def _status_message(response, api_key):
+    status = response.status_code
+    if status in (401, 403):
+        # Providers echo part of a wrong key in their message: say nothing of it.
+        return f"the AI provider rejected the API key (HTTP {status})"
+    try:
+        body = response.raw.read(16 * 1024, decode_content=True)
+        detail = _error_text(json.loads(body), api_key)
+    except Exception:  # any unreadable error body: the status alone says enough
+        detail = ""
+    return f"the AI provider answered HTTP {status}" + (f": {detail}" if detail else "")
+
+
+def _error_text(payload, api_key):
+    error = payload.get("error") if isinstance(payload, dict) else None
+    text = error.get("message") if isinstance(error, dict) else error
+    return _short(text, api_key) if isinstance(text, str) else ""
+
+
+def _short(text, api_key):
+    """A provider's message made safe to show: no key, nothing key-like, one short line."""
+    if api_key:
+        text = text.replace(api_key, "***")
+    text = SECRETISH.sub("***", " ".join(text.split()))
+    return text[:200]
+
+
+def _cause(exc):
+    text = str(exc).lower()
+    for words, label in (("refused", "connection refused"), ("reset", "connection reset"),
+                         ("aborted", "connection closed"), ("remotedisconnected", "connection closed"),
+                         ("name or service", "unknown host"), ("resolution", "unknown host"),
+                         ("ssl", "TLS error"), ("certificate", "TLS error")):
+        if words in text:
+            return label
+    return "connection failed"
+
+
+def _origin(url):
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    return parts.scheme.lower(), (parts.hostname or "").lower(), port
+
+
+# -- JSON output -----------------------------------------------------------------------
+
+def _parse_strict(content):
+    try:
+        if len(content) > OFFLOAD_OVER:
+            return blocking(json.loads, content)
+        return json.loads(content)
+    except ValueError:
+        raise _InvalidOutput() from None
+
+
+def _repair(content):
+    try:
+        return json_repair.repair_json(content, return_objects=True)
+    except Exception:  # json-repair gives up in its own ways; any of them means invalid
+        return None
+
+
+def _checked(value, kind, repaired):
+    """`value` if it is acceptable JSON-mode output; _InvalidOutput otherwise."""
+    if kind == "ideas":
+        if not _valid_ideas(value):
+            raise _InvalidOutput()
+        return value
+    if not isinstance(value, (dict, list)):
+        raise _InvalidOutput()
+    if repaired and not value:
+        # json-repair turns prose into "" or []: an empty container would be made up.
+        raise _InvalidOutput()
+    return value
+
+
+def _valid_ideas(value):
+    if not isinstance(value, dict) or not isinstance(value.get("ideas"), list):
+        return False
+    ideas = value["ideas"]
+    return len(ideas) in IDEAS_BATCH and all(
+        isinstance(idea, dict) and _filled(idea.get("title")) and _filled(idea.get("description"))
+        for idea in ideas)
+
+
+def _filled(text):
+    return isinstance(text, str) and bool(text.strip())
+
+
+# -- requests and images -------------------------------------------------------------
+
+def _chat_messages(messages, system):
+    if not isinstance(messages, list):
+        raise ValueError("messages must be a list of {role, content}")
+    out = []
+    if isinstance(system, str) and system.strip():
+        out.append({"role": "system", "content": system})
+    for message in messages:
+        if (not isinstance(message, dict) or not isinstance(message.get("role"), str)
+                or not isinstance(message.get("content"), str)):
+            raise ValueError("messages must be a list of {role, content} with string values")
+        out.append({"role": message["role"], "content": message["content"]})
+    return out
+
+
+def _image_prompt(system, subject):
+    # The images API has no system role: the guidance goes first in the prompt.
+    return f"{system.strip()}\n\nSubject: {subject.strip()}"
+
+
+def _b64(text):
+    try:
+        return base64.b64decode("".join(text.split()), validate=True)
+    except (binascii.Error, ValueError):
+        raise GenerationFailed(502, "the AI provider's image is not valid base64") from None
+
+
+def _to_webp(raw):
+    """WebP bytes of a PNG, JPEG or WebP image (runs in the threadpool)."""
+    try:
+        with Image.open(io.BytesIO(raw)) as img:
+            if img.format not in ("PNG", "JPEG", "WEBP"):
+                raise GenerationFailed(502, f"the AI provider's image is {img.format}, "
+                                            "not PNG, JPEG or WebP")
+            if img.width * img.height > MAX_IMAGE_PIXELS:
+                raise GenerationFailed(502, "the AI provider's image has too many pixels")
+            img.load()
+            if img.format == "WEBP":
+                return raw  # decoded fine: keep the provider's encoding, no second loss
+            mode = "RGBA" if img.mode in ("RGBA", "LA", "PA") or "transparency" in img.info else "RGB"
+            out = io.BytesIO()
+            img.convert(mode).save(out, "WEBP", quality=90, method=4)
+            return out.getvalue()
+    except GenerationFailed:
+        raise
+    except Exception:  # Pillow signals a bad image through many exception types
+        raise GenerationFailed(502, "the AI provider's image could not be decoded") from None
+
+
+# -- small helpers -----------------------------------------------------------------------
+
+def _ms(seconds):
+    return int(round(seconds * 1000))
+
+
+class _Phases:
+    """Calls on_phase(name, detail); a failing callback (a relay) never fails the call."""
+
+    def __init__(self, callback):
+        self.callback = callback
+
+    def __call__(self, name, detail=None):
+        if self.callback is not None:
+            try:
+                self.callback(name, detail or {})
+            except Exception:
+                log.warning("the generation phase callback failed", exc_info=True)
+
+
+class _Relay:
+    """Calls a chunk callback; a failing callback never fails the call."""
+
+    def __init__(self, callback):
+        self.callback = callback
+
+    def __call__(self, text):
+        if self.callback is not None and text:
+            try:
+                self.callback(text)
+            except Exception:
+                log.warning("the generation chunk callback failed", exc_info=True)

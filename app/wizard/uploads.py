@@ -1,0 +1,73 @@
+"""Uploaded and generated images: `DATA_DIR/uploads/<uuid>.<ext>`, served at
+`/uploads/<name>` (nginx serves the same folder in production).
+
+The type is decided from the bytes, never from the declared type or the name: a
+file is kept only when Pillow opens it as PNG, JPEG or WebP.
+"""
+import io
+import os
+import re
+import uuid
+
+from flask import current_app, request, send_from_directory
+from PIL import Image, UnidentifiedImageError
+
+from app.common.errors import ApiError
+from app.common.fsutil import atomic_write
+from app.common.offload import blocking
+from app.wizard import bp
+from app.wizard.settings import UPLOAD_LIMIT
+
+EXTENSIONS = {"PNG": "png", "JPEG": "jpg", "WEBP": "webp"}
+_STORED_NAME = re.compile(r"^[0-9a-f]{32}\.(png|jpg|webp)$")
+
+
+def image_format(data):
+    """PNG, JPEG or WEBP when Pillow can open and verify `data`, else None."""
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            kind = image.format
+            image.verify()
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombError):
+        return None
+    return kind if kind in EXTENSIONS else None
+
+
+def store(data, extension):
+    """Write `data` as a new upload; answer its public URL."""
+    name = f"{uuid.uuid4().hex}.{extension}"
+    blocking(_write, current_app.config["WIZARD"].uploads_dir, name, data)
+    return f"/uploads/{name}"
+
+
+def _write(folder, name, data):
+    os.makedirs(folder, exist_ok=True)   # created lazily, as every DATA_DIR layout
+    atomic_write(os.path.join(folder, name), data)
+
+
+@bp.post("/api/uploads")
+def upload():
+    if not (request.mimetype or "").startswith("multipart/form-data"):
+        raise ApiError(400, "the upload must be multipart/form-data with a field named file")
+    upload_file = request.files.get("file")
+    if upload_file is None:
+        raise ApiError(400, "file: the form has no field named file", field="file")
+    data = upload_file.stream.read(UPLOAD_LIMIT + 1)
+    if len(data) > UPLOAD_LIMIT:
+        raise ApiError(413, f"file: larger than the {UPLOAD_LIMIT // (1024 * 1024)} MB limit", field="file")
+    if not data:
+        raise ApiError(400, "file: is empty", field="file")
+    kind = blocking(image_format, data)
+    if kind is None:
+        raise ApiError(400, "file: not a PNG, JPEG or WebP image (the type is read from the file's bytes)",
+                       field="file")
+    return {"url": store(data, EXTENSIONS[kind])}, 201
+
+
+@bp.get("/uploads/<name>")
+def serve_upload(name):
+    if not _STORED_NAME.match(name):
+        raise ApiError(404, f"no upload {name[:80]!r}")
+    response = send_from_directory(current_app.config["WIZARD"].uploads_dir, name, max_age=365 * 24 * 3600)
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    return response

@@ -1,0 +1,132 @@
+"""The prompt wizard behind the real nginx site: nginx is what vouches for identity.
+Client-sent identity and test headers never get through; forward auth at an
+Authelia-shaped provider makes signed-in visitors themselves and everyone else
+`public`; uploads are served from the folder with nosniff; events are unbuffered."""
+import io
+
+import pytest
+import requests
+from PIL import Image
+
+from app.common.sse_client import iter_records
+from devtools.oidc_provider import SESSION_COOKIE, OidcProvider, pbkdf2_sha512_digest
+
+PASSWORD = "correct horse battery staple"
+FORGED = {"Remote-User": "root", "Remote-Groups": "admins", "X-Wiz-Test-User": "root",
+          "X-Wiz-Test-Groups": "admins", "X-Forwarded-For": "127.0.0.1"}
+
+
+@pytest.fixture(scope="module")
+def wizard_backend(start_module_service):
+    # The test identity is on: it must still be unusable through the proxy.
+    return start_module_service("wizard", env={"WIZ_ALLOW_TEST_IDENTITY": "1"})
+
+
+@pytest.fixture(scope="module")
+def identity_provider():
+    config = {
+        "clients": [{"client_id": "workspace", "client_secret_digest": pbkdf2_sha512_digest("s", rounds=1000),
+                     "redirect_uris": ["https://workspace.example/api/v2/users/oidc/callback"]}],
+        "users": [{"username": "ada", "password": PASSWORD, "email": "ada@example.com", "groups": ["wiz-admins"]},
+                  {"username": "bo", "password": PASSWORD, "email": "bo@example.com"}],
+    }
+    with OidcProvider(config) as provider:
+        yield provider
+
+
+@pytest.fixture(scope="module")
+def open_proxy(wizard_backend, tmp_path_factory):
+    """The site with no identity provider: everyone is `public`."""
+    from devtools import nginx
+    proxy = nginx.start(tmp_path_factory.mktemp("nginx-wizard-open"),
+                        upstreams={"wizard": f"127.0.0.1:{wizard_backend.port}"},
+                        variables={"wizard_uploads_dir": str(wizard_backend.data_dir / "uploads")})
+    yield proxy
+    proxy.stop()
+
+
+@pytest.fixture(scope="module")
+def auth_proxy(wizard_backend, identity_provider, tmp_path_factory):
+    from devtools import nginx
+    proxy = nginx.start(tmp_path_factory.mktemp("nginx-wizard-auth"),
+                        upstreams={"wizard": f"127.0.0.1:{wizard_backend.port}"},
+                        variables={"wizard_uploads_dir": str(wizard_backend.data_dir / "uploads"),
+                                   "wizard_auth_request_url": identity_provider.issuer + "/api/authz/auth-request"})
+    yield proxy
+    proxy.stop()
+
+
+def provider_session(identity_provider, username):
+    """The provider's session cookie after a portal sign-in (the browser would send it
+    to the wizard's host too: Authelia's cookie covers the parent domain)."""
+    http = requests.Session()
+    response = http.post(identity_provider.issuer + "/api/firstfactor",
+                         json={"username": username, "password": PASSWORD}, timeout=10)
+    assert response.status_code == 200
+    return {"Cookie": f"{SESSION_COOKIE}={http.cookies[SESSION_COOKIE]}"}
+
+
+def me(proxy, **headers):
+    response = requests.get(proxy.url + "/api/me", headers=proxy.headers("wizard", **headers), timeout=10)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_without_a_provider_everyone_is_public_whatever_they_send(open_proxy):
+    assert me(open_proxy) == {"id": "public", "username": "public", "is_admin": False}
+    assert me(open_proxy, **FORGED) == {"id": "public", "username": "public", "is_admin": False}
+
+
+def test_the_test_identity_cannot_be_used_through_the_proxy(open_proxy, auth_proxy):
+    for proxy in (open_proxy, auth_proxy):
+        assert me(proxy, **{"X-Wiz-Test-User": "root", "X-Wiz-Test-Groups": "admins"})["id"] == "public"
+
+
+def test_anonymous_visitors_pass_as_public(auth_proxy, identity_provider):
+    assert me(auth_proxy) == {"id": "public", "username": "public", "is_admin": False}
+    assert me(auth_proxy, **FORGED) == {"id": "public", "username": "public", "is_admin": False}
+    # A session cookie the provider does not know is anonymous too.
+    assert me(auth_proxy, Cookie=f"{SESSION_COOKIE}=forged")["id"] == "public"
+
+
+def test_signed_in_visitors_carry_their_user_and_groups(auth_proxy, identity_provider):
+    ada = provider_session(identity_provider, "ada")
+    assert me(auth_proxy, **ada) == {"id": "ada", "username": "ada", "is_admin": True}
+    # What the client claims changes nothing.
+    assert me(auth_proxy, **ada, **{"Remote-User": "root", "Remote-Groups": ""})["id"] == "ada"
+    bo = provider_session(identity_provider, "bo")
+    assert me(auth_proxy, **bo, **{"Remote-Groups": "admins"}) == {"id": "bo", "username": "bo", "is_admin": False}
+
+
+def test_uploads_are_served_from_the_folder_with_nosniff(open_proxy, wizard_backend):
+    buffer = io.BytesIO()
+    Image.new("RGB", (4, 4)).save(buffer, "WEBP")
+    response = requests.post(open_proxy.url + "/api/uploads", headers=open_proxy.headers("wizard"),
+                             files={"file": ("a.webp", buffer.getvalue(), "image/webp")}, timeout=10)
+    assert response.status_code == 201
+    url = response.json()["url"]
+    served = requests.get(open_proxy.url + url, headers=open_proxy.headers("wizard"), timeout=10)
+    assert served.status_code == 200 and served.content == buffer.getvalue()
+    assert served.headers["Content-Type"] == "image/webp"
+    assert served.headers["X-Content-Type-Options"] == "nosniff"
+    for path in ("/uploads/../wizard.db", "/uploads/wizard.db", "/uploads/" + "0" * 32 + ".png"):
+        missing = requests.get(open_proxy.url + path, headers=open_proxy.headers("wizard"), timeout=10)
+        assert missing.status_code == 404 and b"SQLite" not in missing.content
+
+
+def test_a_body_over_the_upload_limit_is_refused_by_nginx(open_proxy):
+    response = requests.post(open_proxy.url + "/api/uploads", headers=open_proxy.headers("wizard"),
+                             files={"file": ("big.png", b"\0" * (10 * 1024 * 1024), "image/png")}, timeout=30)
+    assert response.status_code == 413
+    assert "8 MB" in response.json()["error"]
+
+
+def test_events_flow_through_unbuffered(open_proxy):
+    with requests.get(open_proxy.url + "/api/events", headers=open_proxy.headers("wizard"), stream=True,
+                      timeout=10) as stream:
+        assert stream.status_code == 200
+        assert stream.headers["X-Accel-Buffering"] == "no"
+        requests.post(open_proxy.url + "/api/collections/saved_prompts", headers=open_proxy.headers("wizard"),
+                      json={"text": "through nginx"}, timeout=10)
+        record = next(iter_records(stream))
+        assert record.json() == {"collection": "saved_prompts"}

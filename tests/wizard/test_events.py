@@ -1,0 +1,51 @@
+"""The collection event stream: headers, one event per affected collection, every
+write reaching every open stream."""
+from app.common.sse_client import iter_records
+
+
+def open_stream(client):
+    response = client.http.get(client.base_url + "/api/events", headers=client.headers(), stream=True, timeout=10)
+    assert response.status_code == 200
+    return response
+
+
+def next_collections(response, count):
+    seen = []
+    for record in iter_records(response):
+        seen.append(record.json()["collection"])
+        if len(seen) == count:
+            return seen
+    raise AssertionError(f"the stream ended after {seen}")
+
+
+def test_headers_of_the_stream(wizard):
+    with open_stream(wizard) as response:
+        assert response.headers["Content-Type"].startswith("text/event-stream")
+        assert response.headers["Cache-Control"] == "no-cache"
+        assert response.headers["X-Accel-Buffering"] == "no"
+
+
+def test_every_write_reaches_every_open_stream(wizard, admin):
+    streams = [open_stream(wizard), open_stream(wizard.as_user("bob")), open_stream(wizard.as_user("public"))]
+    try:
+        row = wizard.post("/api/collections/saved_prompts", json={"text": "x"}).json()
+        wizard.patch(f"/api/collections/saved_prompts/{row['id']}", json={"text": "y"})
+        wizard.delete(f"/api/collections/saved_prompts/{row['id']}")
+        blueprint = wizard.post("/api/collections/blueprints", json={"title": "b", "is_public": True}).json()
+        wizard.post("/api/likes/toggle", json={"blueprint_id": blueprint["id"]})
+        admin.post("/api/collections/admin_prompts", json={"key": "events.test", "text": "t"})
+        expected = ["saved_prompts"] * 3 + ["blueprints", "likes", "blueprints", "admin_prompts"]
+        for response in streams:
+            assert next_collections(response, len(expected)) == expected
+    finally:
+        for response in streams:
+            response.close()
+
+
+def test_refused_writes_send_no_event(wizard):
+    with open_stream(wizard) as response:
+        assert wizard.post("/api/collections/likes", json={}).status_code == 403
+        assert wizard.post("/api/collections/saved_prompts", data="x",
+                           headers={"Content-Type": "application/json"}).status_code == 400
+        wizard.post("/api/collections/prompt_history", json={"prompt": "marker"})
+        assert next_collections(response, 1) == ["prompt_history"]

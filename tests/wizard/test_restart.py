@@ -1,0 +1,38 @@
+"""Check 8 and the life of the data across restarts of the gunicorn process."""
+from tests.wizard.conftest import TEST_IDENTITY, WizardClient
+
+
+def test_check_8_after_a_restart_the_service_answers_with_its_data(start_service, tmp_path):
+    data_dir = tmp_path / "wizard"
+    first = start_service("wizard", data_dir=data_dir, env=TEST_IDENTITY)
+    client = WizardClient(first.base_url, "alice")
+    saved = client.post("/api/collections/saved_prompts", json={"text": "kept"}).json()
+    seeded = client.get("/api/collections/wizards").json()
+    took = first.stop()
+    assert took < 20
+
+    second = start_service("wizard", data_dir=data_dir, env=TEST_IDENTITY)
+    client = WizardClient(second.base_url, "alice")
+    response = client.get("/api/me")
+    assert response.status_code == 200 and response.json()["id"] == "alice"
+    assert client.get("/api/collections/saved_prompts").json() == [saved]
+    # The global wizards are seeded once, not again at each start.
+    assert client.get("/api/collections/wizards").json() == seeded
+
+
+def test_deleted_global_wizards_stay_deleted_after_a_restart(start_service, tmp_path):
+    data_dir = tmp_path / "wizard"
+    service = start_service("wizard", data_dir=data_dir, env=TEST_IDENTITY)
+    admin = WizardClient(service.base_url, "root", "admins")
+    doomed = admin.get("/api/collections/wizards").json()[0]
+    assert admin.delete(f"/api/collections/wizards/{doomed['id']}").status_code == 204
+    service.stop()
+    service = start_service("wizard", data_dir=data_dir, env=TEST_IDENTITY)
+    ids = [row["id"] for row in WizardClient(service.base_url, "root", "admins").get("/api/collections/wizards").json()]
+    assert doomed["id"] not in ids
+
+
+def test_two_workers_starting_together_seed_once(start_service, tmp_path):
+    service = start_service("wizard", data_dir=tmp_path / "wizard", workers=2, env=TEST_IDENTITY)
+    names = [row["name"] for row in WizardClient(service.base_url).get("/api/collections/wizards").json()]
+    assert len(names) == len(set(names)) == 3

@@ -1,0 +1,69 @@
+"""Uploads: the type is read from the bytes, 8 MB at most, stored under
+DATA_DIR/uploads and served back with nosniff."""
+import io
+import re
+
+import pytest
+from PIL import Image
+
+
+def image_bytes(kind, size=(8, 8)):
+    buffer = io.BytesIO()
+    Image.new("RGB", size, (200, 30, 30)).save(buffer, kind)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("kind, extension, mime", [("PNG", "png", "image/png"), ("JPEG", "jpg", "image/jpeg"),
+                                                    ("WEBP", "webp", "image/webp")])
+def test_images_are_stored_and_served(wizard, wizard_server, kind, extension, mime):
+    data = image_bytes(kind)
+    # The declared type is not what decides.
+    response = wizard.post("/api/uploads", files={"file": ("photo.bin", data, "application/octet-stream")})
+    assert response.status_code == 201, response.text
+    url = response.json()["url"]
+    assert re.fullmatch(rf"/uploads/[0-9a-f]{{32}}\.{extension}", url)
+    assert (wizard_server.data_dir / "uploads" / url.rsplit("/", 1)[1]).read_bytes() == data
+    served = wizard.get(url)
+    assert served.status_code == 200 and served.content == data
+    assert served.headers["Content-Type"] == mime
+    assert served.headers["X-Content-Type-Options"] == "nosniff"
+
+
+@pytest.mark.parametrize("name, data, declared", [
+    ("fake.png", b"<svg xmlns='http://www.w3.org/2000/svg'/>", "image/png"),
+    ("doc.png", b"%PDF-1.4 not an image", "image/png"),
+    ("anim.gif", None, "image/gif"),
+    ("truncated.png", "truncated", "image/png"),
+])
+def test_anything_but_png_jpeg_webp_is_400(wizard, wizard_server, name, data, declared):
+    if data is None:
+        data = image_bytes("GIF")
+    elif data == "truncated":
+        data = image_bytes("PNG", (64, 64))[:60]
+    before = sorted((wizard_server.data_dir / "uploads").glob("*")) if (wizard_server.data_dir / "uploads").exists() else []
+    response = wizard.post("/api/uploads", files={"file": (name, data, declared)})
+    assert response.status_code == 400
+    assert "PNG, JPEG or WebP" in response.json()["error"]
+    after = sorted((wizard_server.data_dir / "uploads").glob("*")) if (wizard_server.data_dir / "uploads").exists() else []
+    assert after == before
+
+
+def test_a_file_over_8_mb_is_413(wizard):
+    data = image_bytes("PNG") + b"\0" * (8 * 1024 * 1024)
+    response = wizard.post("/api/uploads", files={"file": ("big.png", data, "image/png")})
+    assert response.status_code == 413
+    assert "8 MB" in response.json()["error"]
+
+
+def test_a_form_without_the_file_field_is_400(wizard):
+    assert wizard.post("/api/uploads", files={"other": ("a.png", image_bytes("PNG"), "image/png")}).status_code == 400
+    assert wizard.post("/api/uploads", json={"file": "x"}).status_code == 400
+    assert wizard.post("/api/uploads", files={"file": ("empty.png", b"", "image/png")}).status_code == 400
+
+
+@pytest.mark.parametrize("path", ["/uploads/../wizard.db", "/uploads/..%2Fwizard.db", "/uploads/wizard.db",
+                                  "/uploads/" + "0" * 32 + ".png", "/uploads/%2e%2e/%2e%2e/etc/passwd"])
+def test_uploads_cannot_reach_other_files(wizard, path):
+    response = wizard.get(path)
+    assert response.status_code == 404
+    assert b"SQLite" not in response.content
