@@ -16,7 +16,7 @@ from app.common.body import StrictBoolean, json_object, validated
 from app.common.broker import broker
 from app.common.db import write_transaction
 from app.common.errors import ApiError
-from app.wizard import bp, cache, collections, identity, uploads
+from app.wizard import bp, cache, events, identity, uploads
 from app.wizard.generation import SIZES, GenerationFailed
 from app.wizard.models import LlmLog, LlmTiming, database
 
@@ -96,10 +96,8 @@ def _record(rows):
     with write_transaction(database):
         for model, values in rows:
             model.create(**values)
-        if any(model is LlmLog for model, _ in rows):
-            cache.bump("llm_logs")
-    if any(model is LlmLog for model, _ in rows):
-        collections.publish("llm_logs")
+        changed = cache.bump(*{"llm_logs" for model, _ in rows if model is LlmLog})
+    events.announce(changed)
 
 
 def _timing_row(who, body, timing, outcome, error=None):

@@ -5,9 +5,8 @@ from flask import Response, jsonify, request
 
 from app.common import sse
 from app.common.body import json_object
-from app.common.broker import broker
 from app.common.errors import ApiError
-from app.wizard import bp, collections, identity
+from app.wizard import bp, collections, events, identity
 from app.wizard.models import LlmTiming
 
 log = logging.getLogger("bundle.wizard")
@@ -83,10 +82,10 @@ def client_error():
 
 
 @bp.get("/api/events")
-def events():
-    """Collection changes as `data: {"collection": name}`; each write reaches every
-    open stream of this process."""
-    return sse.stream_response((), broker.subscribe(collections.EVENTS_TOPIC))
+def collection_events():
+    """Collection changes as `data: {"collection": name}`: each write, in any worker
+    process, reaches every open stream."""
+    return sse.stream_response((), events.subscribe())
 
 
 @bp.get("/api/admin/llm-timings")

@@ -19,9 +19,13 @@ def version(name):
             .where(CollectionVersion.name == name).scalar() or 0)
 
 
-def bump(name):
-    """Call inside the write's transaction."""
-    CollectionVersion.update(version=CollectionVersion.version + 1).where(CollectionVersion.name == name).execute()
+def bump(*names):
+    """Raise the counters of `names`, inside the write's transaction; returns
+    {name: new counter} for events.announce after the commit."""
+    for name in names:
+        CollectionVersion.update(version=CollectionVersion.version + 1).where(
+            CollectionVersion.name == name).execute()
+    return {name: version(name) for name in names}
 
 
 def get(key, current_version):

@@ -7,14 +7,12 @@ columns so that filters and scoping are plain indexed SQL.
 """
 import json
 
-from app.common.broker import broker
 from app.common.db import write_transaction
 from app.common.errors import ApiError
-from app.wizard import cache
+from app.wizard import cache, events
 from app.wizard.identity import Identity
 from app.wizard.models import COLLECTIONS, Blueprint, Like, database
 
-EVENTS_TOPIC = "wizard:collections"
 FILTER_KEYS = ("is_public", "user_id", "blueprint_id", "key")
 SERVER_OWNED = ("id", "created_at", "user_id", "likes_count")
 # Collections whose rows belong to the identity that created them.
@@ -31,11 +29,6 @@ def model_of(name):
     if model is None:
         raise ApiError(400, f"unknown collection {name[:60]!r}: expected one of {', '.join(COLLECTIONS)}")
     return model
-
-
-def publish(*names):
-    for name in names:
-        broker.publish(EVENTS_TOPIC, {"collection": name})
 
 
 # ---- reading ---------------------------------------------------------------------
@@ -174,8 +167,8 @@ def create_row(name, who, payload):
         columns["likes_count"] = 0
     with database.atomic():
         row = model.create(data=fields, **columns)
-        cache.bump(name)
-    publish(name)
+        changed = cache.bump(name)
+    events.announce(changed)
     return row_json(name, row)
 
 
@@ -197,21 +190,20 @@ def update_row(name, who, row_id, payload):
         for column, value in _typed_columns(fields).items():
             setattr(row, column, value)
         row.save()
-        cache.bump(name)
-    publish(name)
+        changed = cache.bump(name)
+    events.announce(changed)
     return row_json(name, row)
 
 
 def delete_row(name, who, row_id):
-    changed = [name]
     with database.atomic():
         model, row = _row_for_write(name, who, row_id)
         row.delete_instance()
+        names = [name]
         if model is Blueprint and Like.delete().where(Like.blueprint_id == row.id).execute():
-            changed.append("likes")   # no like may outlive its blueprint
-        for each in changed:
-            cache.bump(each)
-    publish(*changed)
+            names.append("likes")   # no like may outlive its blueprint
+        changed = cache.bump(*names)
+    events.announce(changed)
 
 
 # ---- likes -----------------------------------------------------------------------
@@ -229,7 +221,6 @@ def toggle_like(who, blueprint_id):
                         data={"blueprint_id": blueprint_id})
         count = Like.select().where(Like.blueprint_id == blueprint_id).count()
         Blueprint.update(likes_count=count).where(Blueprint.id == blueprint_id).execute()
-        cache.bump("likes")
-        cache.bump("blueprints")
-    publish("likes", "blueprints")
+        changed = cache.bump("likes", "blueprints")
+    events.announce(changed)
     return {"liked": not removed, "likes_count": count}

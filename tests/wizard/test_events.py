@@ -49,3 +49,25 @@ def test_refused_writes_send_no_event(wizard):
                            headers={"Content-Type": "application/json"}).status_code == 400
         wizard.post("/api/collections/prompt_history", json={"prompt": "marker"})
         assert next_collections(response, 1) == ["prompt_history"]
+
+
+def test_writes_in_one_worker_reach_streams_in_every_worker(start_service):
+    # Two worker processes: the kernel spreads the streams over both, and a write is
+    # handled by one of them; the other learns of it from the collection counters.
+    from tests.wizard.conftest import TEST_IDENTITY, WizardClient
+    service = start_service("wizard", workers=2, env=TEST_IDENTITY)
+    client = WizardClient(service.base_url, "alice")
+    streams = [open_stream(WizardClient(service.base_url, f"reader{i}")) for i in range(8)]
+    try:
+        client.post("/api/collections/saved_prompts", json={"text": "one"})
+        client.post("/api/collections/wizards", json={"name": "two"})
+        for response in streams:
+            seen = set()
+            for record in iter_records(response):
+                seen.add(record.json()["collection"])
+                if seen == {"saved_prompts", "wizards"}:
+                    break
+            assert seen == {"saved_prompts", "wizards"}
+    finally:
+        for response in streams:
+            response.close()

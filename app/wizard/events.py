@@ -1,0 +1,59 @@
+"""Collection events: `data: {"collection": name}` to every open /api/events stream.
+
+A write publishes its collections on this process's broker at once. Writes made by
+another worker process are noticed through the per-collection counters that every
+write raises (`collection_versions`): while this process has open streams, one
+greenlet reads the counters four times a second and announces the collections whose
+counter moved past what this process last announced.
+"""
+import logging
+
+import gevent
+
+from app.common.broker import broker
+from app.wizard.models import CollectionVersion, database
+
+TOPIC = "wizard:collections"
+POLL_SECONDS = 0.25
+log = logging.getLogger("bundle.wizard")
+_announced = {}        # collection -> the last counter value announced by this process
+_watcher = None
+
+
+def announce(versions):
+    """After a write's commit: {collection: its counter after the write}."""
+    for name, version in versions.items():
+        _announced[name] = max(version, _announced.get(name, 0))
+        broker.publish(TOPIC, {"collection": name})
+
+
+def subscribe():
+    subscription = broker.subscribe(TOPIC)
+    _ensure_watcher()
+    return subscription
+
+
+def _ensure_watcher():
+    global _watcher
+    if _watcher is None or _watcher.dead:
+        _watcher = gevent.spawn(_watch)
+
+
+def _counters():
+    with database.connection_context():
+        return dict(CollectionVersion.select(CollectionVersion.name, CollectionVersion.version).tuples())
+
+
+def _watch():
+    try:
+        for name, version in _counters().items():   # the starting point: nothing to announce
+            _announced.setdefault(name, version)
+        while broker.subscriber_count(TOPIC):
+            gevent.sleep(POLL_SECONDS)
+            moved = {name: version for name, version in _counters().items()
+                     if version > _announced.get(name, 0)}
+            if moved:
+                announce(moved)
+    except Exception:
+        # The next subscription starts a new watcher; streams stay open meanwhile.
+        log.exception("the collection watcher stopped")
