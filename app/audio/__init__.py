@@ -6,15 +6,12 @@ import logging
 
 from flask import Blueprint
 
+from app.common.errors import error_with_field
+
 bp = Blueprint("audio", __name__, url_prefix="/api/audio")
 log = logging.getLogger("bundle.audio")
 
-
-def error_body(status, message, extra):
-    body = {"error": message}
-    if extra.get("field"):
-        body["field"] = extra["field"]
-    return body
+error_body = error_with_field   # {"error": message, "field"?: name}
 
 
 def init_app(app):

@@ -24,6 +24,14 @@ class ApiError(Exception):
         self.extra = extra
 
 
+def error_with_field(status, message, extra):
+    """The body `{"error": message, "field"?: name}` (the audio and wizard services)."""
+    body = {"error": message}
+    if extra.get("field"):
+        body["field"] = extra["field"]
+    return body
+
+
 def _respond(error_body, status, message, extra=None, headers=None):
     response = jsonify(error_body(status, message, extra or {}))
     response.status_code = status
