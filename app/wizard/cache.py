@@ -7,16 +7,20 @@ reader of an unchanged collection.
 """
 from collections import OrderedDict
 
-from app.wizard.models import CollectionVersion
+from app.wizard.models import CollectionVersion, database
 
 MAX_ENTRIES = 256
 MAX_BODY = 4 * 1024 * 1024      # larger answers are rebuilt each time rather than kept
-_entries = OrderedDict()         # key -> (version, body); least recently used first
+_entries = OrderedDict()         # key -> (version, body bytes); least recently used first
+
+
+# Prebuilt: building the query with peewee on every read costs more than running it.
+_VERSION_SQL = "SELECT version FROM collection_versions WHERE name = ?"
 
 
 def version(name):
-    return (CollectionVersion.select(CollectionVersion.version)
-            .where(CollectionVersion.name == name).scalar() or 0)
+    row = database.execute_sql(_VERSION_SQL, (name,)).fetchone()
+    return row[0] if row else 0
 
 
 def bump(*names):

@@ -7,6 +7,8 @@ columns so that filters and scoping are plain indexed SQL.
 """
 import json
 
+from peewee import SqliteDatabase, fn
+
 from app.common.db import write_transaction
 from app.common.errors import ApiError
 from app.wizard import cache, events
@@ -83,8 +85,7 @@ def list_rows(name, who, wanted):
         for column, value in wanted.items():
             field = getattr(model, column)
             query = query.where(field.is_null() if value is None else field == value)
-        rows = query.order_by(model.seq.desc()).tuples().iterator()
-        body = "[" + ",".join(_row_text(name, row) for row in rows) + "]"
+        body = ("[" + ",".join(_row_texts(name, model, query.order_by(model.seq.desc()))) + "]").encode()
         cache.put(key, version, body)
     return body, version
 
@@ -92,8 +93,21 @@ def list_rows(name, who, wanted):
 _COLUMNS = ("seq", "id", "user_id", "created_at", "is_public", "blueprint_id", "key", "likes_count", "data")
 
 
-def _row_text(name, values):
-    return json.dumps(_as_json(name, dict(zip(_COLUMNS, values))), separators=(",", ":"), ensure_ascii=False)
+def _row_texts(name, model, query):
+    """Each row's JSON text. On SQLite the database lays the server-owned fields over
+    the stored payload itself (json_set, in C): a thousand rows take a few
+    milliseconds instead of tens on the worker's loop."""
+    if not isinstance(database.obj, SqliteDatabase):
+        rows = query.tuples().iterator()
+        return (json.dumps(_as_json(name, dict(zip(_COLUMNS, row))), separators=(",", ":"), ensure_ascii=False)
+                for row in rows)
+    laid_over = ["$.id", model.id, "$.created_at", model.created_at]
+    if name in OWNED:
+        laid_over += ["$.user_id", model.user_id]
+    if name == "blueprints":
+        laid_over += ["$.likes_count", fn.coalesce(model.likes_count, 0)]
+    row_json_sql = fn.json_set(model.data, *laid_over).coerce(False)   # text, not the field's dict
+    return (text for (text,) in query.select(row_json_sql).tuples().iterator())
 
 
 def _as_json(name, columns):
