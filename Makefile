@@ -15,6 +15,7 @@ bench: setup
 	$(PY) -m bench.decks
 	$(PY) -m bench.audio
 	$(PY) -m bench.workspace
+	$(PY) -m bench.wizard
 
 setup: system-deps $(VENV)/.installed
 

@@ -1,0 +1,69 @@
+"""Keeps the bundle's generated secrets in one root-only JSON file (mode 0600).
+
+    python3 bundle_secrets.py FILE ensure NAME=KIND ...   # adds the missing ones
+    python3 bundle_secrets.py FILE rotate NAME=KIND       # replaces one
+
+Prints "changed" when it wrote the file, nothing else: never a secret. Kinds:
+token (32 random bytes, URL-safe base64), fernet (a Fernet key), client_secret (a
+token as NAME and its PBKDF2-SHA512 digest in Authelia's format as NAME_digest).
+Standard library only: it runs with the host's python3 before any venv exists.
+"""
+import base64
+import hashlib
+import json
+import os
+import secrets
+import sys
+
+ROUNDS = 310000  # Authelia's default for pbkdf2-sha512
+
+
+def ab64(raw):
+    """passlib's 'adapted base64' (Authelia's modular crypt format): '.' for '+', no padding."""
+    return base64.b64encode(raw).decode().rstrip("=").replace("+", ".")
+
+
+def pbkdf2_sha512(secret):
+    salt = secrets.token_bytes(16)
+    checksum = hashlib.pbkdf2_hmac("sha512", secret.encode(), salt, ROUNDS)
+    return f"$pbkdf2-sha512${ROUNDS}${ab64(salt)}${ab64(checksum)}"
+
+
+def generate(name, kind):
+    if kind == "token":
+        return {name: secrets.token_urlsafe(32)}
+    if kind == "fernet":
+        return {name: base64.urlsafe_b64encode(secrets.token_bytes(32)).decode()}
+    if kind == "client_secret":
+        value = secrets.token_urlsafe(48)
+        return {name: value, f"{name}_digest": pbkdf2_sha512(value)}
+    raise SystemExit(f"bundle_secrets: unknown kind {kind!r}")
+
+
+def main(path, action, *specs):
+    try:
+        with open(path) as handle:
+            stored = json.load(handle)
+    except FileNotFoundError:
+        stored = {}
+    wanted = dict(spec.split("=", 1) for spec in specs)
+    updated = dict(stored)
+    for name, kind in wanted.items():
+        if action == "rotate" or name not in updated:
+            updated.update(generate(name, kind))
+    if updated == stored:
+        return
+    temporary = f"{path}.new"
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        json.dump(updated, handle, indent=2, sort_keys=True)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+    print("changed")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3 or sys.argv[2] not in ("ensure", "rotate"):
+        raise SystemExit(__doc__)
+    main(*sys.argv[1:])

@@ -1,0 +1,280 @@
+"""The staging box: a Debian 12 root booted with systemd (systemd-nspawn --boot), provisioned
+by the real ops/bootstrap.sh + ansible-pull from a git copy of this working tree, and checked
+from outside through its nginx on loopback ports chosen for the run (devtools/staging.py).
+
+The box shares the host's network namespace; everything in it listens on 127.0.0.1 only.
+Tests run in file order on one box (module scope): each leaves the box as it found it.
+"""
+import json
+import re
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+import requests
+import urllib3
+import yaml
+
+from devtools import staging
+from devtools.oidc_provider import sign_in
+from devtools.services import free_port
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+DOMAIN = "staging.test"
+USER, PASSWORD = "alice", "staging-" + uuid.uuid4().hex
+urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)  # the box's self-signed certificate
+
+
+class ServerName(requests.adapters.HTTPAdapter):
+    """TLS to 127.0.0.1 with a site's name as SNI (the box's names resolve nowhere)."""
+
+    def __init__(self, host):
+        self.server_name = host
+        super().__init__()
+
+    def init_poolmanager(self, *args, **kwargs):
+        super().init_poolmanager(*args, server_hostname=self.server_name, **kwargs)
+
+
+class Staging:
+    def __init__(self, box, port, idp_port, services, first_pull):
+        self.box, self.port, self.idp_port = box, port, idp_port
+        self.services, self.first_pull = services, first_pull
+        self.base = f"https://127.0.0.1:{port}"
+        self.issuer = f"http://127.0.0.1:{idp_port}"
+
+    def host(self, service):
+        return f"{service}.{DOMAIN}"
+
+    def client(self, service):
+        http = requests.Session()
+        http.verify = False
+        http.trust_env = False  # else REQUESTS_CA_BUNDLE from the environment overrides verify
+        http.mount("https://", ServerName(self.host(service)))
+        http.headers["Host"] = self.host(service)
+        return http
+
+    def get(self, service, path, **kwargs):
+        kwargs.setdefault("timeout", 10)
+        return self.client(service).get(self.base + path, **kwargs)
+
+    def pull(self):
+        """ansible-pull again, as an admin re-provisions (bootstrap.sh with the kept settings)."""
+        return self.box.run("bash", "/root/bootstrap.sh", timeout=900).stdout
+
+    def systemctl(self, *args, check=True):
+        return self.box.run("systemctl", *args, check=check, timeout=60).stdout.strip()
+
+
+def recap(output):
+    match = re.search(r"^localhost\s+:\s+(.*)$", output, re.M)
+    assert match, output[-3000:]
+    return dict(item.split("=") for item in match.group(1).split())
+
+
+def _vars(port, service_ports, idp_port):
+    return {
+        "bundle_domain": DOMAIN,
+        "bundle_https_port": port,
+        "bundle_ports": service_ports,
+        "nginx_listen_addresses": ["127.0.0.1"],
+        "nginx_http_redirect_port": "",
+        "identity_provider_backend": "standin",
+        "identity_provider_standin_port": idp_port,
+        "identity_provider_upstream": f"127.0.0.1:{idp_port}",
+        "identity_provider_standin_users": [
+            {"username": USER, "password": PASSWORD, "email": f"{USER}@{DOMAIN}", "groups": ["admins"]}],
+        # The workspace platform reaches the provider directly on loopback: the box's
+        # public names resolve nowhere, and its certificate is self-signed.
+        "bundle_auth_url": f"http://127.0.0.1:{idp_port}",
+        "bundle_auth_request_url": f"http://127.0.0.1:{idp_port}/api/authz/auth-request",
+    }
+
+
+@pytest.fixture(scope="module")
+def stage(tmp_path_factory):
+    reason = staging.nspawn_unavailable()
+    if reason:
+        pytest.skip(f"!!! STAGING BOX NOT RUN: {reason} !!!")
+    root = staging.ensure_root(log=lambda line: print(line, file=sys.stderr))
+    work = tmp_path_factory.mktemp("staging")
+    # The working tree as it is on disk, as the branch `staging` of a bare repository.
+    commit = staging.snapshot_commit()
+    repo = work / "bundle.git"
+    subprocess.run(["git", "init", "--quiet", "--bare", str(repo)], check=True)
+    subprocess.run(["git", "-C", str(ROOT), "push", "--quiet", str(repo), f"{commit}:refs/heads/staging"],
+                   check=True, capture_output=True)
+    bootstrap = subprocess.run(["git", "-C", str(ROOT), "show", f"{commit}:ops/bootstrap.sh"], check=True,
+                               capture_output=True, text=True).stdout
+    port, idp_port = free_port(), free_port()
+    service_ports = {name: free_port() for name in ("workspace", "decks", "notebook", "audio", "wizard")}
+    pip_cache = staging.CACHE / "pip"
+    pip_cache.mkdir(parents=True, exist_ok=True)
+    with staging.Box.boot(root, binds=[(pip_cache, "/root/.cache/pip")],
+                          ro_binds=[(repo, "/srv/bundle.git")]) as box:
+        box.trust_host_certificates()
+        box.run("sh", "-c", "install -d -m 0755 /etc/bundle && cat > /etc/bundle/vars.yml",
+                input=yaml.safe_dump(_vars(port, service_ports, idp_port)))
+        box.run("sh", "-c", "cat > /root/bootstrap.sh", input=bootstrap)
+        pulled = box.run("bash", "/root/bootstrap.sh", "--repo", "/srv/bundle.git", "--branch", "staging",
+                         timeout=1200)
+        enabled = box.run("sh", "-c", "ls /etc/bundle/*.env").stdout.split()
+        services = sorted(Path(p).stem for p in enabled)
+        yield Staging(box, port, idp_port, services, pulled.stdout)
+
+
+def test_provisioned_services_are_active_and_their_units_verify(stage):
+    assert recap(stage.first_pull)["failed"] == "0"
+    assert {"workspace", "decks", "audio"} <= set(stage.services)
+    for service in stage.services:
+        assert stage.systemctl("is-active", f"bundle@{service}.service") == "active"
+    if "notebook" in stage.services:
+        assert stage.systemctl("is-active", "bundle-worker@notebook.service") == "active"
+    assert stage.systemctl("is-active", "nginx.service", "bundle-idp.service") == "active\nactive"
+    units = [f"bundle@{s}.service" for s in stage.services]
+    verified = stage.box.run("systemd-analyze", "verify", *units, check=False)
+    assert verified.returncode == 0 and verified.stderr == "", verified.stderr
+    # Environment files: root-owned, group bundle may read, nobody else.
+    modes = stage.box.run("stat", "-c", "%a %U %G", *[f"/etc/bundle/{s}.env" for s in stage.services]).stdout
+    assert set(modes.split("\n")) - {""} == {"640 root bundle"}
+    assert stage.box.run("stat", "-c", "%a %U", "/etc/bundle/secrets.json").stdout.strip() == "600 root"
+
+
+def test_no_secret_is_printed_by_the_playbook(stage):
+    secrets = json.loads(stage.box.run("cat", "/etc/bundle/secrets.json").stdout)
+    assert secrets
+    for value in secrets.values():
+        assert value not in stage.first_pull
+
+
+def test_acceptance_suite_passes_through_the_box(stage):
+    options = ["--insecure"]
+    for service in stage.services:
+        options += [f"--{service}-url", stage.base, f"--{service}-host", stage.host(service)]
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                             "tests/acceptance", *options], cwd=ROOT, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+
+
+def test_wizard_answers_after_a_restart(stage):
+    if "wizard" not in stage.services:
+        pytest.skip("the checkout has no wizard service yet")
+    stage.systemctl("restart", "bundle@wizard.service")
+    me = stage.get("wizard", "/api/me")
+    assert me.status_code == 200, me.text
+    assert me.json()["username"] == "public"
+    assert stage.systemctl("is-active", "bundle@wizard.service") == "active"
+
+
+def _wait_healthy(stage, deadline):
+    while time.monotonic() < deadline:
+        try:
+            if stage.get("decks", "/healthz", timeout=2).status_code == 200:
+                return time.monotonic()
+        except requests.RequestException:
+            pass
+        time.sleep(0.1)  # polling for the restart, with a deadline
+    return None
+
+
+def test_a_killed_service_is_back_within_seven_seconds(stage):
+    pid = stage.systemctl("show", "-p", "MainPID", "--value", "bundle@decks.service")
+    restarts = int(stage.systemctl("show", "-p", "NRestarts", "--value", "bundle@decks.service"))
+    killed = time.monotonic()
+    stage.box.run("kill", "-KILL", pid)
+    down = stage.get("decks", "/healthz")
+    assert down.status_code == 502 and "error" in down.json()  # nginx answers while it is down
+    back = _wait_healthy(stage, killed + 15)
+    assert back is not None, "the deck service did not come back within 15 s"
+    assert 5 <= back - killed <= 7.5, f"back after {back - killed:.1f} s (RestartSec=5)"
+    assert int(stage.systemctl("show", "-p", "NRestarts", "--value", "bundle@decks.service")) == restarts + 1
+
+
+def test_stop_with_a_hundred_open_streams_ends_within_twenty_seconds(stage):
+    decks = stage.get("decks", "/api/decks").json()
+    created = stage.client("decks").post(stage.base + "/api/sessions", json={"deck_id": decks[0]["id"]},
+                                         timeout=10)
+    assert created.status_code == 201, created.text
+    stream_path = f"/api/sessions/{created.json()['id']}/stream"
+    opened, ended, errors = threading.Semaphore(0), [], []
+
+    def hold():
+        try:
+            with stage.get("decks", stream_path, stream=True, timeout=(10, 60)) as response:
+                assert response.status_code == 200
+                opened.release()
+                for _ in response.iter_content(None):
+                    pass
+            ended.append(time.monotonic())
+        except Exception as error:  # reported below
+            errors.append(error)
+            opened.release()
+
+    threads = [threading.Thread(target=hold, daemon=True) for _ in range(100)]
+    for thread in threads:
+        thread.start()
+    for _ in threads:
+        assert opened.acquire(timeout=30)
+    assert not errors, errors[:3]
+    started = time.monotonic()
+    stage.systemctl("stop", "bundle@decks.service")
+    took = time.monotonic() - started
+    for thread in threads:
+        thread.join(30)
+    stage.systemctl("start", "bundle@decks.service")
+    assert took < 20, f"systemctl stop took {took:.1f} s"
+    assert len(ended) == 100 and not errors
+    assert _wait_healthy(stage, time.monotonic() + 15)
+
+
+def test_a_second_pull_changes_nothing(stage):
+    output = stage.pull()
+    assert recap(output)["changed"] == "0", output[-6000:]
+
+
+def _oidc_sign_in(stage):
+    """The whole single sign-on through the box: the platform's button, the provider's
+    login form, the callback; returns the signed-in /users/me."""
+    http = stage.client("workspace")
+    start = http.get(stage.base + "/api/v2/users/oidc/callback", params={"redirect": "/"},
+                     allow_redirects=False, timeout=10)
+    assert start.status_code in (302, 303), start.text
+    authorization = start.headers["Location"]
+    assert authorization.startswith(stage.issuer + "/api/oidc/authorization?")
+    provider = requests.Session()
+    back = sign_in(provider, authorization, USER, PASSWORD)
+    callback = f"https://{stage.host('workspace')}:{stage.port}/api/v2/users/oidc/callback"
+    assert back.startswith(callback + "?"), back
+    finished = http.get(stage.base + urlsplit(back).path + "?" + urlsplit(back).query,
+                        allow_redirects=False, timeout=30)
+    assert finished.status_code == 303, finished.text[:500]
+    me = http.get(stage.base + "/api/v2/users/me", timeout=10)
+    assert me.status_code == 200, me.text
+    return me.json()
+
+
+def test_secret_rotation_keeps_oidc_sign_in_working(stage):
+    assert _oidc_sign_in(stage)["username"] == USER
+    before = stage.box.run("cat", "/etc/authelia/oidc-clients.yml").stdout
+    env_before = stage.box.run("grep", "OIDC_CLIENT_SECRET", "/etc/bundle/workspace.env").stdout
+    workspace_pid = stage.systemctl("show", "-p", "MainPID", "--value", "bundle@workspace.service")
+    decks_pid = stage.systemctl("show", "-p", "MainPID", "--value", "bundle@decks.service")
+    rotated = stage.box.run("ansible-playbook", "-i", "localhost,", "-e", "@/etc/bundle/vars.yml",
+                            "/var/lib/bundle-pull/ops/rotate-oidc-secret.yml", timeout=900)
+    assert recap(rotated.stdout)["failed"] == "0"
+    assert stage.box.run("cat", "/etc/authelia/oidc-clients.yml").stdout != before
+    assert stage.box.run("grep", "OIDC_CLIENT_SECRET", "/etc/bundle/workspace.env").stdout != env_before
+    # Both restarted by the handlers, and only the services concerned.
+    assert stage.systemctl("show", "-p", "MainPID", "--value", "bundle@workspace.service") != workspace_pid
+    assert stage.systemctl("show", "-p", "MainPID", "--value", "bundle@decks.service") == decks_pid
+    secrets = json.loads(stage.box.run("cat", "/etc/bundle/secrets.json").stdout)
+    assert secrets["workspace_oidc_client_secret"] not in rotated.stdout
+    assert _oidc_sign_in(stage)["username"] == USER
