@@ -7,7 +7,8 @@ from flask import Blueprint
 
 from app.common.errors import error_with_field
 
-bp = Blueprint("wizard", __name__)
+bp = Blueprint("wizard", __name__, template_folder="templates", static_folder="static",
+               static_url_path="/static")
 log = logging.getLogger("bundle.wizard")
 
 error_body = error_with_field   # {"error": message, "field"?: name}
@@ -15,7 +16,7 @@ error_body = error_with_field   # {"error": message, "field"?: name}
 
 def init_app(app):
     from app.common.db import bind_to_requests
-    from app.wizard import ai, api, uploads  # noqa: F401  (routes register on bp)
+    from app.wizard import ai, api, pages, uploads  # noqa: F401  (routes register on bp)
     from app.wizard.generation import Generator
     from app.wizard.models import database, open_database
     from app.wizard.seed import seed_global_wizards
