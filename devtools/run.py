@@ -48,9 +48,8 @@ def _prepare_audio(data_dir):
     seed(str(data_dir / "soundlib"))
 
 
-# Where a person starts: the audio service has no page, its capabilities say what works;
-# the wizard's pages are yet to come, its identity route shows who nginx says you are.
-HOME_PATHS = {"audio": "/api/audio/capabilities", "wizard": "/api/me"}
+# Where a person starts: the audio service has no page, its capabilities say what works.
+HOME_PATHS = {"audio": "/api/audio/capabilities"}
 PREPARERS = {"audio": _prepare_audio}   # on DATA_DIR, before the service starts
 SEEDERS = {"decks": _seed_decks}        # through the running service
 # What a service needs besides SERVICE, PORT and DATA_DIR on this machine.
