@@ -734,17 +734,18 @@ def sign_in(http, authorization_url, username, password):
 
 
 def load_config_file(path):
-    """A config from a .yml/.yaml (PyYAML) or .json file; ValueError when unreadable."""
+    """A config from a .json file, or YAML from any other name (systemd's credentials
+    have none); ValueError when unreadable."""
     path = Path(path)
     text = path.read_text()
-    if path.suffix in (".yml", ".yaml"):
+    if path.suffix == ".json":
+        config = json.loads(text)
+    else:
         import yaml
         try:
             config = yaml.safe_load(text)
         except yaml.YAMLError as error:
             raise ValueError(f"not valid YAML: {error}") from None
-    else:
-        config = json.loads(text)
     if not isinstance(config, dict):
         raise ValueError("the config is a mapping with clients and users")
     return config

@@ -72,6 +72,19 @@ class Staging:
     def systemctl(self, *args, check=True):
         return self.box.run("systemctl", *args, check=check, timeout=60).stdout.strip()
 
+    def wait_active(self, unit, timeout=20):
+        """Polls until `unit` is active (a unit may still be starting when the play ends);
+        fails with its status and journal otherwise."""
+        deadline = time.monotonic() + timeout
+        while (state := self.systemctl("is-active", unit, check=False)) != "active":
+            if time.monotonic() > deadline:
+                status = self.box.run("sh", "-c", f"systemctl status --no-pager {unit}; "
+                                      f"journalctl -u {unit} -n 40 --no-pager", check=False).stdout
+                pytest.fail(f"{unit} is {state}, not active, after {timeout} s:\n{status[-5000:]}")
+            time.sleep(0.2)  # polling the unit's state, with a deadline
+        # Active now, and not a unit in a crash loop caught between two restarts.
+        assert self.systemctl("show", "-p", "NRestarts", "--value", unit) == "0", f"{unit} restarted by itself"
+
 
 def recap(output):
     match = re.search(r"^localhost\s+:\s+(.*)$", output, re.M)
@@ -133,11 +146,11 @@ def stage(tmp_path_factory):
 def test_provisioned_services_are_active_and_their_units_verify(stage):
     assert recap(stage.first_pull)["failed"] == "0"
     assert {"workspace", "decks", "audio"} <= set(stage.services)
-    for service in stage.services:
-        assert stage.systemctl("is-active", f"bundle@{service}.service") == "active"
+    units = [f"bundle@{service}.service" for service in stage.services] + ["nginx.service", "bundle-idp.service"]
     if "notebook" in stage.services:
-        assert stage.systemctl("is-active", "bundle-worker@notebook.service") == "active"
-    assert stage.systemctl("is-active", "nginx.service", "bundle-idp.service") == "active\nactive"
+        units.append("bundle-worker@notebook.service")
+    for unit in units:
+        stage.wait_active(unit)
     units = [f"bundle@{s}.service" for s in stage.services]
     verified = stage.box.run("systemd-analyze", "verify", *units, check=False)
     assert verified.returncode == 0 and verified.stderr == "", verified.stderr
@@ -161,7 +174,10 @@ def test_acceptance_suite_passes_through_the_box(stage):
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                              "tests/acceptance", *options], cwd=ROOT, capture_output=True, text=True,
                             timeout=600)
-    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+    if result.returncode != 0:   # what the box's nginx and identity provider said, to tell why
+        logs = stage.box.run("sh", "-c", "tail -n 40 /var/log/nginx/error.log; "
+                             "journalctl -u bundle-idp -u 'bundle@*' -n 60 --no-pager", check=False).stdout
+        pytest.fail(result.stdout[-6000:] + result.stderr[-2000:] + "\n--- box logs ---\n" + logs[-6000:])
 
 
 def test_wizard_answers_after_a_restart(stage):

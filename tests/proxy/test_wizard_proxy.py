@@ -130,3 +130,16 @@ def test_events_flow_through_unbuffered(open_proxy):
                       json={"text": "through nginx"}, timeout=10)
         record = next(iter_records(stream))
         assert record.json() == {"collection": "saved_prompts"}
+
+
+
+def test_an_unavailable_identity_provider_fails_closed(auth_proxy, identity_provider):
+    # Never served as `public` meanwhile: a signed-in user's writes would land in the
+    # shared anonymous library.
+    identity_provider.down = 503
+    try:
+        response = requests.get(auth_proxy.url + "/api/me", headers=auth_proxy.headers("wizard"), timeout=10)
+        assert response.status_code == 500
+    finally:
+        identity_provider.down = False
+    assert me(auth_proxy)["id"] == "public"
