@@ -1,7 +1,7 @@
 """The README's screenshots: each built service's main page in Debian's Chromium,
 through nginx, on fresh data seeded as `make run` seeds it.
 
-    .venv/bin/python -m devtools.screenshots          # writes docs/screenshots/<service>.png
+    .venv/bin/python -m devtools.screenshots [service ...]   # writes docs/screenshots/<service>.png
 
 Not app code and not a test: run by hand after a page changes.
 """
@@ -18,14 +18,15 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-component-update", "--no-first-run", "--disable-sync"]
 # The page a person lands on; the workspace's dashboard needs a session, so its login page.
 PAGES = {"workspace": "/login", "notebook": "/docs"}
+HEIGHTS = {"audio": 120}   # an API only: its capabilities document is one line
 
 
-def main():
+def main(names=None):
     from playwright.sync_api import sync_playwright
     TARGET.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as scratch, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        for name in built_services():
+        for name in names or built_services():
             data_dir = Path(scratch) / name
             data_dir.mkdir()
             run.PREPARERS.get(name, lambda d: None)(data_dir)
@@ -35,7 +36,7 @@ def main():
                 run.SEEDERS.get(name, lambda s: None)(service)
                 proxy = nginx.start(Path(scratch) / f"{name}-nginx", None, {name: f"127.0.0.1:{service.port}"},
                                     variables={"wizard_uploads_dir": str(data_dir / "uploads")})
-                page = browser.new_page(viewport={"width": 1200, "height": 800})
+                page = browser.new_page(viewport={"width": 1200, "height": HEIGHTS.get(name, 800)})
                 path = PAGES.get(name) or run.HOME_PATHS.get(name, "/")
                 page.goto(f"http://{proxy.host(name)}:{proxy.port}{path}", wait_until="networkidle")
                 page.screenshot(path=str(TARGET / f"{name}.png"))
@@ -50,4 +51,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
