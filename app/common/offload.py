@@ -28,3 +28,14 @@ def blocking(fn, *args, **kwargs):
     if isinstance(result, _Raised):
         raise result.exc
     return result
+
+
+def native_lock():
+    """A lock of the operating system's threads, even under gevent's monkey patch: it
+    guards work done in the threadpool's real threads, where a gevent lock (tied to one
+    hub) does not belong. Hold it briefly when a greenlet takes it: it blocks the loop."""
+    from gevent import monkey
+    if monkey.is_module_patched("threading"):
+        return monkey.get_original("threading", "Lock")()
+    import threading
+    return threading.Lock()

@@ -1,0 +1,5 @@
+import sys
+
+from app.notebook.cli import main
+
+sys.exit(main())

@@ -1,0 +1,101 @@
+"""Host-side commands of the notebook service.
+
+    python -m app.notebook worker     consume the job queue (sources, note embeddings)
+    python -m app.notebook reembed    queue the embedding of every chunk and note that the
+                                      configured model did not make (after a model change)
+
+The worker reads the same environment as the service (DATA_DIR, DATABASE_URL,
+NOTEBOOK_*); stop it with SIGINT to let running jobs finish, SIGTERM to stop at
+once (a job cut off is marked failed at the next start and can be retried).
+"""
+import argparse
+import logging
+import sys
+import threading
+
+from app.common import config
+from app.common.requestlog import configure_logging
+
+log = logging.getLogger("bundle.notebook.worker")
+
+
+def _preload_model(settings):
+    """Load the embedding model once, beside the consumer, so that the first job
+    that needs it does not pay the load, and jobs without it need not wait."""
+    from app.notebook import embeddings
+    try:
+        embeddings.embedder(settings).embed(["warm up"])
+        log.info("embedding model ready: %s", settings.embedding_model)
+    except embeddings.EmbeddingUnavailable as exc:
+        log.warning("vector search is unavailable: %s", exc)
+    except Exception:  # the model failed to load: jobs will fail with the error; say it here too
+        log.exception("the embedding model could not be loaded")
+
+
+def worker(args):
+    from app.notebook import processing
+    from app.notebook.jobs import JobQueue
+    from app.notebook.models import open_database
+    from app.notebook.settings import NotebookSettings
+
+    configure_logging()
+    logging.getLogger("huey").setLevel(logging.WARNING)
+    settings = NotebookSettings.from_env(config.data_dir("notebook"), serving=False)
+    open_database(settings.database_url, pool=False)
+    processing.configure(settings)
+    recovered = processing.recover_interrupted()
+    if recovered:
+        log.warning("%d job(s) were cut off by the last stop: marked failed", recovered)
+    queue = JobQueue(settings)
+    processing.requeue_waiting(queue)
+    threading.Thread(target=_preload_model, args=(settings,), daemon=True, name="model-preload").start()
+    # Poll the SQLite queue every 50 ms when busy, backing off to 0.5 s when idle:
+    # a queued job starts within half a second.
+    consumer = queue.huey.create_consumer(workers=settings.worker_threads, worker_type="thread",
+                                          periodic=False, initial_delay=0.05, backoff=1.15, max_delay=0.5)
+    log.info("notebook worker: %d thread(s), queue %s", settings.worker_threads, settings.jobs_path)
+    consumer.run()
+    return 0
+
+
+def reembed(args):
+    """Queue one command per source and note whose vectors are missing or of another
+    model; the worker embeds them (vectors of another model are never compared)."""
+    from app.notebook import embeddings
+    from app.notebook.ids import public
+    from app.notebook.jobs import JobQueue
+    from app.notebook.models import Chunk, Note, Source, open_database, write_transaction
+    from app.notebook.settings import NotebookSettings
+
+    settings = NotebookSettings.from_env(config.data_dir("notebook"), serving=False)
+    reason = embeddings.unavailable_reason(settings)
+    if reason:
+        sys.stderr.write(f"error: {reason}\n")
+        return 1
+    open_database(settings.database_url, pool=False)
+    queue, name = JobQueue(settings), settings.embedding_model
+    stale = (Chunk.embedding_model.is_null()) | (Chunk.embedding_model != name)
+    sources = [k for (k,) in Source.select(Source.id).join(Chunk).where(stale & (Source.status == "completed"))
+               .distinct().tuples()]
+    notes = [k for (k,) in Note.select(Note.id).where(Note.embedding_model.is_null()
+                                                      | (Note.embedding_model != name)).tuples()]
+    with write_transaction():
+        commands = ([queue.new_command("embed_source", public("source", k)) for k in sources]
+                    + [queue.new_command("embed_note", public("note", k)) for k in notes])
+    for command in commands:
+        queue.enqueue(command)
+    print(f"queued {len(sources)} source(s) and {len(notes)} note(s) for {name}")
+    return 0
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m app.notebook", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("worker", help="consume the job queue until stopped")
+    commands.add_parser("reembed", help="queue embeddings for what the configured model did not embed")
+    args = parser.parse_args(argv)
+    try:
+        return worker(args) if args.command == "worker" else reembed(args)
+    except config.ConfigError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2

@@ -1,0 +1,179 @@
+"""Interactive documentation: the OpenAPI 3 document built by apispec from the
+same marshmallow schemas that validate requests (/openapi.json), and Swagger UI
+from the swagger-ui-dist files installed at set-up (no CDN) at /docs."""
+import functools
+import os
+
+from apispec import APISpec
+from apispec.ext.marshmallow import MarshmallowPlugin
+from flask import Response, send_from_directory
+
+from app.common.config import PROJECT_ROOT
+from app.common.errors import ApiError
+from app.notebook import bp, schemas as s
+from app.notebook.http import settings
+
+VERSION = (PROJECT_ROOT / "VERSION").read_text().strip()
+UI_FILES = {"swagger-ui.css", "swagger-ui-bundle.js", "swagger-ui-standalone-preset.js",
+            "favicon-32x32.png", "favicon-16x16.png"}
+
+# (method, path, tag, summary, request, {status: response schema or None}, errors)
+# request: ("json", Schema) | ("query", Schema) | ("source", None) for the JSON-or-multipart add.
+OPERATIONS = [
+    ("get", "/health", "system", "Health: 200 when the database answers", None,
+     {200: s.Health}, [503]),
+    ("get", "/notebooks", "notebooks", "List notebooks", ("query", s.NotebookListQuery),
+     {200: [s.NotebookOut]}, [400]),
+    ("post", "/notebooks", "notebooks", "Create a notebook", ("json", s.NotebookCreate),
+     {201: s.NotebookOut}, [400, 409, 413, 415]),
+    ("get", "/notebooks/{notebook_id}", "notebooks", "Read a notebook", None, {200: s.NotebookOut}, [404]),
+    ("put", "/notebooks/{notebook_id}", "notebooks", "Update a notebook", ("json", s.NotebookUpdate),
+     {200: s.NotebookOut}, [400, 404, 409, 413, 415]),
+    ("delete", "/notebooks/{notebook_id}", "notebooks",
+     "Delete a notebook, its notes and the sources only it holds (shared sources are unlinked)", None,
+     {200: s.NotebookDeleted}, [404]),
+    ("get", "/sources", "sources", "List sources (X-Total-Count: the total)", ("query", s.SourceListQuery),
+     {200: [s.SourceOut]}, [400, 404]),
+    ("post", "/sources", "sources",
+     "Add a source: upload (multipart), link or text; async_processing answers at once with the command",
+     ("source", s.SourceCreate), {201: s.SourceDetail, 202: s.SourceQueued}, [400, 404, 409, 413, 415]),
+    ("get", "/sources/{source_id}", "sources", "Read a source with its full text", None,
+     {200: s.SourceDetail}, [404]),
+    ("put", "/sources/{source_id}", "sources", "Update a source's title or topics", ("json", s.SourceUpdate),
+     {200: s.SourceOut}, [400, 404, 413, 415]),
+    ("delete", "/sources/{source_id}", "sources",
+     "Delete a source: its file, chunks and embeddings; its unfinished job is canceled", None,
+     {200: s.SourceDeleted}, [404]),
+    ("get", "/sources/{source_id}/status", "sources", "Processing status of a source", None,
+     {200: s.SourceStatus}, [404]),
+    ("post", "/sources/{source_id}/retry", "sources", "Process a failed or canceled source again", None,
+     {202: s.SourceQueued}, [400, 404]),
+    ("get", "/sources/{source_id}/download", "sources", "The original uploaded file", None,
+     {200: "file"}, [404]),
+    ("get", "/notes", "notes", "List notes", ("query", s.NoteListQuery), {200: [s.NoteOut]}, [400, 404]),
+    ("post", "/notes", "notes", "Create a note", ("json", s.NoteCreate), {201: s.NoteOut},
+     [400, 404, 413, 415]),
+    ("get", "/notes/{note_id}", "notes", "Read a note", None, {200: s.NoteOut}, [404]),
+    ("put", "/notes/{note_id}", "notes", "Update a note", ("json", s.NoteUpdate), {200: s.NoteOut},
+     [400, 404, 413, 415]),
+    ("delete", "/notes/{note_id}", "notes", "Delete a note", None, {200: s.Deleted}, [404]),
+    ("get", "/commands", "commands", "List commands (background jobs)", ("query", s.CommandListQuery),
+     {200: s.CommandList}, [400]),
+    ("get", "/commands/{command_id}", "commands", "Status of a command", None, {200: s.CommandOut}, [404]),
+    ("delete", "/commands/{command_id}", "commands", "Cancel a command that has not finished", None,
+     {200: s.CommandOut}, [404, 409]),
+    ("post", "/search", "search", "Full-text (BM25) or vector (cosine) search", ("json", s.SearchRequest),
+     {200: s.SearchResponse}, [400, 404, 413, 415]),
+]
+
+_PATH_PARAMS = {"notebook_id": "notebook:<key>", "source_id": "source:<key>", "note_id": "note:<key>",
+                "command_id": "command:<key>"}
+
+
+def _content(schema):
+    if schema == "file":
+        return {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
+    if isinstance(schema, list):
+        return {"application/json": {"schema": {"type": "array", "items": schema[0]}}}
+    return {"application/json": {"schema": schema}}
+
+
+def _multipart_schema():
+    """The multipart form of POST /sources: the JSON fields as strings, plus the file."""
+    return {"type": "object", "required": ["type"], "properties": {
+        "type": {"type": "string", "enum": list(s.SOURCE_TYPES)},
+        "notebook_id": {"type": "string"}, "notebooks": {"type": "string", "description": "a JSON list of ids"},
+        "file": {"type": "string", "format": "binary"}, "url": {"type": "string"},
+        "content": {"type": "string"}, "title": {"type": "string"},
+        "async_processing": {"type": "boolean"}, "embed": {"type": "boolean"},
+        "delete_source": {"type": "boolean"}}}
+
+
+def _operation(method, path, tag, summary, request, responses, errors):
+    op = {"tags": [tag], "summary": summary, "operationId": f"{method}_{path}".replace("/", "_").strip("_")
+          .replace("{", "").replace("}", ""),
+          "responses": {str(code): {"description": "OK" if code < 300 else "Accepted", "content": _content(schema)}
+                        for code, schema in responses.items()}}
+    params = [{"in": "path", "name": name, "required": True, "schema": {"type": "string"},
+               "description": example} for name, example in _PATH_PARAMS.items() if "{" + name + "}" in path]
+    if request and request[0] == "query":
+        params.append({"in": "query", "schema": request[1]})
+    elif request and request[0] == "json":
+        op["requestBody"] = {"required": True, "content": {"application/json": {"schema": request[1]}}}
+    elif request and request[0] == "source":
+        op["requestBody"] = {"required": True, "content": {
+            "application/json": {"schema": request[1]},
+            "multipart/form-data": {"schema": _multipart_schema()}}}
+    if params:
+        op["parameters"] = params
+    for code in sorted({*errors, 400, 401, 405, 500} if path != "/health" else set(errors)):
+        if str(code) not in op["responses"]:
+            op["responses"][str(code)] = {"description": _ERROR_TEXT.get(code, "Error"),
+                                          "content": {"application/json": {"schema": "Error"}}}
+    if path == "/health":
+        op["security"] = []
+    else:
+        op["responses"]["401"]["headers"] = {"WWW-Authenticate": {"schema": {"type": "string"}}}
+    return op
+
+
+_ERROR_TEXT = {400: "Invalid input", 401: "Missing or wrong password", 404: "Not found",
+               405: "Method not allowed", 409: "Conflict", 413: "Too large", 415: "Unsupported media type",
+               500: "Server error", 503: "The database does not answer"}
+
+
+@functools.lru_cache(maxsize=1)
+def document():
+    spec = APISpec(title="Research notebook API", version=VERSION, openapi_version="3.0.3",
+                   plugins=[MarshmallowPlugin()],
+                   info={"description": "Every route is also served under /api (Open Notebook's paths). "
+                                        "Send Authorization: Bearer <NOTEBOOK_PASSWORD>."})
+    spec.components.security_scheme("bearer", {"type": "http", "scheme": "bearer"})
+    spec.components.schema("Error", schema=s.Error)
+    paths = {}
+    for method, path, tag, summary, request, responses, errors in OPERATIONS:
+        paths.setdefault(path, {})[method] = _operation(method, path, tag, summary, request, responses, errors)
+    for path, operations in paths.items():
+        spec.path(path=path, operations=operations)
+    result = spec.to_dict()
+    result["security"] = [{"bearer": []}]
+    return result
+
+
+@bp.get("/openapi.json")
+def openapi_document():
+    return document()
+
+
+_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Research notebook API</title>
+<link rel="stylesheet" href="{base}/docs/ui/swagger-ui.css">
+<link rel="icon" type="image/png" href="{base}/docs/ui/favicon-32x32.png"></head>
+<body><div id="swagger-ui" data-spec="{base}/openapi.json"></div>
+<script src="{base}/docs/ui/swagger-ui-bundle.js"></script>
+<script src="{base}/docs/ui/swagger-ui-standalone-preset.js"></script>
+<script src="{base}/docs/assets/docs.js"></script></body></html>
+"""
+
+
+def _ui_dir():
+    directory = settings().swagger_ui_dir
+    if not os.path.isfile(os.path.join(directory, "swagger-ui-bundle.js")):
+        raise ApiError(503, "Swagger UI is not installed: run `make setup` (npm install of swagger-ui-dist) "
+                            "or set NOTEBOOK_SWAGGER_UI_DIR; /openapi.json works without it")
+    return directory
+
+
+@bp.get("/docs")
+def docs_page():
+    from flask import request
+    _ui_dir()
+    base = "/api" if request.path.startswith("/api/") else ""
+    return Response(_PAGE.format(base=base), mimetype="text/html")
+
+
+@bp.get("/docs/ui/<name>")
+def docs_vendor(name):
+    if name not in UI_FILES:
+        raise ApiError(404, f"not found: {name[:80]}")
+    return send_from_directory(_ui_dir(), name, max_age=3600)

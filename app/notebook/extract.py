@@ -1,0 +1,146 @@
+"""Text out of documents: PDF (pypdf), plain text and Markdown, HTML and web
+pages (trafilatura), DOCX (python-docx). `detect` decides the kind up front, so an
+unsupported file is refused by the route, not by a job that fails later."""
+import io
+import logging
+import os
+import re
+import zipfile
+
+from charset_normalizer import from_bytes
+
+log = logging.getLogger("bundle.notebook")
+
+EXTENSIONS = {".pdf": "pdf", ".txt": "text", ".text": "text", ".md": "text", ".markdown": "text",
+              ".csv": "text", ".html": "html", ".htm": "html", ".xhtml": "html", ".docx": "docx"}
+CONTENT_TYPES = {"application/pdf": "pdf", "text/plain": "text", "text/markdown": "text",
+                 "text/x-markdown": "text", "text/csv": "text", "text/html": "html",
+                 "application/xhtml+xml": "html",
+                 "application/vnd.openxmlformats-officedocument.wordprocessingml.document": "docx"}
+SUPPORTED = "PDF, text, Markdown, CSV, HTML or DOCX"
+
+
+class ExtractionError(Exception):
+    """The document could not be read: the message says why (shown to the user)."""
+
+
+class Unsupported(ExtractionError):
+    pass
+
+
+def _sniff(head):
+    if head.startswith(b"%PDF-"):
+        return "pdf"
+    if head.startswith(b"PK\x03\x04"):
+        return "docx"
+    lowered = head[:1024].lstrip().lower()
+    if lowered.startswith((b"<!doctype html", b"<html")):
+        return "html"
+    if b"\x00" not in head:
+        try:
+            head.decode("utf-8")
+            return "text"
+        except UnicodeDecodeError as exc:
+            if exc.start >= len(head) - 4:  # a character cut by the end of the sample
+                return "text"
+    return None
+
+
+def detect(filename, head, content_type=None):
+    """The kind of a document from its name, declared type and first bytes; raises
+    Unsupported. `head` is at least the first 4 KB (or the whole file)."""
+    ext = os.path.splitext(filename or "")[1].lower()
+    kind = EXTENSIONS.get(ext)
+    if kind is None and content_type:
+        kind = CONTENT_TYPES.get(content_type.split(";")[0].strip().lower())
+    if kind is None and not ext:
+        kind = _sniff(head)
+    if kind is None:
+        raise Unsupported(f"unsupported file type {ext or content_type or 'unknown'}: expected {SUPPORTED}")
+    if kind == "text" and b"\x00" in head:
+        raise Unsupported("the file is binary, not text")
+    return kind
+
+
+def decode_text(data):
+    """Bytes as text: UTF-8 (with or without BOM), else the encoding charset-normalizer finds."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        best = from_bytes(data).best()
+        if best is None:
+            raise ExtractionError("the text is in no encoding that could be recognised") from None
+        return str(best)
+
+
+def _pdf(data):
+    from pypdf import PdfReader
+    from pypdf.errors import PdfReadError, PyPdfError
+    try:
+        reader = PdfReader(io.BytesIO(data))
+        if reader.is_encrypted:
+            raise ExtractionError("the PDF is encrypted")
+        pages = [page.extract_text() or "" for page in reader.pages]
+        title = (reader.metadata.title if reader.metadata else None) or None
+    except ExtractionError:
+        raise
+    except (PdfReadError, PyPdfError, ValueError, KeyError, TypeError, AttributeError, OSError) as exc:
+        raise ExtractionError(f"the PDF could not be read: {exc}") from None
+    return "\n\n".join(p.strip() for p in pages if p.strip()), title
+
+
+def _docx(data):
+    import docx
+    try:
+        document = docx.Document(io.BytesIO(data))
+    except (zipfile.BadZipFile, KeyError, ValueError, OSError) as exc:
+        raise ExtractionError(f"the DOCX could not be read: {exc}") from None
+    except Exception as exc:  # python-docx raises its own kinds for a file that is not a document
+        raise ExtractionError(f"the DOCX could not be read: {type(exc).__name__}") from None
+    paragraphs = [p.text for p in document.paragraphs if p.text.strip()]
+    for table in document.tables:
+        for row in table.rows:
+            paragraphs.append(" | ".join(cell.text.strip() for cell in row.cells))
+    return "\n\n".join(paragraphs), (document.core_properties.title or None)
+
+
+def _html(data, url=None):
+    import trafilatura
+    html = decode_text(data)
+    text = trafilatura.extract(html, url=url, include_comments=False, include_tables=True,
+                               favor_recall=True)
+    title = None
+    metadata = trafilatura.extract_metadata(html, default_url=url)
+    if metadata is not None:
+        title = metadata.title
+    if not text:
+        # A page with little markup (or none): its visible text, tags stripped.
+        text = re.sub(r"<[^>]+>", " ", re.sub(r"(?is)<(script|style)[^>]*>.*?</\1>", " ", html))
+        text = re.sub(r"[ \t]+", " ", text).strip()
+    return text, title
+
+
+def _text(data):
+    text = decode_text(data)
+    first = next((line.strip().lstrip("#").strip() for line in text.splitlines() if line.strip()), None)
+    return text, (first[:200] if first else None)
+
+
+def extract(kind, data, url=None):
+    """(text, title or None) of a document of `kind`; raises ExtractionError."""
+    if not data:
+        raise ExtractionError("the document is empty")
+    if kind == "pdf":
+        text, title = _pdf(data)
+    elif kind == "docx":
+        text, title = _docx(data)
+    elif kind == "html":
+        text, title = _html(data, url)
+    elif kind == "text":
+        text, title = _text(data)
+    else:
+        raise Unsupported(f"unsupported document kind {kind!r}")
+    text = text.replace("\x00", "").strip()
+    if not text:
+        raise ExtractionError(f"no text could be extracted from the {kind.upper()} document")
+    return text, title

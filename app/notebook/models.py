@@ -1,0 +1,168 @@
+"""The notebook's data (peewee): notebooks, sources (linked to notebooks), their
+chunks with embeddings, notes, commands (background jobs) and the full-text index.
+
+Primary keys are random 20-character strings; the API shows them as
+`<table>:<key>` (see ids.py). Timestamps are naive UTC.
+"""
+import os
+from datetime import datetime, timezone
+
+from peewee import (AutoField, BlobField, BooleanField, CharField, DatabaseProxy, DateTimeField,
+                    ForeignKeyField, IntegerField, Model, SqliteDatabase, TextField)
+from playhouse.db_url import connect
+from playhouse.sqlite_ext import JSONField
+
+database = DatabaseProxy()
+
+
+def now():
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+class BaseModel(Model):
+    class Meta:
+        database = database
+
+
+class Notebook(BaseModel):
+    id = CharField(primary_key=True, max_length=20)
+    name = CharField(max_length=200)
+    name_key = CharField(unique=True)   # lower case: two notebooks never share a name (409)
+    description = TextField(default="")
+    archived = BooleanField(default=False)
+    created = DateTimeField(default=now)
+    updated = DateTimeField(default=now, index=True)
+
+
+class Source(BaseModel):
+    id = CharField(primary_key=True, max_length=20)
+    kind = CharField(max_length=10)              # upload | link | text
+    title = CharField(max_length=500, default="")
+    url = TextField(null=True)                   # link sources
+    file_name = CharField(null=True)             # the stored basename under DATA_DIR/uploads
+    original_name = CharField(null=True)         # as the client sent it (shown, never used as a path)
+    content_type = CharField(null=True)
+    full_text = TextField(default="")
+    topics = JSONField(default=list)
+    status = CharField(max_length=10, default="new", index=True)  # new|running|completed|failed|canceled
+    error_message = TextField(null=True)
+    command_id = CharField(null=True)            # the last processing command (key only)
+    embed = BooleanField(default=True)
+    delete_file = BooleanField(default=False)    # delete_source: drop the file once processed
+    created = DateTimeField(default=now, index=True)
+    updated = DateTimeField(default=now, index=True)
+
+
+class SourceNotebook(BaseModel):
+    source = ForeignKeyField(Source, backref="links", on_delete="CASCADE")
+    notebook = ForeignKeyField(Notebook, backref="links", on_delete="CASCADE")
+
+    class Meta:
+        indexes = ((("source", "notebook"), True), (("notebook",), False))
+
+
+class Chunk(BaseModel):
+    id = AutoField()
+    source = ForeignKeyField(Source, backref="chunks", on_delete="CASCADE")
+    ordinal = IntegerField()
+    text = TextField()
+    # The vector, float32 little-endian, and the model that made it: vectors of
+    # another model (or dimension) are never compared with a query's.
+    embedding = BlobField(null=True)
+    embedding_model = CharField(null=True, index=True)
+    embedding_dim = IntegerField(null=True)
+
+
+class Note(BaseModel):
+    id = CharField(primary_key=True, max_length=20)
+    title = CharField(max_length=500, default="")
+    content = TextField()
+    note_type = CharField(max_length=10, default="human")   # human | ai
+    notebook = ForeignKeyField(Notebook, backref="notes", on_delete="CASCADE", null=True)
+    embedding = BlobField(null=True)
+    embedding_model = CharField(null=True, index=True)
+    embedding_dim = IntegerField(null=True)
+    created = DateTimeField(default=now, index=True)
+    updated = DateTimeField(default=now)
+
+
+class Command(BaseModel):
+    id = CharField(primary_key=True, max_length=20)
+    kind = CharField(max_length=30)              # process_source | embed_note
+    target = CharField()                         # the public id of what it works on
+    status = CharField(max_length=10, default="new", index=True)  # new|running|completed|failed|canceled
+    progress = JSONField(null=True)
+    result = JSONField(null=True)
+    error_message = TextField(null=True)
+    created = DateTimeField(default=now, index=True)
+    updated = DateTimeField(default=now)
+
+
+class SearchDoc(BaseModel):
+    """One row of the full-text index (search_fts has the same rowid): which
+    parent (`source:…`, `note:…`) a piece of indexed text belongs to."""
+    id = AutoField()
+    parent = CharField(index=True)
+    part = CharField(max_length=10)              # source | note
+
+
+class Generation(BaseModel):
+    """Counters that say "this changed": `vectors` is bumped in every transaction that
+    adds, replaces or removes embeddings, so that a web worker knows when the vectors
+    it holds in memory for vector search are stale (one tiny read per query)."""
+    key = CharField(primary_key=True)
+    value = IntegerField(default=0)
+
+
+def bump_vectors():
+    """Call inside the transaction that changes embeddings."""
+    updated = Generation.update(value=Generation.value + 1).where(Generation.key == "vectors").execute()
+    if not updated:
+        Generation.insert(key="vectors", value=1).on_conflict_ignore().execute()
+
+
+def vectors_generation():
+    return Generation.select(Generation.value).where(Generation.key == "vectors").scalar() or 0
+
+
+MODELS = [Notebook, Source, SourceNotebook, Chunk, Note, Command, SearchDoc, Generation]
+
+FTS_DDL = ("CREATE VIRTUAL TABLE IF NOT EXISTS search_fts USING fts5("
+           "title, body, parent UNINDEXED, tokenize = 'porter unicode61 remove_diacritics 2')")
+# `rank` is BM25 with a word in the title worth five in the body.
+FTS_RANK = "INSERT INTO search_fts (search_fts, rank) VALUES ('rank', 'bm25(5.0, 1.0)')"
+
+
+def is_sqlite():
+    return isinstance(database.obj, SqliteDatabase)
+
+
+def write_transaction():
+    """A transaction that takes SQLite's write lock at BEGIN (IMMEDIATE). A deferred
+    transaction that reads first and writes later fails at once with "database is
+    locked" when another process (the worker, another web worker) wrote meanwhile;
+    an immediate one waits for the lock (busy_timeout) instead."""
+    if is_sqlite():
+        return database.atomic("IMMEDIATE")
+    return database.atomic()
+
+
+def open_database(url, pool=True):
+    """Connect the models to `url` and create what is missing. `pool`: pooled
+    connections, for the web worker where each request is a greenlet of its own."""
+    if url.startswith("sqlite:///"):
+        path = url[len("sqlite:///"):]
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        pragmas = {"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": 10000, "synchronous": "normal"}
+        scheme = "sqlite+pool://" if pool else "sqlite://"
+        extra = {"max_connections": 64, "stale_timeout": 300} if pool else {}
+        db = connect(scheme + url[len("sqlite://"):], pragmas=pragmas, **extra)
+    else:
+        db = connect(url)
+    database.initialize(db)
+    with db.connection_context():
+        db.create_tables(MODELS, safe=True)
+        if is_sqlite():
+            db.execute_sql(FTS_DDL)
+            db.execute_sql(FTS_RANK)
+    return db

@@ -1,0 +1,77 @@
+"""Notebooks: list, create, read, update, delete."""
+from peewee import IntegrityError
+
+from app.common.errors import ApiError
+from app.notebook import bp, cleanup, views
+from app.notebook.http import body, query, settings
+from app.notebook.ids import key_of, new_key, public
+from app.notebook.models import Notebook, now, write_transaction
+from app.notebook.schemas import NotebookCreate, NotebookListQuery, NotebookUpdate
+
+_ORDER = {"updated": Notebook.updated, "created": Notebook.created, "name": Notebook.name_key}
+
+
+def get_notebook(public_id):
+    record = Notebook.get_or_none(Notebook.id == key_of("notebook", public_id))
+    if record is None:
+        raise ApiError(404, f"notebook {public_id[:80]!r} not found")
+    return record
+
+
+def _name_taken(name):
+    return ApiError(409, f"a notebook named {name!r} already exists")
+
+
+@bp.get("/notebooks")
+def list_notebooks():
+    args = query(NotebookListQuery)
+    field, direction = args["order_by"].split()
+    order = _ORDER[field].desc() if direction == "desc" else _ORDER[field].asc()
+    selection = Notebook.select().order_by(order)
+    if "archived" in args:
+        selection = selection.where(Notebook.archived == args["archived"])
+    records = list(selection)
+    sources, notes = views.notebook_counts([r.id for r in records])
+    return [views.notebook(r, sources.get(r.id, 0), notes.get(r.id, 0)) for r in records]
+
+
+@bp.post("/notebooks")
+def create_notebook():
+    data = body(NotebookCreate())
+    try:
+        record = Notebook.create(id=new_key(), name=data["name"], name_key=data["name"].casefold(),
+                                 description=data["description"])
+    except IntegrityError:
+        raise _name_taken(data["name"]) from None
+    return views.notebook(record, 0, 0), 201
+
+
+@bp.get("/notebooks/<notebook_id>")
+def read_notebook(notebook_id):
+    return views.notebook(get_notebook(notebook_id))
+
+
+@bp.put("/notebooks/<notebook_id>")
+def update_notebook(notebook_id):
+    record = get_notebook(notebook_id)
+    data = body(NotebookUpdate())
+    if "name" in data:
+        record.name, record.name_key = data["name"], data["name"].casefold()
+    for field in ("description", "archived"):
+        if field in data:
+            setattr(record, field, data[field])
+    record.updated = now()
+    try:
+        record.save()
+    except IntegrityError:
+        raise _name_taken(data["name"]) from None
+    return views.notebook(record)
+
+
+@bp.delete("/notebooks/<notebook_id>")
+def delete_notebook(notebook_id):
+    record = get_notebook(notebook_id)
+    with write_transaction():
+        removed = cleanup.delete_notebook(record, settings().uploads_dir)
+    cleanup.remove_files(removed.pop("files"))
+    return {"deleted": public("notebook", record.id), **removed}

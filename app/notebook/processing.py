@@ -1,0 +1,247 @@
+"""What the job worker does with a command: process a source (extract, chunk,
+embed, index) or embed a note.
+
+Status moves by compare-and-set on the command row, so that whoever changes it
+first wins: the worker claims `new` -> `running` (a command canceled while queued
+is skipped, and the worker goes on with the next job), checks between steps that
+it is still `running` (a delete or DELETE /commands stops it), and writes its
+result in the same transaction that checks once more. A job that raises is
+`failed` with its error, never `completed`."""
+import logging
+import os
+
+from app.notebook import chunking, embeddings, extract, index, ssrf
+from app.notebook.ids import public
+from app.notebook.models import Chunk, Command, Note, Source, bump_vectors, now, write_transaction
+
+log = logging.getLogger("bundle.notebook.worker")
+_settings = None
+EMBED_BATCH = 32
+
+
+class Canceled(Exception):
+    """The command was canceled, or what it works on was deleted."""
+
+
+def configure(settings):
+    """Called once by the worker process before it consumes jobs."""
+    global _settings
+    _settings = settings
+
+
+# --------------------------------------------------------------------------- command state
+
+def _claim(command_key):
+    claimed = (Command.update(status="running", updated=now(), progress={"stage": "starting", "percent": 0})
+               .where((Command.id == command_key) & (Command.status == "new")).execute())
+    return Command.get_by_id(command_key) if claimed else None
+
+
+def ensure_running(command):
+    status = Command.select(Command.status).where(Command.id == command.id).scalar()
+    if status != "running":
+        raise Canceled(f"command {command.id} is {status or 'gone'}")
+
+
+def progress(command, stage, percent):
+    (Command.update(progress={"stage": stage, "percent": percent}, updated=now())
+     .where((Command.id == command.id) & (Command.status == "running")).execute())
+    ensure_running(command)
+
+
+def _complete(command, result):
+    """Inside the job's final transaction: only a command still running completes
+    (every kind of job changes vectors)."""
+    bump_vectors()
+    done = (Command.update(status="completed", result=result, progress={"stage": "done", "percent": 100},
+                           updated=now())
+            .where((Command.id == command.id) & (Command.status == "running")).execute())
+    if not done:
+        raise Canceled(f"command {command.id} was canceled before it could complete")
+
+
+def _fail(command, message):
+    with write_transaction():
+        failed = (Command.update(status="failed", error_message=message, updated=now())
+                  .where((Command.id == command.id) & (Command.status == "running")).execute())
+        if failed and command.kind == "process_source":
+            (Source.update(status="failed", error_message=message, updated=now())
+             .where(Source.command_id == command.id).execute())
+
+
+def run(command_key):
+    """The huey task: run one command to its end (completed, failed or canceled)."""
+    command = _claim(command_key)
+    if command is None:
+        log.info("command %s skipped: it is no longer queued", command_key)
+        return
+    handler = HANDLERS[command.kind]
+    try:
+        handler(command)
+    except Canceled as exc:
+        log.info("command %s stopped: %s", command.id, exc)
+    except (extract.ExtractionError, ssrf.LinkRefused, embeddings.EmbeddingUnavailable) as exc:
+        log.info("command %s failed: %s", command.id, exc)
+        _fail(command, str(exc))
+    except Exception as exc:  # a bug or an unexpected library error: failed, with its kind, logged
+        log.exception("command %s failed unexpectedly", command.id)
+        _fail(command, f"processing failed: {type(exc).__name__}: {str(exc)[:300]}")
+
+
+def recover_interrupted():
+    """At worker start: a command left `running` was cut off by a stop or a crash;
+    it is failed (retry starts it again), not left running forever."""
+    keys = [c.id for c in Command.select(Command.id).where(Command.status == "running")]
+    for key in keys:
+        _fail(Command.get_by_id(key), "the worker stopped while this job ran; retry it")
+    return len(keys)
+
+
+def requeue_waiting(queue):
+    """At worker start: hand every `new` command to the queue again, so that none is
+    lost if a web worker died between its commit and its enqueue. A command queued
+    twice runs once: the second claim finds it no longer `new`."""
+    waiting = list(Command.select().where(Command.status == "new").order_by(Command.created))
+    for command in waiting:
+        queue.enqueue(command)
+    return len(waiting)
+
+
+# --------------------------------------------------------------------------- sources
+
+def _source_of(command):
+    key = command.target.split(":", 1)[1]
+    source = Source.get_or_none(Source.id == key)
+    if source is None or source.command_id != command.id:
+        raise Canceled(f"{command.target} was deleted or is processed by another command")
+    return source
+
+
+def _document(source):
+    """(text, title hint) of the source's original."""
+    if source.kind == "text":
+        return extract.extract("text", source.full_text.encode("utf-8"))
+    if source.kind == "link":
+        body, content_type, final_url = ssrf.fetch(source.url, _settings.url_allowlist,
+                                                   _settings.fetch_timeout, _settings.fetch_max_bytes)
+        name = final_url.split("?", 1)[0].rsplit("/", 1)[-1]
+        kind = extract.detect(name if "." in name else "", body[:4096], content_type or "text/html")
+        return extract.extract(kind, body, url=final_url)
+    path = os.path.join(_settings.uploads_dir, source.file_name or "")
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise extract.ExtractionError(f"the uploaded file cannot be read: {exc.strerror}") from None
+    kind = extract.detect(source.original_name or source.file_name, data[:4096], source.content_type)
+    return extract.extract(kind, data)
+
+
+def _embed(command, texts):
+    """(vectors, model name) or (None, why not) when no model can be used."""
+    try:
+        model = embeddings.embedder(_settings)
+    except embeddings.EmbeddingUnavailable as exc:
+        return None, str(exc)
+    vectors = []
+    for start in range(0, len(texts), EMBED_BATCH):
+        vectors.extend(model.embed(texts[start:start + EMBED_BATCH]))
+        progress(command, "embedding", 40 + int(50 * min(len(texts), start + EMBED_BATCH) / len(texts)))
+    return vectors, model.name
+
+
+def _fallback_title(source):
+    if source.kind == "upload":
+        return source.original_name or "Uploaded file"
+    if source.kind == "link":
+        return source.url[:500]
+    return "Text source"
+
+
+def process_source(command):
+    source = _source_of(command)
+    # Only from `new`: a cancel that came first keeps the source `canceled`, and the
+    # progress check just below then stops the job.
+    (Source.update(status="running", updated=now())
+     .where((Source.id == source.id) & (Source.command_id == command.id) & (Source.status == "new")).execute())
+    progress(command, "extracting", 10)
+    text, title_hint = _document(source)
+    progress(command, "chunking", 30)
+    pieces = chunking.chunks(text, _settings.chunk_size, _settings.chunk_overlap)
+    vectors, model = (_embed(command, pieces) if source.embed and pieces else (None, "not requested"))
+    embedded = vectors is not None
+    title = (source.title or title_hint or _fallback_title(source))[:500]
+    target = public("source", source.id)
+    with write_transaction():
+        ensure_running(command)
+        _source_of(command)  # still there, still ours
+        Chunk.delete().where(Chunk.source == source.id).execute()
+        rows = [{"source": source.id, "ordinal": i, "text": piece,
+                 "embedding": embeddings.to_blob(vectors[i]) if embedded else None,
+                 "embedding_model": model if embedded else None,
+                 "embedding_dim": len(vectors[i]) if embedded else None} for i, piece in enumerate(pieces)]
+        for start in range(0, len(rows), 200):
+            Chunk.insert_many(rows[start:start + 200]).execute()
+        index.put(target, title, text)
+        (Source.update(full_text=text, title=title, status="completed", error_message=None, updated=now())
+         .where(Source.id == source.id).execute())
+        result = {"source_id": target, "title": title, "characters": len(text), "chunks": len(pieces),
+                  "embedded_chunks": len(pieces) if embedded else 0,
+                  "embedding_model": model if embedded else None}
+        if not embedded:
+            result["embedding"] = model  # why not: not requested, or no model available
+        _complete(command, result)
+    if source.delete_file and source.file_name:
+        _drop_file(source)
+
+
+def _drop_file(source):
+    try:
+        os.unlink(os.path.join(_settings.uploads_dir, source.file_name))
+    except OSError:
+        pass
+    Source.update(file_name=None).where(Source.id == source.id).execute()
+
+
+def embed_source(command):
+    """Re-embed the chunks of a processed source that the configured model did not
+    make (the model changed, or it was added without embeddings): no extraction."""
+    source = Source.get_or_none(Source.id == command.target.split(":", 1)[1])
+    if source is None:
+        raise Canceled(f"{command.target} was deleted")
+    model = embeddings.embedder(_settings)
+    stale = list(Chunk.select(Chunk.id, Chunk.text).where(
+        (Chunk.source == source.id) & ((Chunk.embedding_model.is_null()) | (Chunk.embedding_model != model.name)))
+        .order_by(Chunk.ordinal))
+    vectors, _ = _embed(command, [chunk.text for chunk in stale]) if stale else ([], model.name)
+    with write_transaction():
+        ensure_running(command)
+        for chunk, vector in zip(stale, vectors):
+            (Chunk.update(embedding=embeddings.to_blob(vector), embedding_model=model.name,
+                          embedding_dim=len(vector)).where(Chunk.id == chunk.id).execute())
+        _complete(command, {"source_id": command.target, "embedded_chunks": len(stale),
+                            "embedding_model": model.name})
+
+
+# --------------------------------------------------------------------------- notes
+
+def embed_note(command):
+    key = command.target.split(":", 1)[1]
+    note = Note.get_or_none(Note.id == key)
+    if note is None:
+        raise Canceled(f"{command.target} was deleted")
+    text = f"{note.title}\n{note.content}"
+    model = embeddings.embedder(_settings)
+    progress(command, "embedding", 30)
+    vector = model.embed([text])[0]
+    with write_transaction():
+        ensure_running(command)
+        # Only if the note still says what was embedded (a newer edit has its own command).
+        (Note.update(embedding=embeddings.to_blob(vector), embedding_model=model.name,
+                     embedding_dim=len(vector))
+         .where((Note.id == key) & (Note.content == note.content) & (Note.title == note.title)).execute())
+        _complete(command, {"note_id": command.target, "embedding_model": model.name,
+                            "dimensions": len(vector)})
+
+
+HANDLERS = {"process_source": process_source, "embed_source": embed_source, "embed_note": embed_note}

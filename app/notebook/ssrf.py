@@ -1,0 +1,112 @@
+"""Fetching links without becoming a proxy into the host's network (SSRF guard).
+
+A link may only reach public addresses: every address its host resolves to is
+checked (loopback, private, link-local — 169.254.169.254, the cloud metadata
+service, among them — multicast, reserved and unspecified are refused), unless
+NOTEBOOK_URL_ALLOWLIST names its network. Redirects are followed by hand, each hop
+checked the same way, and the address actually connected to is checked again
+(a name that resolves differently the second time gains nothing). Bodies are
+capped in size and the whole download in time."""
+import ipaddress
+import socket
+import time
+from urllib.parse import urljoin, urlsplit
+
+import requests
+
+MAX_REDIRECTS = 5
+USER_AGENT = "bundle-notebook/1 (+link import)"
+
+
+class LinkRefused(Exception):
+    """The link may not be fetched or did not give a document; the message says why."""
+
+
+def _forbidden(address, allowlist):
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
+        ip = ip.ipv4_mapped
+    if any(ip in network for network in allowlist):
+        return False
+    return not ip.is_global or ip.is_multicast
+
+
+def check_url(url, allowlist):
+    """Raise LinkRefused unless `url` is http(s) to a host whose every address is allowed."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise LinkRefused(f"the URL is malformed: {exc}") from None
+    if parts.scheme not in ("http", "https"):
+        raise LinkRefused("only http and https links can be added")
+    if not parts.hostname:
+        raise LinkRefused("the URL has no host")
+    if parts.username or parts.password:
+        raise LinkRefused("links with credentials in them are not fetched")
+    try:
+        infos = socket.getaddrinfo(parts.hostname, port or (443 if parts.scheme == "https" else 80),
+                                   type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise LinkRefused(f"the host {parts.hostname!r} could not be resolved: {exc}") from None
+    for info in infos:
+        address = info[4][0]
+        if _forbidden(address, allowlist):
+            raise LinkRefused(f"the host {parts.hostname!r} resolves to {address}, a non-public address "
+                              "that links may not reach")
+
+
+def _peer_allowed(response, allowlist):
+    """The address the connection really went to (None when it cannot be read)."""
+    try:
+        sock = response.raw._connection.sock
+        address = sock.getpeername()[0]
+    except (AttributeError, OSError, TypeError):
+        return True  # no socket left to read it from: the name was checked before connecting
+    return not _forbidden(address, allowlist)
+
+
+def _read_capped(response, max_bytes, deadline):
+    declared = response.headers.get("Content-Length")
+    if declared and declared.isdigit() and int(declared) > max_bytes:
+        raise LinkRefused(f"the page is larger than {max_bytes} bytes")
+    body = bytearray()
+    for chunk in response.iter_content(64 * 1024):
+        body += chunk
+        if len(body) > max_bytes:
+            raise LinkRefused(f"the page is larger than {max_bytes} bytes")
+        if time.monotonic() > deadline:
+            raise LinkRefused("the download took too long")
+    return bytes(body)
+
+
+def fetch(url, allowlist, timeout, max_bytes):
+    """(body, content type, final URL) of `url`; raises LinkRefused."""
+    deadline = time.monotonic() + timeout
+    session = requests.Session()
+    session.trust_env = False  # no proxy from the environment may carry the request elsewhere
+    try:
+        for _ in range(MAX_REDIRECTS + 1):
+            check_url(url, allowlist)
+            remaining = max(0.1, deadline - time.monotonic())
+            try:
+                response = session.get(url, stream=True, allow_redirects=False, timeout=(min(5, remaining), remaining),
+                                       headers={"User-Agent": USER_AGENT, "Accept": "text/html,application/pdf,text/*;q=0.9,*/*;q=0.5"})
+            except requests.RequestException as exc:
+                raise LinkRefused(f"the link could not be fetched: {type(exc).__name__}") from None
+            with response:
+                if not _peer_allowed(response, allowlist):
+                    raise LinkRefused("the link connected to a non-public address")
+                if response.is_redirect:
+                    url = urljoin(url, response.headers.get("Location", ""))
+                    continue
+                if response.status_code >= 400:
+                    raise LinkRefused(f"the link answered HTTP {response.status_code}")
+                try:
+                    body = _read_capped(response, max_bytes, deadline)
+                except requests.RequestException as exc:
+                    raise LinkRefused(f"the download failed: {type(exc).__name__}") from None
+                return body, response.headers.get("Content-Type", ""), url
+        raise LinkRefused(f"more than {MAX_REDIRECTS} redirects")
+    finally:
+        session.close()

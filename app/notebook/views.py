@@ -1,0 +1,73 @@
+"""Records as the API shows them (the shapes of the response schemas)."""
+from peewee import fn
+
+from app.notebook.ids import public
+from app.notebook.models import Chunk, Note, SourceNotebook
+
+
+def timestamp(value):
+    return value.isoformat(timespec="seconds") + "Z" if value else None
+
+
+def notebook(record, source_count=None, note_count=None):
+    if source_count is None:
+        source_count = SourceNotebook.select().where(SourceNotebook.notebook == record.id).count()
+    if note_count is None:
+        note_count = Note.select().where(Note.notebook == record.id).count()
+    return {"id": public("notebook", record.id), "name": record.name, "description": record.description,
+            "archived": record.archived, "created": timestamp(record.created),
+            "updated": timestamp(record.updated), "source_count": source_count, "note_count": note_count}
+
+
+def notebook_counts(keys):
+    """({notebook key: sources}, {notebook key: notes}) in two grouped queries."""
+    sources = dict(SourceNotebook.select(SourceNotebook.notebook, fn.COUNT(SourceNotebook.id))
+                   .where(SourceNotebook.notebook.in_(keys)).group_by(SourceNotebook.notebook).tuples())
+    notes = dict(Note.select(Note.notebook, fn.COUNT(Note.id))
+                 .where(Note.notebook.in_(keys)).group_by(Note.notebook).tuples())
+    return sources, notes
+
+
+def source_extras(keys):
+    """({source key: [notebook ids]}, {source key: embedded chunk count})."""
+    links = {}
+    for source_key, notebook_key in (SourceNotebook.select(SourceNotebook.source, SourceNotebook.notebook)
+                                     .where(SourceNotebook.source.in_(keys)).tuples()):
+        links.setdefault(source_key, []).append(public("notebook", notebook_key))
+    embedded = dict(Chunk.select(Chunk.source, fn.COUNT(Chunk.id))
+                    .where(Chunk.source.in_(keys) & Chunk.embedding.is_null(False))
+                    .group_by(Chunk.source).tuples())
+    return links, embedded
+
+
+def source(record, links=None, embedded=None, file_available=None, detail=False):
+    if links is None or embedded is None:
+        links, embedded = source_extras([record.id])
+    count = embedded.get(record.id, 0)
+    body = {"id": public("source", record.id), "title": record.title, "type": record.kind,
+            "topics": list(record.topics or []),
+            "asset": {"file_name": record.original_name if record.kind == "upload" else None,
+                      "url": record.url},
+            "status": record.status, "command_id": public("command", record.command_id),
+            "error_message": record.error_message, "embedded": count > 0, "embedded_chunks": count,
+            "insights_count": 0, "notebooks": sorted(links.get(record.id, [])),
+            "file_available": bool(record.file_name) if file_available is None else file_available,
+            "created": timestamp(record.created), "updated": timestamp(record.updated)}
+    if detail:
+        body["full_text"] = record.full_text or ""
+        body["chunk_count"] = Chunk.select().where(Chunk.source == record.id).count()
+    return body
+
+
+def note(record):
+    return {"id": public("note", record.id), "title": record.title, "content": record.content,
+            "note_type": record.note_type, "notebook_id": public("notebook", record.notebook_id),
+            "embedded": record.embedding_model is not None,
+            "created": timestamp(record.created), "updated": timestamp(record.updated)}
+
+
+def command(record):
+    return {"id": public("command", record.id), "type": record.kind, "target": record.target,
+            "status": record.status, "progress": record.progress, "result": record.result,
+            "error_message": record.error_message, "created": timestamp(record.created),
+            "updated": timestamp(record.updated)}
