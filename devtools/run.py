@@ -4,6 +4,8 @@ DATA_DIR=./var/<service>, behind a local nginx on 127.0.0.1:8080, until Ctrl-C.
 The deck review service is seeded with the sample deck (and one session) on its
 first run, so there is a real deck to look at at once.
 """
+import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -48,16 +50,39 @@ def _prepare_audio(data_dir):
     seed(str(data_dir / "soundlib"))
 
 
+def _notebook_password(data_dir):
+    """Made once per checkout (var/notebook/dev-password, 0600), printed at every start."""
+    path = data_dir / "dev-password"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(18))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+def _prepare_notebook(data_dir):
+    ENVIRONMENTS["notebook"] = {"NOTEBOOK_PASSWORD": _notebook_password(data_dir), "NOTEBOOK_CORS_ORIGINS": "*"}
+
+
+def _notebook_worker(service):
+    """The notebook's job consumer, a process of its own beside the web service."""
+    process = subprocess.Popen([sys.executable, "-m", "app.notebook", "worker"], cwd=ROOT,
+                               env={**os.environ, "DATA_DIR": str(service.data_dir), **ENVIRONMENTS["notebook"]},
+                               stderr=subprocess.PIPE, start_new_session=True)
+    threading.Thread(target=_relay, args=("notebook-worker", process.stderr), daemon=True).start()
+    return process
+
+
 # Where a person starts: the audio service has no page, its capabilities say what works.
-HOME_PATHS = {"audio": "/api/audio/capabilities"}
-PREPARERS = {"audio": _prepare_audio}   # on DATA_DIR, before the service starts
+HOME_PATHS = {"audio": "/api/audio/capabilities", "notebook": "/docs"}
+PREPARERS = {"audio": _prepare_audio, "notebook": _prepare_notebook}   # on DATA_DIR, before the start
 SEEDERS = {"decks": _seed_decks}        # through the running service
+COMPANIONS = {"notebook": _notebook_worker}   # processes that run beside a service
 # What a service needs besides SERVICE, PORT and DATA_DIR on this machine.
 ENVIRONMENTS = {"audio": {"AUDIO_PUBLIC_ORIGIN": f"http://audio.localhost:{NGINX_PORT}"},
                 "workspace": {"WORKSPACE_ACCESS_URL": f"http://workspace.localhost:{NGINX_PORT}"}}
 
 
-def _start_services():
+def _start_services(companions):
     running = []
     for name in built_services():
         data_dir = VAR / name
@@ -68,6 +93,8 @@ def _start_services():
         threading.Thread(target=_relay, args=(name, service.process.stderr), daemon=True).start()
         running.append(service)
         SEEDERS.get(name, lambda s: None)(service)
+        if name in COMPANIONS:
+            companions.append(COMPANIONS[name](service))
     return running
 
 
@@ -75,9 +102,9 @@ def main():
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
-    running, proxy = [], None
+    running, companions, proxy = [], [], None
     try:
-        running = _start_services()
+        running = _start_services(companions)
         proxy = nginx.start(VAR / "nginx", NGINX_PORT,
                             {s.name: f"127.0.0.1:{s.port}" for s in running}, stderr=sys.stderr,
                             variables={"wizard_uploads_dir": str(VAR / "wizard" / "uploads")})
@@ -86,6 +113,9 @@ def main():
             home = HOME_PATHS.get(service.name, "/")
             print(f"  {service.name:10} http://{proxy.host(service.name)}:{proxy.port}{home}   "
                   f"(direct: {service.base_url}/, data: {service.data_dir})", flush=True)
+        if "notebook" in ENVIRONMENTS:
+            print(f"  notebook password: {ENVIRONMENTS['notebook']['NOTEBOOK_PASSWORD']}  "
+                  "(Authorization: Bearer <password>)", flush=True)
         print(flush=True)
         while not stop.is_set() and all(s.process.poll() is None for s in running):
             stop.wait(1)
@@ -98,6 +128,8 @@ def main():
     finally:
         if proxy is not None:
             proxy.stop()
+        for process in companions:
+            services.terminate(process, 20)
         for service in running:
             service.stop()
         print("stopped.", file=sys.stderr)

@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 GUNICORN = ROOT / ".venv" / "bin" / "gunicorn"
 PORTS = {"workspace": 7080, "decks": 7081, "notebook": 5055, "audio": 7083, "wizard": 7084}
-HEALTH_PATHS = {"decks": "/healthz", "audio": "/api/audio/health", "workspace": "/healthz"}
+HEALTH_PATHS = {"decks": "/healthz", "audio": "/api/audio/health", "workspace": "/healthz", "notebook": "/health"}
 
 
 def free_port(address="127.0.0.1"):
