@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import gevent
@@ -390,3 +391,33 @@ def run_header(what, quick):
     """The first line of a bench's report: what, when, on what."""
     return (f"{what} ({'quick' if quick else 'full'} run), {time.strftime('%Y-%m-%d %H:%M:%S')}, "
             f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}, gevent {gevent.__version__}")
+
+
+def merge_rounds(segments):
+    """One route's rounds (each {count, seconds, rate, latencies, statuses, errors, bad,
+    cpu: CpuMeter, stragglers}) as one figure: rate, latency percentiles, answers,
+    CPU per request and share of one CPU per process, and which rounds were disturbed."""
+    seconds = sum(s["seconds"] for s in segments)
+    count = sum(s["count"] for s in segments)
+    latencies = [x for s in segments for x in s["latencies"]]
+    statuses, errors, bad = Counter(), Counter(), Counter()
+    for s in segments:
+        statuses.update(s["statuses"])
+        errors.update(s["errors"])
+        bad.update(s.get("bad", {}))
+    cpu = {part: sum(getattr(s["cpu"], part) for s in segments)
+           for part in ("worker", "proxy", "client", "other", "steal")}
+    figure = {"count": count, "seconds": seconds, "rate": count / seconds if seconds else 0.0,
+              "p50": percentile(latencies, 50), "p99": percentile(latencies, 99),
+              "max": max(latencies) if latencies else None,
+              "mean": sum(latencies) / len(latencies) if latencies else None,
+              "statuses": statuses, "errors": errors, "bad": bad,
+              "all_ok": count > 0 and set(statuses) == {200} and not errors and not bad,
+              "rates": [s["rate"] for s in segments],
+              "disturbed_rounds": [i + 1 for i, s in enumerate(segments) if s["cpu"].disturbed()],
+              "stragglers": sum(s["stragglers"] for s in segments)}
+    for part in ("worker", "proxy", "client"):
+        figure[f"{part}_per_req"] = cpu[part] / count if count else None
+    for part, used in cpu.items():
+        figure[f"{part}_share"] = used / seconds if seconds else 0.0
+    return figure

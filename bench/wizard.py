@@ -77,6 +77,7 @@ if str(ROOT) not in sys.path:  # run as `python bench/wizard.py`
 
 from devtools import nginx as devnginx  # noqa: E402
 from bench.common import (  # noqa: E402
+    merge_rounds,
     HOST, REQUEST_TIMEOUT_S, CpuMeter, HttpError, KeepAliveClient, Service, build_request, child_pids,
     exit_on_sigterm, fmt_ms, log_tails, machine_busy_seconds, percentile, print_targets, raise_nofile,
     run_header, stop_nginx, timed_answers, verdict)
@@ -322,41 +323,13 @@ def run_clients(port, raw, expect_size, clients, seconds, meter):
 
 
 def merge(segments):
-    """One route's segments (rounds) as one figure."""
-    seconds = sum(s["seconds"] for s in segments)
-    count = sum(s["count"] for s in segments)
-    latencies = [x for s in segments for x in s["latencies"]]
-    statuses, errors, bad = Counter(), Counter(), Counter()
-    for s in segments:
-        statuses.update(s["statuses"])
-        errors.update(s["errors"])
-        bad.update(s["bad"])
-    worker = sum(s["cpu"].worker for s in segments)
-    proxy = sum(s["cpu"].proxy for s in segments)
-    client = sum(s["cpu"].client for s in segments)
-    other = sum(s["cpu"].other for s in segments)
-    steal = sum(s["cpu"].steal for s in segments)
-
-    def share(x):
-        return x / seconds if seconds else 0.0
-
-    return {"count": count, "seconds": seconds, "rate": count / seconds if seconds else 0.0,
-            "p50": percentile(latencies, 50), "p99": percentile(latencies, 99),
-            "max": max(latencies) if latencies else None,
-            "mean": sum(latencies) / len(latencies) if latencies else None,
-            # Fairness: answers per client per second, the least and the most served client.
-            "client_min": min(n / s["seconds"] for s in segments for n in s["per_client"]) if seconds else 0.0,
-            "client_max": max(n / s["seconds"] for s in segments for n in s["per_client"]) if seconds else 0.0,
-            "statuses": statuses, "errors": errors, "bad": bad,
-            "all_ok": count > 0 and set(statuses) == {200} and not errors and not bad,
-            "worker_per_req": worker / count if count else None,
-            "proxy_per_req": proxy / count if count else None,
-            "client_per_req": client / count if count else None,
-            "worker_share": share(worker), "proxy_share": share(proxy), "client_share": share(client),
-            "other_share": share(other), "steal_share": share(steal),
-            "rates": [s["rate"] for s in segments],
-            "disturbed": [i + 1 for i, s in enumerate(segments) if s["cpu"].disturbed()],
-            "stragglers": sum(s["stragglers"] for s in segments)}
+    """One route's segments (rounds) as one figure, with how evenly clients were served."""
+    figure = merge_rounds(segments)
+    per_second = [n / s["seconds"] for s in segments for n in s["per_client"]] if figure["seconds"] else [0.0]
+    # Fairness: answers per client per second, the least and the most served client.
+    figure.update(client_min=min(per_second), client_max=max(per_second),
+                  disturbed=figure["disturbed_rounds"])
+    return figure
 
 
 def cold_list(stack, rows):

@@ -74,6 +74,7 @@ if str(ROOT) not in sys.path:  # run as `python bench/workspace.py`
 
 from devtools import nginx as devnginx  # noqa: E402
 from bench.common import (  # noqa: E402
+    merge_rounds,
     HOST, REQUEST_TIMEOUT_S, CpuMeter, KeepAliveClient, Service, build_request, exit_on_sigterm,
     fmt_ms, log_tails, machine_busy_seconds, percentile, print_targets, raise_nofile, run_header, start_nginx,
     stop_nginx, timed_answers, verdict)
@@ -247,31 +248,10 @@ def run_clients(port, raw, clients, seconds, meter, setup=None, started=None):
 
 def merge(segments):
     """One route's segments (rounds) as one figure."""
-    seconds = sum(s["seconds"] for s in segments)
-    count = sum(s["count"] for s in segments)
-    latencies = [x for s in segments for x in s["latencies"]]
-    statuses, errors, bad = Counter(), Counter(), Counter()
-    for s in segments:
-        statuses.update(s["statuses"])
-        errors.update(s["errors"])
-        bad.update(s["bad"])
-    worker = sum(s["cpu"].worker for s in segments)
-    proxy = sum(s["cpu"].proxy for s in segments)
-    client = sum(s["cpu"].client for s in segments)
-    other = sum(s["cpu"].other + s["cpu"].steal for s in segments)
-    return {"count": count, "seconds": seconds, "rate": count / seconds if seconds else 0.0,
-            "p50": percentile(latencies, 50), "p99": percentile(latencies, 99),
-            "max": max(latencies) if latencies else None,
-            "statuses": statuses, "errors": errors, "bad": bad,
-            "all_200": count > 0 and set(statuses) == {200} and not errors,
-            "worker_per_req": worker / count if count else None,
-            "proxy_per_req": proxy / count if count else None,
-            "client_per_req": client / count if count else None,
-            "worker_share": worker / seconds if seconds else 0.0, "proxy_share": proxy / seconds if seconds else 0.0,
-            "client_share": client / seconds if seconds else 0.0, "other_share": other / seconds if seconds else 0.0,
-            "rates": [s["rate"] for s in segments],
-            "disturbed": any(s["cpu"].disturbed() for s in segments),
-            "stragglers": sum(s["stragglers"] for s in segments)}
+    figure = merge_rounds(segments)
+    figure.update(all_200=figure["all_ok"], disturbed=bool(figure["disturbed_rounds"]),
+                  other_share=figure["other_share"] + figure["steal_share"])   # printed as other+steal
+    return figure
 
 
 # --------------------------------------------------------------------------- phase 1: auth

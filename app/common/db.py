@@ -13,15 +13,20 @@ from peewee import SqliteDatabase
 from playhouse.db_url import connect
 
 
-def connect_database(proxy, url, models):
-    """Connect `proxy` to `url` and create the tables of `models` that are missing."""
+def connect_database(proxy, url, models, pool=True):
+    """Connect `proxy` to `url` and create the tables of `models` that are missing.
+    `pool`: pooled SQLite connections, for a web worker (a job worker's threads keep
+    one connection each)."""
     if url.startswith("sqlite:///"):
         os.makedirs(os.path.dirname(url[len("sqlite:///"):]) or ".", exist_ok=True)
         # Pooled: each request runs in a greenlet of its own, and opening a connection
         # (with its pragmas) per request would cost more than the request's queries.
-        db = connect("sqlite+pool://" + url[len("sqlite://"):], max_connections=64, stale_timeout=300,
-                     pragmas={"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": 5000,
-                              "synchronous": "normal"})
+        pragmas = {"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": 10000, "synchronous": "normal"}
+        if pool:
+            db = connect("sqlite+pool://" + url[len("sqlite://"):], max_connections=64, stale_timeout=300,
+                         pragmas=pragmas)
+        else:
+            db = connect(url, pragmas=pragmas)
     else:
         db = connect(url)
     proxy.initialize(db)

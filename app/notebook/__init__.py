@@ -22,6 +22,7 @@ def error_body(status, message, extra):
 def init_app(app):
     from app.notebook import (commands, docs, notebooks, notes, search, sources,  # noqa: F401
                               system, web)
+    from app.common.db import bind_to_requests
     from app.notebook.jobs import JobQueue
     from app.notebook.models import database, open_database
     from app.notebook.settings import NotebookSettings
@@ -34,15 +35,7 @@ def init_app(app):
     open_database(settings.database_url)
     app.extensions["notebook_jobs"] = JobQueue(settings)
     web.register(app, settings)
-
-    @app.before_request
-    def connect():
-        database.connect(reuse_if_open=True)
-
-    @app.teardown_request
-    def disconnect(exc):
-        if not database.is_closed():
-            database.close()
+    bind_to_requests(app, database)
 
     app.register_blueprint(bp)
     app.register_blueprint(bp, url_prefix="/api", name="notebook_api")

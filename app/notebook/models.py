@@ -4,13 +4,13 @@ chunks with embeddings, notes, commands (background jobs) and the full-text inde
 Primary keys are random 20-character strings; the API shows them as
 `<table>:<key>` (see ids.py). Timestamps are naive UTC.
 """
-import os
 from datetime import datetime, timezone
 
 from peewee import (AutoField, BlobField, BooleanField, CharField, DatabaseProxy, DateTimeField,
                     ForeignKeyField, IntegerField, Model, SqliteDatabase, TextField)
-from playhouse.db_url import connect
 from playhouse.sqlite_ext import JSONField
+
+from app.common.db import connect_database
 
 database = DatabaseProxy()
 
@@ -148,20 +148,10 @@ def write_transaction():
 
 
 def open_database(url, pool=True):
-    """Connect the models to `url` and create what is missing. `pool`: pooled
-    connections, for the web worker where each request is a greenlet of its own."""
-    if url.startswith("sqlite:///"):
-        path = url[len("sqlite:///"):]
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        pragmas = {"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": 10000, "synchronous": "normal"}
-        scheme = "sqlite+pool://" if pool else "sqlite://"
-        extra = {"max_connections": 64, "stale_timeout": 300} if pool else {}
-        db = connect(scheme + url[len("sqlite://"):], pragmas=pragmas, **extra)
-    else:
-        db = connect(url)
-    database.initialize(db)
+    """Connect the models to `url` and create what is missing, the full-text index too.
+    `pool`: pooled connections, for the web worker where each request is a greenlet."""
+    db = connect_database(database, url, MODELS, pool=pool)
     with db.connection_context():
-        db.create_tables(MODELS, safe=True)
         if is_sqlite():
             db.execute_sql(FTS_DDL)
             db.execute_sql(FTS_RANK)
