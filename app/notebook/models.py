@@ -11,6 +11,7 @@ from peewee import (AutoField, BlobField, BooleanField, CharField, DatabaseProxy
 from playhouse.sqlite_ext import JSONField
 
 from app.common.db import connect_database
+from app.common.db import write_transaction as common_write_transaction
 
 database = DatabaseProxy()
 
@@ -138,13 +139,8 @@ def is_sqlite():
 
 
 def write_transaction():
-    """A transaction that takes SQLite's write lock at BEGIN (IMMEDIATE). A deferred
-    transaction that reads first and writes later fails at once with "database is
-    locked" when another process (the worker, another web worker) wrote meanwhile;
-    an immediate one waits for the lock (busy_timeout) instead."""
-    if is_sqlite():
-        return database.atomic("IMMEDIATE")
-    return database.atomic()
+    """This database's immediate write transaction (see app.common.db.write_transaction)."""
+    return common_write_transaction(database)
 
 
 def open_database(url, pool=True):

@@ -179,7 +179,7 @@ def create_row(name, who, payload):
         columns["user_id"] = who.id
     if name == "blueprints":
         columns["likes_count"] = 0
-    with database.atomic():
+    with write_transaction(database):
         row = model.create(data=fields, **columns)
         changed = cache.bump(name)
     events.announce(changed)
@@ -198,7 +198,9 @@ def _row_for_write(name, who, row_id):
 
 def update_row(name, who, row_id, payload):
     fields = _check_payload(name, payload)
-    with database.atomic():
+    # Immediate: the row is read and then written; a deferred transaction would fail at
+    # once when another worker process wrote in between.
+    with write_transaction(database):
         model, row = _row_for_write(name, who, row_id)
         row.data = {**row.data, **fields}
         for column, value in _typed_columns(fields).items():
@@ -210,7 +212,7 @@ def update_row(name, who, row_id, payload):
 
 
 def delete_row(name, who, row_id):
-    with database.atomic():
+    with write_transaction(database):
         model, row = _row_for_write(name, who, row_id)
         row.delete_instance()
         names = [name]
