@@ -6,14 +6,6 @@ import json
 import re
 from urllib.parse import quote
 
-import pytest
-
-
-def generation_configured(wizard, kind):
-    """A deployed bundle may have no AI provider configured: the service then says so."""
-    probe = wizard.post(f"/api/ai/{kind}", json={})
-    return probe.status_code != 503
-
 
 def test_identity_answers_for_anonymous_visitors(wizard):
     response = wizard.get("/api/me")
@@ -57,8 +49,7 @@ def test_check_3_unknown_filter_key_is_400(wizard):
 
 
 def test_check_5_json_smoke_call(wizard):
-    if not generation_configured(wizard, "text"):
-        pytest.skip("no AI provider is configured on this target (the service answers 503)")
+    # A target with no AI provider configured answers 503 here: checks 5 and 6 need one.
     response = wizard.post("/api/ai/text", json={
         "messages": [{"role": "user", "content": "Reply with a JSON object."}], "json": True,
         "kind": "smoke", "templateKey": "acceptance"})
@@ -68,8 +59,6 @@ def test_check_5_json_smoke_call(wizard):
 
 
 def test_check_6_image_smoke_call(wizard):
-    if not generation_configured(wizard, "image"):
-        pytest.skip("no AI provider is configured on this target (the service answers 503)")
     response = wizard.post("/api/ai/image", json={"subject": "a small red boat", "aspectRatio": "1:1",
                                                   "kind": "smoke"})
     assert response.status_code == 200, response.text
