@@ -421,3 +421,42 @@ def merge_rounds(segments):
     for part, used in cpu.items():
         figure[f"{part}_share"] = used / seconds if seconds else 0.0
     return figure
+
+
+class ChunkedBody:
+    """HTTP/1.1 chunked transfer decoding of a body that arrives in pieces: feed() returns
+    the body bytes the new data completes; `ended` once the last (empty) chunk came."""
+    __slots__ = ("raw", "state", "need", "ended")
+
+    def __init__(self):
+        self.raw, self.state, self.need, self.ended = b"", "size", 0, False
+
+    def feed(self, data):
+        raw, pos, body = self.raw + data, 0, []
+        while True:
+            if self.state == "size":
+                at = raw.find(b"\r\n", pos)
+                if at < 0:
+                    break
+                size = int(raw[pos:at].split(b";", 1)[0], 16)
+                pos = at + 2
+                if size == 0:
+                    self.ended = True
+                    break
+                self.need, self.state = size, "data"
+            elif self.state == "data":
+                take = min(self.need, len(raw) - pos)
+                if take <= 0:
+                    break
+                body.append(raw[pos:pos + take])
+                pos += take
+                self.need -= take
+                if self.need == 0:
+                    self.state = "crlf"
+            else:  # the CRLF after a chunk's data
+                if len(raw) - pos < 2:
+                    break
+                pos += 2
+                self.state = "size"
+        self.raw = raw[pos:]
+        return b"".join(body)

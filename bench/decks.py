@@ -50,6 +50,7 @@ if str(ROOT) not in sys.path:  # run as `python bench/decks.py`
     sys.path.insert(0, str(ROOT))
 
 from bench.common import (  # noqa: E402
+    ChunkedBody,
     HOST, REQUEST_TIMEOUT_S, STOP_TIMEOUT_S, CpuMeter, HttpError, KeepAliveClient, Service, exit_on_sigterm,
     fmt_ms, machine_busy_seconds, percentile, print_targets, proc_cpu_seconds, raise_nofile, run_header,
     self_cpu_seconds, timed_answers, verdict)
@@ -110,14 +111,14 @@ class StreamClient:
     """One SSE stream on a raw socket: HTTP/1.1 chunked transfer decoding, then
     `id:` / `data:` lines. Each complete record is handed to `on_record`."""
 
-    __slots__ = ("index", "bench", "sock", "raw", "state", "need", "body", "rec_id",
+    __slots__ = ("index", "bench", "sock", "chunks", "body", "rec_id",
                  "rec_data", "opened", "last_seq", "received", "duplicates", "gaps",
                  "closed_reason", "error", "ended")
 
     def __init__(self, index, bench):
         self.index, self.bench = index, bench
         self.sock = None
-        self.raw, self.state, self.need, self.body = b"", "size", 0, b""
+        self.chunks, self.body = ChunkedBody(), b""
         self.rec_id, self.rec_data = None, []
         self.opened = False
         self.last_seq = bench.after
@@ -178,35 +179,10 @@ class StreamClient:
 
     def _feed(self, data):
         """Decode HTTP chunked framing, then split the body into SSE lines."""
-        raw, pos, body = self.raw + data, 0, []
-        while True:
-            if self.state == "size":
-                at = raw.find(b"\r\n", pos)
-                if at < 0:
-                    break
-                size = int(raw[pos:at].split(b";", 1)[0], 16)
-                pos = at + 2
-                if size == 0:
-                    self.ended = True
-                    break
-                self.need, self.state = size, "data"
-            elif self.state == "data":
-                take = min(self.need, len(raw) - pos)
-                if take <= 0:
-                    break
-                body.append(raw[pos:pos + take])
-                pos += take
-                self.need -= take
-                if self.need == 0:
-                    self.state = "crlf"
-            else:  # the CRLF after a chunk's data
-                if len(raw) - pos < 2:
-                    break
-                pos += 2
-                self.state = "size"
-        self.raw = raw[pos:]
+        body = self.chunks.feed(data)
+        self.ended = self.ended or self.chunks.ended
         if body:
-            self.body += b"".join(body)
+            self.body += body
             *lines, self.body = self.body.split(b"\n")
             for line in lines:
                 self._line(line.rstrip(b"\r"))

@@ -77,6 +77,7 @@ if str(ROOT) not in sys.path:  # run as `python bench/wizard.py`
 
 from devtools import nginx as devnginx  # noqa: E402
 from bench.common import (  # noqa: E402
+    ChunkedBody,
     merge_rounds,
     HOST, REQUEST_TIMEOUT_S, CpuMeter, HttpError, KeepAliveClient, Service, build_request, child_pids,
     exit_on_sigterm, fmt_ms, log_tails, machine_busy_seconds, percentile, print_targets, raise_nofile,
@@ -159,33 +160,14 @@ class Stack:
         return log_tails(self.service, self.proxy)
 
 
-class BodyClient:
+class BodyClient(KeepAliveClient):
     """One keep-alive connection that reads each response's body into a reused
     buffer (recv_into) and keeps only its status and length: the bench client reads
     hundreds of megabytes a second here, and must not cost more than it has to."""
 
-    MAX_IDLE_S = KeepAliveClient.MAX_IDLE_S
-
     def __init__(self, port, timeout=REQUEST_TIMEOUT_S):
-        self.port, self.timeout = port, timeout
-        self.sock = None
-        self.connects = 0
-        self.last_used = 0.0
+        super().__init__(port, timeout=timeout)
         self.scratch = memoryview(bytearray(256 * 1024))
-
-    def connect(self):
-        self.close()
-        self.sock = socket.create_connection((HOST, self.port), timeout=self.timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.connects += 1
-        self.last_used = time.monotonic()
-
-    def close(self):
-        if self.sock is not None:
-            try:
-                self.sock.close()
-            finally:
-                self.sock = None
 
     def send(self, raw):
         """(status, body length, first bytes of the body) of one request."""
@@ -487,14 +469,14 @@ class StreamClient:
     off) the body is the raw event stream; straight from gunicorn it is chunked: both
     are decoded. Each `data:` record is handed to the bench."""
 
-    __slots__ = ("fan", "sock", "chunked", "raw", "state", "need", "body", "rec_data", "opened",
+    __slots__ = ("fan", "sock", "chunks", "body", "rec_data", "opened",
                  "last_write", "received", "duplicates", "others", "error", "ended")
 
     def __init__(self, fan):
         self.fan = fan
         self.sock = None
-        self.chunked = False
-        self.raw, self.state, self.need, self.body = b"", "size", 0, b""
+        self.chunks = None   # a ChunkedBody when the answer is chunked
+        self.body = b""
         self.rec_data = []
         self.opened = self.ended = False
         self.last_write = -1
@@ -542,7 +524,8 @@ class StreamClient:
         headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in header_lines)}
         if not headers.get("content-type", "").startswith("text/event-stream"):
             raise HttpError(f"stream has Content-Type {headers.get('content-type')!r}")
-        self.chunked = headers.get("transfer-encoding", "").lower() == "chunked"
+        if headers.get("transfer-encoding", "").lower() == "chunked":
+            self.chunks = ChunkedBody()
         self._feed(rest)
         while not self.opened and not self.ended:
             data = self.sock.recv(65536)
@@ -551,38 +534,13 @@ class StreamClient:
             self._feed(data)
 
     def _feed(self, data):
-        if not self.chunked:
+        if self.chunks is None:
             self._lines(data)
             return
-        raw, pos, body = self.raw + data, 0, []
-        while True:
-            if self.state == "size":
-                at = raw.find(b"\r\n", pos)
-                if at < 0:
-                    break
-                size = int(raw[pos:at].split(b";", 1)[0], 16)
-                pos = at + 2
-                if size == 0:
-                    self.ended = True
-                    break
-                self.need, self.state = size, "data"
-            elif self.state == "data":
-                take = min(self.need, len(raw) - pos)
-                if take <= 0:
-                    break
-                body.append(raw[pos:pos + take])
-                pos += take
-                self.need -= take
-                if self.need == 0:
-                    self.state = "crlf"
-            else:  # the CRLF after a chunk's data
-                if len(raw) - pos < 2:
-                    break
-                pos += 2
-                self.state = "size"
-        self.raw = raw[pos:]
+        body = self.chunks.feed(data)
+        self.ended = self.ended or self.chunks.ended
         if body:
-            self._lines(b"".join(body))
+            self._lines(body)
 
     def _lines(self, data):
         self.body += data
