@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import requests
 from authlib.integrations.flask_oauth2 import AuthorizationServer, ResourceProtector
 from authlib.oauth2 import OAuth2Error
 from authlib.oauth2.rfc6749 import ClientMixin, InvalidRequestError, TokenMixin, grants
@@ -731,6 +732,18 @@ def sign_in(http, authorization_url, username, password):
     if response.status_code != 302:
         raise AssertionError(f"the provider answered {response.status_code}: {response.text[:300]}")
     return response.headers["Location"]
+
+
+def portal_session(issuer, username, password):
+    """The provider's session cookie value after a portal sign-in (/api/firstfactor): what
+    a browser then sends to the forward-auth sites (Authelia's cookie covers the parent
+    domain). Raises AssertionError when the sign-in is refused."""
+    http = requests.Session()
+    answer = http.post(issuer + ENDPOINTS["firstfactor"], json={"username": username, "password": password},
+                       timeout=10)
+    if answer.status_code != 200:
+        raise AssertionError(f"the provider refused the sign-in: {answer.status_code} {answer.text[:200]}")
+    return http.cookies[SESSION_COOKIE]
 
 
 def load_config_file(path):

@@ -16,10 +16,10 @@ from playwright.sync_api import expect
 
 from devtools.fake_openai import FakeOpenAI
 from tests.browser.conftest import ARTIFACTS
-from devtools.oidc_provider import SESSION_COOKIE, OidcProvider, pbkdf2_sha512_digest
+from devtools.oidc_provider import SESSION_COOKIE, portal_session
+from tests.conftest import FORWARD_AUTH_PASSWORD
 
 KEY = "sk-test-wizard-pages-0123456789"
-PASSWORD = "correct horse battery staple"
 SEVEN = ["wizards", "blueprints", "prompt_history", "saved_prompts", "likes", "admin_prompts", "llm_logs"]
 LIVE_WITHIN_MS = 2000   # check 10: a change in one tab shows in another within 2 s
 
@@ -28,18 +28,6 @@ LIVE_WITHIN_MS = 2000   # check 10: a change in one tab shows in another within 
 def fake_ai():
     with FakeOpenAI(key=KEY) as fake:
         yield fake
-
-
-@pytest.fixture(scope="module")
-def identity_provider():
-    config = {
-        "clients": [{"client_id": "workspace", "client_secret_digest": pbkdf2_sha512_digest("s", rounds=1000),
-                     "redirect_uris": ["https://workspace.example/api/v2/users/oidc/callback"]}],
-        "users": [{"username": "ada", "password": PASSWORD, "email": "ada@example.com", "groups": ["wiz-admins"]},
-                  {"username": "bo", "password": PASSWORD, "email": "bo@example.com"}],
-    }
-    with OidcProvider(config) as provider:
-        yield provider
 
 
 @pytest.fixture(autouse=True)
@@ -77,12 +65,8 @@ def wizard_site(site, tmp_path, env=None, provider=None):
 def sign_in(context, wizard, provider, username):
     """The provider's session cookie after a portal sign-in, given to the browser for
     the wizard's host (what Authelia's parent-domain cookie does in production)."""
-    http = requests.Session()
-    answer = http.post(provider.issuer + "/api/firstfactor", json={"username": username, "password": PASSWORD},
-                       timeout=10)
-    assert answer.status_code == 200, answer.text
-    context.add_cookies([{"name": SESSION_COOKIE, "value": http.cookies[SESSION_COOKIE],
-                          "domain": wizard.host, "path": "/"}])
+    value = portal_session(provider.issuer, username, FORWARD_AUTH_PASSWORD)
+    context.add_cookies([{"name": SESSION_COOKIE, "value": value, "domain": wizard.host, "path": "/"}])
 
 
 def http(wizard, method, path, **kwargs):
@@ -258,9 +242,9 @@ def test_check_10_a_change_in_one_tab_shows_in_another_without_reload(site, cont
 # ---- Admin ---------------------------------------------------------------------------------
 
 def test_check_7_the_database_viewer_shows_the_seven_collections(site, context, browser, tmp_path,
-                                                                 identity_provider, fake_ai):
-    wizard = wizard_site(site, tmp_path, env=ai_env(fake_ai), provider=identity_provider)
-    sign_in(context, wizard, identity_provider, "ada")
+                                                                 forward_auth_provider, fake_ai):
+    wizard = wizard_site(site, tmp_path, env=ai_env(fake_ai), provider=forward_auth_provider)
+    sign_in(context, wizard, forward_auth_provider, "ada")
     page = context.new_page()
     open_page(page, wizard.url + "/admin")
     expect(page.locator(".who")).to_contain_text("Signed in as ada")
@@ -316,7 +300,7 @@ def test_check_7_the_database_viewer_shows_the_seven_collections(site, context, 
         other = browser.new_context()
         try:
             if username:
-                sign_in(other, wizard, identity_provider, username)
+                sign_in(other, wizard, forward_auth_provider, username)
             refused = other.new_page()
             response = refused.goto(wizard.url + "/admin")
             assert response.status == 403

@@ -9,9 +9,9 @@ import requests
 from PIL import Image
 
 from app.common.sse_client import iter_records
-from devtools.oidc_provider import SESSION_COOKIE, OidcProvider, pbkdf2_sha512_digest
+from devtools.oidc_provider import SESSION_COOKIE, portal_session
+from tests.conftest import FORWARD_AUTH_PASSWORD
 
-PASSWORD = "correct horse battery staple"
 FORGED = {"Remote-User": "root", "Remote-Groups": "admins", "X-Wiz-Test-User": "root",
           "X-Wiz-Test-Groups": "admins", "X-Forwarded-For": "127.0.0.1"}
 
@@ -20,18 +20,6 @@ FORGED = {"Remote-User": "root", "Remote-Groups": "admins", "X-Wiz-Test-User": "
 def wizard_backend(start_module_service):
     # The test identity is on: it must still be unusable through the proxy.
     return start_module_service("wizard", env={"WIZ_ALLOW_TEST_IDENTITY": "1"})
-
-
-@pytest.fixture(scope="module")
-def identity_provider():
-    config = {
-        "clients": [{"client_id": "workspace", "client_secret_digest": pbkdf2_sha512_digest("s", rounds=1000),
-                     "redirect_uris": ["https://workspace.example/api/v2/users/oidc/callback"]}],
-        "users": [{"username": "ada", "password": PASSWORD, "email": "ada@example.com", "groups": ["wiz-admins"]},
-                  {"username": "bo", "password": PASSWORD, "email": "bo@example.com"}],
-    }
-    with OidcProvider(config) as provider:
-        yield provider
 
 
 @pytest.fixture(scope="module")
@@ -46,24 +34,20 @@ def open_proxy(wizard_backend, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def auth_proxy(wizard_backend, identity_provider, tmp_path_factory):
+def auth_proxy(wizard_backend, forward_auth_provider, tmp_path_factory):
     from devtools import nginx
     proxy = nginx.start(tmp_path_factory.mktemp("nginx-wizard-auth"),
                         upstreams={"wizard": f"127.0.0.1:{wizard_backend.port}"},
                         variables={"wizard_uploads_dir": str(wizard_backend.data_dir / "uploads"),
-                                   "wizard_auth_request_url": identity_provider.issuer + "/api/authz/auth-request"})
+                                   "wizard_auth_request_url": forward_auth_provider.issuer + "/api/authz/auth-request"})
     yield proxy
     proxy.stop()
 
 
-def provider_session(identity_provider, username):
+def provider_session(forward_auth_provider, username):
     """The provider's session cookie after a portal sign-in (the browser would send it
     to the wizard's host too: Authelia's cookie covers the parent domain)."""
-    http = requests.Session()
-    response = http.post(identity_provider.issuer + "/api/firstfactor",
-                         json={"username": username, "password": PASSWORD}, timeout=10)
-    assert response.status_code == 200
-    return {"Cookie": f"{SESSION_COOKIE}={http.cookies[SESSION_COOKIE]}"}
+    return {"Cookie": f"{SESSION_COOKIE}={portal_session(forward_auth_provider.issuer, username, FORWARD_AUTH_PASSWORD)}"}
 
 
 def me(proxy, **headers):
@@ -82,19 +66,19 @@ def test_the_test_identity_cannot_be_used_through_the_proxy(open_proxy, auth_pro
         assert me(proxy, **{"X-Wiz-Test-User": "root", "X-Wiz-Test-Groups": "admins"})["id"] == "public"
 
 
-def test_anonymous_visitors_pass_as_public(auth_proxy, identity_provider):
+def test_anonymous_visitors_pass_as_public(auth_proxy, forward_auth_provider):
     assert me(auth_proxy) == {"id": "public", "username": "public", "is_admin": False}
     assert me(auth_proxy, **FORGED) == {"id": "public", "username": "public", "is_admin": False}
     # A session cookie the provider does not know is anonymous too.
     assert me(auth_proxy, Cookie=f"{SESSION_COOKIE}=forged")["id"] == "public"
 
 
-def test_signed_in_visitors_carry_their_user_and_groups(auth_proxy, identity_provider):
-    ada = provider_session(identity_provider, "ada")
+def test_signed_in_visitors_carry_their_user_and_groups(auth_proxy, forward_auth_provider):
+    ada = provider_session(forward_auth_provider, "ada")
     assert me(auth_proxy, **ada) == {"id": "ada", "username": "ada", "is_admin": True}
     # What the client claims changes nothing.
     assert me(auth_proxy, **ada, **{"Remote-User": "root", "Remote-Groups": ""})["id"] == "ada"
-    bo = provider_session(identity_provider, "bo")
+    bo = provider_session(forward_auth_provider, "bo")
     assert me(auth_proxy, **bo, **{"Remote-Groups": "admins"}) == {"id": "bo", "username": "bo", "is_admin": False}
 
 
@@ -133,13 +117,13 @@ def test_events_flow_through_unbuffered(open_proxy):
 
 
 
-def test_an_unavailable_identity_provider_fails_closed(auth_proxy, identity_provider):
+def test_an_unavailable_identity_provider_fails_closed(auth_proxy, forward_auth_provider):
     # Never served as `public` meanwhile: a signed-in user's writes would land in the
     # shared anonymous library.
-    identity_provider.down = 503
+    forward_auth_provider.down = 503
     try:
         response = requests.get(auth_proxy.url + "/api/me", headers=auth_proxy.headers("wizard"), timeout=10)
         assert response.status_code == 500
     finally:
-        identity_provider.down = False
+        forward_auth_provider.down = False
     assert me(auth_proxy)["id"] == "public"
