@@ -30,7 +30,7 @@ def me():
 @bp.get("/api/collections/<name>")
 def list_collection(name):
     wanted = collections.parse_filter(request.args.get("filter"))
-    body, version = collections.list_rows(name, identity.current(), wanted)
+    body = collections.list_rows(name, identity.current(), wanted)
     response = Response(body, mimetype="application/json")
     # Private: the answer depends on who asks.
     response.headers["Cache-Control"] = "private, no-cache"

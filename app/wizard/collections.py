@@ -74,7 +74,7 @@ def _scope_key(name, who):
 
 
 def list_rows(name, who, wanted):
-    """The rows `who` may see, newest first, as the JSON text of an array; served from
+    """The rows `who` may see, newest first, as a JSON array (UTF-8 bytes); served from
     the cache while the collection has not changed."""
     model = model_of(name)
     query = _visible(model, name, who)   # raises 403 before anything is read
@@ -87,7 +87,7 @@ def list_rows(name, who, wanted):
             query = query.where(field.is_null() if value is None else field == value)
         body = ("[" + ",".join(_row_texts(name, model, query.order_by(model.seq.desc()))) + "]").encode()
         cache.put(key, version, body)
-    return body, version
+    return body
 
 
 _COLUMNS = ("seq", "id", "user_id", "created_at", "is_public", "blueprint_id", "key", "likes_count", "data")
