@@ -50,17 +50,21 @@ def _prepare_audio(data_dir):
     seed(str(data_dir / "soundlib"))
 
 
-def _notebook_password(data_dir):
-    """Made once per checkout (var/notebook/dev-password, 0600), printed at every start."""
-    path = data_dir / "dev-password"
+def _made_once(path, make):
+    """A secret made once per checkout (0600 under var/), the same at every start."""
     if not path.exists():
-        path.write_text(secrets.token_urlsafe(18))
+        path.write_text(make())
         path.chmod(0o600)
     return path.read_text().strip()
 
 
 def _prepare_notebook(data_dir):
-    ENVIRONMENTS["notebook"] = {"NOTEBOOK_PASSWORD": _notebook_password(data_dir), "NOTEBOOK_CORS_ORIGINS": "*"}
+    from cryptography.fernet import Fernet
+    ENVIRONMENTS["notebook"] = {
+        "NOTEBOOK_PASSWORD": _made_once(data_dir / "dev-password", lambda: secrets.token_urlsafe(18)),
+        # Encrypts provider API keys at rest (printed nowhere).
+        "NOTEBOOK_ENCRYPTION_KEY": _made_once(data_dir / "encryption-key", lambda: Fernet.generate_key().decode()),
+        "NOTEBOOK_CORS_ORIGINS": "*"}
 
 
 def _notebook_worker(service):
