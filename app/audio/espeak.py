@@ -1,27 +1,16 @@
 """Speech from espeak-ng, the embedded default: a subprocess per request with the
 text on stdin (never in its arguments), its WAV read to the end within the
-response cap, encoded to MP3.
-
-The spec's ranges are the browser speech API's; espeak-ng's own scales:
-
-| field | spec range (normal) | espeak-ng option | mapping |
-|---|---|---|---|
-| rate | 0.5–2 (1) | `-s` words per minute, 80–450 (175) | 175 × rate → 88–350 |
-| pitch | 0–2 (1) | `-p` 0–99 (50) | 50 × pitch, at most 99 |
-| volume | 0–1 (1) | `-a` amplitude 0–200 (100) | 100 × volume |
+response cap, encoded to MP3. The option mapping (spec ranges to espeak-ng's
+scales) and the encoder are shared with the notebook's podcasts: app.common.tts.
 """
 from app.audio import mp3
 from app.audio.process import EngineTimeout, run_engine
 from app.audio.providers import ProviderFailed, SpeechProvider, Unavailable
 from app.common.offload import blocking
+from app.common.tts import espeak_arguments
 
 PROBE_TEXT = "a"
 WAV_TO_MP3_BOUND = 8
-
-
-def espeak_arguments(voice_id, rate, pitch, volume):
-    return ["-v", voice_id, "-s", str(round(175 * rate)), "-p", str(min(99, round(50 * pitch))),
-            "-a", str(round(100 * volume)), "--stdout"]
 
 
 def parse_voices(listing):
