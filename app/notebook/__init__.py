@@ -20,8 +20,8 @@ def error_body(status, message, extra):
 
 
 def init_app(app):
-    from app.notebook import (commands, docs, notebooks, notes, search, sources,  # noqa: F401
-                              system, web)
+    from app.notebook import (ask, chat, commands, credentials, docs, model_config, notebooks,  # noqa: F401
+                              notes, podcasts, search, sources, system, transformations, web)
     from app.common.db import bind_to_requests
     from app.notebook.jobs import JobQueue
     from app.notebook.models import database, open_database

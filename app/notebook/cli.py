@@ -42,11 +42,11 @@ def worker(args):
     logging.getLogger("huey").setLevel(logging.WARNING)
     settings = NotebookSettings.from_env(config.data_dir("notebook"), serving=False)
     open_database(settings.database_url, pool=False)
-    processing.configure(settings)
+    queue = JobQueue(settings)
+    processing.configure(settings, queue)
     recovered = processing.recover_interrupted()
     if recovered:
         log.warning("%d job(s) were cut off by the last stop: marked failed", recovered)
-    queue = JobQueue(settings)
     processing.requeue_waiting(queue)
     threading.Thread(target=_preload_model, args=(settings,), daemon=True, name="model-preload").start()
     # Poll the SQLite queue every 50 ms when busy, backing off to 0.5 s when idle:

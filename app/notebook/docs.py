@@ -64,13 +64,98 @@ OPERATIONS = [
      {200: s.CommandOut}, [404, 409]),
     ("post", "/search", "search", "Full-text (BM25) or vector (cosine) search", ("json", s.SearchRequest),
      {200: s.SearchResponse}, [400, 404, 413, 415]),
+    # -- provider credentials
+    ("get", "/credentials", "credentials", "List credentials (keys never shown: has_api_key)",
+     ("query", s.CredentialListQuery), {200: [s.CredentialOut]}, [400]),
+    ("post", "/credentials", "credentials", "Create a credential (the API key is stored encrypted)",
+     ("json", s.CredentialCreate), {201: s.CredentialOut}, [400, 413, 415]),
+    ("get", "/credentials/status", "credentials", "Which providers are configured, and where", None,
+     {200: s.CredentialsStatus}, []),
+    ("get", "/credentials/env-status", "credentials", "Which provider environment variables are set", None,
+     {200: s.EnvStatus}, []),
+    ("post", "/credentials/migrate-from-env", "credentials", "Credentials from the environment variables", None,
+     {200: s.Migrated}, []),
+    ("get", "/credentials/{credential_id}", "credentials", "Read a credential", None, {200: s.CredentialOut}, [404]),
+    ("put", "/credentials/{credential_id}", "credentials", "Update a credential (api_key null removes it)",
+     ("json", s.CredentialUpdate), {200: s.CredentialOut}, [400, 404, 413, 415]),
+    ("delete", "/credentials/{credential_id}", "credentials", "Delete a credential (its models stay)", None,
+     {200: s.CredentialDeleted}, [404]),
+    ("post", "/credentials/{credential_id}/test", "credentials", "A real minimal call: {success, message}", None,
+     {200: s.CredentialTest}, [404]),
+    ("post", "/credentials/{credential_id}/discover", "credentials", "The provider's models", None,
+     {200: s.Discovered}, [404, 502, 503, 504]),
+    ("post", "/credentials/{credential_id}/register-models", "credentials",
+     "Register models under the credential (existing ones counted, not doubled)", ("json", s.RegisterModels),
+     {200: s.Registered}, [400, 404, 413, 415]),
+    # -- models
+    ("get", "/models", "models", "Registered models", ("query", s.ModelListQuery), {200: [s.ModelOut]}, [400]),
+    ("post", "/models", "models", "Register a model", ("json", s.ModelCreate), {201: s.ModelOut},
+     [400, 404, 409, 413, 415]),
+    ("get", "/models/defaults", "models", "The default models", None, {200: s.Defaults}, []),
+    ("put", "/models/defaults", "models", "Set default models (null clears one)", ("json", s.DefaultsUpdate),
+     {200: s.Defaults}, [400, 404, 413, 415]),
+    ("post", "/models/config", "models", "Set default models (as PUT /models/defaults)", ("json", s.DefaultsUpdate),
+     {200: s.Defaults}, [400, 404, 413, 415]),
+    ("get", "/models/{model_id}", "models", "Read a model", None, {200: s.ModelOut}, [404]),
+    ("delete", "/models/{model_id}", "models", "Delete a model (defaults naming it are cleared)", None,
+     {200: s.Deleted}, [404]),
+    # -- transformations, insights
+    ("get", "/transformations", "transformations", "List transformations", None, {200: [s.TransformationOut]}, []),
+    ("post", "/transformations", "transformations", "Create a transformation (its prompt is never a template)",
+     ("json", s.TransformationCreate), {201: s.TransformationOut}, [400, 409, 413, 415]),
+    ("post", "/transformations/execute", "transformations", "Apply a transformation to a text now",
+     ("json", s.TransformationExecute), {200: s.TransformationExecuted}, [400, 404, 413, 415, 502, 503, 504]),
+    ("get", "/transformations/{transformation_id}", "transformations", "Read a transformation", None,
+     {200: s.TransformationOut}, [404]),
+    ("put", "/transformations/{transformation_id}", "transformations", "Update a transformation",
+     ("json", s.TransformationUpdate), {200: s.TransformationOut}, [400, 404, 409, 413, 415]),
+    ("delete", "/transformations/{transformation_id}", "transformations", "Delete a transformation", None,
+     {200: s.Deleted}, [404]),
+    ("post", "/sources/{source_id}/insights", "sources", "Apply a transformation to a source (a job)",
+     ("json", s.InsightCreate), {202: s.InsightQueued}, [400, 404, 413, 415]),
+    ("get", "/sources/{source_id}/insights", "sources", "The source's insights", None, {200: [s.InsightOut]}, [404]),
+    ("get", "/insights/{insight_id}", "sources", "Read an insight", None, {200: s.InsightOut}, [404]),
+    ("delete", "/insights/{insight_id}", "sources", "Delete an insight", None, {200: s.Deleted}, [404]),
+    # -- chat, ask
+    ("get", "/chat/sessions", "chat", "List chat sessions", ("query", s.ChatSessionQuery),
+     {200: [s.ChatSessionOut]}, [400, 404]),
+    ("post", "/chat/sessions", "chat", "Create a chat session", ("json", s.ChatSessionCreate),
+     {201: s.ChatSessionOut}, [400, 404, 413, 415]),
+    ("get", "/chat/sessions/{session_id}", "chat", "A session with its messages", None, {200: s.ChatSessionOut},
+     [404]),
+    ("put", "/chat/sessions/{session_id}", "chat", "Update a session", ("json", s.ChatSessionUpdate),
+     {200: s.ChatSessionOut}, [400, 404, 413, 415]),
+    ("delete", "/chat/sessions/{session_id}", "chat", "Delete a session and its messages", None,
+     {200: s.Deleted}, [404]),
+    ("post", "/chat/context/build", "chat", "The context of chosen sources and notes, with sizes",
+     ("json", s.ChatContextRequest), {200: s.ChatContextOut}, [400, 404, 413, 415]),
+    ("post", "/chat/context", "chat", "As /chat/context/build", ("json", s.ChatContextRequest),
+     {200: s.ChatContextOut}, [400, 404, 413, 415]),
+    ("post", "/chat/execute", "chat", "Send a message: the reply and the history (stream: SSE delta records)",
+     ("json", s.ChatExecute), {200: s.ChatReply}, [400, 404, 413, 415, 502, 503, 504]),
+    ("post", "/ask", "ask", "Ask: SSE records strategy, answer…, final_answer, complete (or error)",
+     ("json", s.AskRequest), {200: "sse"}, [400, 404, 413, 415]),
+    # -- podcasts
+    ("post", "/podcasts/generate", "podcasts", "Generate an episode (a job)", ("json", s.PodcastCreate),
+     {202: s.PodcastQueued}, [400, 404, 413, 415]),
+    ("get", "/podcasts/episodes", "podcasts", "List episodes", None, {200: [s.EpisodeOut]}, []),
+    ("get", "/podcasts/episodes/{episode_id}", "podcasts", "Read an episode", None, {200: s.EpisodeOut}, [404]),
+    ("get", "/podcasts/episodes/{episode_id}/audio", "podcasts", "The episode's MP3", None, {200: "mp3"}, [404]),
+    ("delete", "/podcasts/episodes/{episode_id}", "podcasts", "Delete an episode and its audio", None,
+     {200: s.Deleted}, [404]),
 ]
 
 _PATH_PARAMS = {"notebook_id": "notebook:<key>", "source_id": "source:<key>", "note_id": "note:<key>",
-                "command_id": "command:<key>"}
+                "command_id": "command:<key>", "credential_id": "credential:<key>", "model_id": "model:<key>",
+                "transformation_id": "transformation:<key>", "insight_id": "insight:<key>",
+                "session_id": "chat_session:<key>", "episode_id": "episode:<key>"}
 
 
 def _content(schema):
+    if schema == "sse":
+        return {"text/event-stream": {"schema": {"type": "string"}}}
+    if schema == "mp3":
+        return {"audio/mpeg": {"schema": {"type": "string", "format": "binary"}}}
     if schema == "file":
         return {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
     if isinstance(schema, list):
@@ -86,7 +171,8 @@ def _multipart_schema():
         "file": {"type": "string", "format": "binary"}, "url": {"type": "string"},
         "content": {"type": "string"}, "title": {"type": "string"},
         "async_processing": {"type": "boolean"}, "embed": {"type": "boolean"},
-        "delete_source": {"type": "boolean"}}}
+        "delete_source": {"type": "boolean"},
+        "transformations": {"type": "string", "description": "a JSON list of transformation ids"}}}
 
 
 def _operation(method, path, tag, summary, request, responses, errors):
@@ -119,7 +205,8 @@ def _operation(method, path, tag, summary, request, responses, errors):
 
 _ERROR_TEXT = {400: "Invalid input", 401: "Missing or wrong password", 404: "Not found",
                405: "Method not allowed", 409: "Conflict", 413: "Too large", 415: "Unsupported media type",
-               500: "Server error", 503: "The database does not answer"}
+               500: "Server error", 502: "The model provider failed or refused",
+               503: "Unavailable (or the provider is rate limiting)", 504: "The model provider did not answer in time"}
 
 
 @functools.lru_cache(maxsize=1)

@@ -17,6 +17,14 @@ from app.notebook.models import Command
 log = logging.getLogger("bundle.notebook")
 
 
+def new_command(kind, target):
+    """A new command row (call inside the transaction that makes its target)."""
+    command = Command(id=new_key(), kind=kind, target=target, status="new",
+                      progress={"stage": "queued", "percent": 0})
+    command.save(force_insert=True)
+    return command
+
+
 class JobQueue:
     def __init__(self, settings):
         self.settings = settings
@@ -30,14 +38,11 @@ class JobQueue:
             "process_source": self.huey.task(name="process_source", retries=0)(processing.run),
             "embed_source": self.huey.task(name="embed_source", retries=0)(processing.run),
             "embed_note": self.huey.task(name="embed_note", retries=0)(processing.run),
+            "insight": self.huey.task(name="insight", retries=0)(processing.run),
+            "podcast": self.huey.task(name="podcast", retries=0)(processing.run),
         }
 
-    def new_command(self, kind, target):
-        """A new command row (call inside the transaction that makes its target)."""
-        command = Command(id=new_key(), kind=kind, target=target, status="new",
-                          progress={"stage": "queued", "percent": 0})
-        command.save(force_insert=True)
-        return command
+    new_command = staticmethod(new_command)
 
     def note_command(self, note):
         """A command embedding `note`, or None when no embedding model can be used."""

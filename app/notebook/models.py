@@ -126,7 +126,109 @@ def vectors_generation():
     return Generation.select(Generation.value).where(Generation.key == "vectors").scalar() or 0
 
 
-MODELS = [Notebook, Source, SourceNotebook, Chunk, Note, Command, SearchDoc, Generation]
+class Credential(BaseModel):
+    """A provider's API key (Fernet-encrypted with NOTEBOOK_ENCRYPTION_KEY, never
+    answered) and base URL."""
+    id = CharField(primary_key=True, max_length=20)
+    name = CharField(max_length=200)
+    provider = CharField(max_length=30, index=True)
+    base_url = TextField(null=True)
+    api_key_encrypted = TextField(null=True)
+    created = DateTimeField(default=now, index=True)
+    updated = DateTimeField(default=now)
+
+
+class LanguageModel(BaseModel):
+    """A registered model of a provider (`model:<key>`), language, embedding or speech."""
+    id = CharField(primary_key=True, max_length=20)
+    name = CharField(max_length=300)
+    provider = CharField(max_length=30)
+    type = CharField(max_length=20, index=True)
+    credential = ForeignKeyField(Credential, null=True, backref="models", on_delete="SET NULL")
+    created = DateTimeField(default=now, index=True)
+    updated = DateTimeField(default=now)
+
+    class Meta:
+        table_name = "model"
+        indexes = ((("provider", "name", "type"), False),)
+
+
+class DefaultModel(BaseModel):
+    """One row per default (default_chat_model, …): the model it names."""
+    key = CharField(primary_key=True, max_length=40)
+    model = ForeignKeyField(LanguageModel, null=True, on_delete="SET NULL")
+
+
+class Transformation(BaseModel):
+    id = CharField(primary_key=True, max_length=20)
+    name = CharField(max_length=200)
+    title = CharField(max_length=500, default="")
+    description = TextField(default="")
+    prompt = TextField()                         # data sent to the model, never rendered as a template
+    apply_default = BooleanField(default=False)
+    created = DateTimeField(default=now, index=True)
+    updated = DateTimeField(default=now)
+
+
+class Insight(BaseModel):
+    """What a transformation made of a source."""
+    id = CharField(primary_key=True, max_length=20)
+    source = ForeignKeyField(Source, backref="insights", on_delete="CASCADE")
+    transformation = ForeignKeyField(Transformation, null=True, on_delete="SET NULL")
+    insight_type = CharField(max_length=500)
+    content = TextField()
+    model_name = CharField(max_length=300, default="")
+    created = DateTimeField(default=now, index=True)
+    updated = DateTimeField(default=now)
+
+
+class InsightRequest(BaseModel):
+    """A transformation to apply to a source: its command (once queued) and the
+    model the request named. A source's creation asks for these before it is
+    processed (no command yet); they are queued when its processing completes."""
+    id = AutoField()
+    source = ForeignKeyField(Source, on_delete="CASCADE")
+    transformation = ForeignKeyField(Transformation, on_delete="CASCADE")
+    model_id = CharField(null=True, max_length=100)   # the request's override, as it named it
+    command_id = CharField(null=True, index=True)
+
+
+class ChatSession(BaseModel):
+    id = CharField(primary_key=True, max_length=20)
+    title = CharField(max_length=500, default="")
+    notebook = ForeignKeyField(Notebook, null=True, backref="chat_sessions", on_delete="CASCADE")
+    model_override = CharField(null=True, max_length=20)  # a LanguageModel key
+    created = DateTimeField(default=now, index=True)
+    updated = DateTimeField(default=now, index=True)
+
+
+class ChatMessage(BaseModel):
+    id = AutoField()
+    session = ForeignKeyField(ChatSession, backref="messages", on_delete="CASCADE")
+    role = CharField(max_length=10)              # human | ai
+    content = TextField()
+    created = DateTimeField(default=now)
+
+
+class Episode(BaseModel):
+    """A podcast episode: its job, its script and, once made, its MP3 under
+    DATA_DIR/podcasts."""
+    id = CharField(primary_key=True, max_length=20)
+    name = CharField(max_length=200)
+    notebook = ForeignKeyField(Notebook, null=True, on_delete="SET NULL")
+    speakers = IntegerField()
+    length = CharField(max_length=10)
+    command_id = CharField(null=True)
+    model_id = CharField(null=True, max_length=20)
+    transcript = JSONField(null=True)
+    audio_file = CharField(null=True)
+    created = DateTimeField(default=now, index=True)
+    updated = DateTimeField(default=now)
+
+
+MODELS = [Notebook, Source, SourceNotebook, Chunk, Note, Command, SearchDoc, Generation, Credential,
+          LanguageModel, DefaultModel, Transformation, Insight, InsightRequest, ChatSession,
+          ChatMessage, Episode]
 
 FTS_DDL = ("CREATE VIRTUAL TABLE IF NOT EXISTS search_fts USING fts5("
            "title, body, parent UNINDEXED, tokenize = 'porter unicode61 remove_diacritics 2')")

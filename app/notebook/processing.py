@@ -10,12 +10,15 @@ result in the same transaction that checks once more. A job that raises is
 import logging
 import os
 
-from app.notebook import chunking, embeddings, extract, index, ssrf
-from app.notebook.ids import public
-from app.notebook.models import Chunk, Command, Note, Source, bump_vectors, now, write_transaction
+from app.common.errors import ApiError
+from app.notebook import chunking, embeddings, extract, index, llm, ssrf
+from app.notebook.ids import new_key, public
+from app.notebook.models import (Chunk, Command, Insight, InsightRequest, Note, Source, Transformation,
+                                 bump_vectors, now, write_transaction)
 
 log = logging.getLogger("bundle.notebook.worker")
 _settings = None
+_queue = None
 EMBED_BATCH = 32
 
 
@@ -23,10 +26,11 @@ class Canceled(Exception):
     """The command was canceled, or what it works on was deleted."""
 
 
-def configure(settings):
-    """Called once by the worker process before it consumes jobs."""
-    global _settings
-    _settings = settings
+def configure(settings, queue=None):
+    """Called once by the worker process before it consumes jobs; `queue` takes the
+    jobs that jobs start (a processed source's insights)."""
+    global _settings, _queue
+    _settings, _queue = settings, queue
 
 
 # --------------------------------------------------------------------------- command state
@@ -49,10 +53,10 @@ def progress(command, stage, percent):
     ensure_running(command)
 
 
-def _complete(command, result):
-    """Inside the job's final transaction: only a command still running completes
-    (every kind of job changes vectors)."""
-    bump_vectors()
+def _complete(command, result, vectors_changed=True):
+    """Inside the job's final transaction: only a command still running completes."""
+    if vectors_changed:
+        bump_vectors()
     done = (Command.update(status="completed", result=result, progress={"stage": "done", "percent": 100},
                            updated=now())
             .where((Command.id == command.id) & (Command.status == "running")).execute())
@@ -80,9 +84,13 @@ def run(command_key):
         handler(command)
     except Canceled as exc:
         log.info("command %s stopped: %s", command.id, exc)
-    except (extract.ExtractionError, ssrf.LinkRefused, embeddings.EmbeddingUnavailable) as exc:
+    except (extract.ExtractionError, ssrf.LinkRefused, embeddings.EmbeddingUnavailable,
+            llm.ProviderError) as exc:
         log.info("command %s failed: %s", command.id, exc)
         _fail(command, str(exc))
+    except ApiError as exc:  # what a route would answer: no model configured, an unknown override
+        log.info("command %s failed: %s", command.id, exc.message)
+        _fail(command, exc.message)
     except Exception as exc:  # a bug or an unexpected library error: failed, with its kind, logged
         log.exception("command %s failed unexpectedly", command.id)
         _fail(command, f"processing failed: {type(exc).__name__}: {str(exc)[:300]}")
@@ -191,8 +199,24 @@ def process_source(command):
         if not embedded:
             result["embedding"] = model  # why not: not requested, or no model available
         _complete(command, result)
+        insight_commands = _queue_requested_insights(source.id)
     if source.delete_file and source.file_name:
         _drop_file(source)
+    for queued in insight_commands:
+        _queue.enqueue(queued)
+
+
+def _queue_requested_insights(source_key):
+    """Commands for the transformations the source asked for at its creation (in the
+    transaction that completes its processing; enqueued after it commits)."""
+    from app.notebook.jobs import new_command
+    commands = []
+    for request in InsightRequest.select().where((InsightRequest.source == source_key)
+                                                 & InsightRequest.command_id.is_null()):
+        command = new_command("insight", public("source", source_key))
+        InsightRequest.update(command_id=command.id).where(InsightRequest.id == request.id).execute()
+        commands.append(command)
+    return commands
 
 
 def _drop_file(source):
@@ -244,4 +268,35 @@ def embed_note(command):
                             "dimensions": len(vector)})
 
 
-HANDLERS = {"process_source": process_source, "embed_source": embed_source, "embed_note": embed_note}
+# --------------------------------------------------------------------------- insights
+
+def insight(command):
+    """Apply a transformation to a source with the language model; store the insight."""
+    from app.notebook import model_config, transformations
+    request = InsightRequest.get_or_none(InsightRequest.command_id == command.id)
+    source = Source.get_or_none(Source.id == request.source_id) if request else None
+    transformation = Transformation.get_or_none(Transformation.id == request.transformation_id) if request else None
+    if source is None or transformation is None:
+        raise Canceled(f"the source or the transformation of {command.id} was deleted")
+    resolved = model_config.resolve(_settings, "transformation", request.model_id)
+    progress(command, "asking the model", 20)
+    output = llm.chat(resolved.target, resolved.name,
+                      transformations.messages_for(transformation.prompt, source.full_text,
+                                                   _settings.context_max_chars))
+    with write_transaction():
+        ensure_running(command)
+        record = Insight.create(id=new_key(), source=source.id, transformation=transformation.id,
+                                insight_type=transformation.title or transformation.name, content=output,
+                                model_name=resolved.name)
+        _complete(command, {"insight_id": public("insight", record.id), "source_id": command.target,
+                            "transformation_id": public("transformation", transformation.id),
+                            "model_id": resolved.id}, vectors_changed=False)
+
+
+def podcast(command):
+    from app.notebook import podcasts
+    podcasts.make_episode(command, _settings)
+
+
+HANDLERS = {"process_source": process_source, "embed_source": embed_source, "embed_note": embed_note,
+            "insight": insight, "podcast": podcast}

@@ -59,8 +59,10 @@ class SourceCreate(_Strict):
     embed = fields.Boolean(load_default=True)
     delete_source = fields.Boolean(load_default=False,
                                    metadata={"description": "delete the uploaded file once processed"})
-    transformations = fields.List(fields.String(), load_default=list,
-                                  metadata={"description": "not available yet: must be empty"})
+    transformations = fields.List(fields.String(validate=validate.Length(min=1, max=100)), load_default=list,
+                                  validate=validate.Length(max=20),
+                                  metadata={"description": "transformation ids applied once the source is "
+                                                           "processed (insights, by the default model)"})
 
     @pre_load
     def form_values(self, data, **kwargs):
@@ -69,12 +71,13 @@ class SourceCreate(_Strict):
         if not isinstance(data, dict):
             return data
         data = {k: v for k, v in data.items() if not (isinstance(v, str) and v.strip() == "" and k != "content")}
-        raw = data.get("notebooks")
-        if isinstance(raw, str):
-            try:
-                data["notebooks"] = json.loads(raw)
-            except ValueError:
-                data["notebooks"] = [raw]  # a single id, as a plain form value
+        for name in ("notebooks", "transformations"):
+            raw = data.get(name)
+            if isinstance(raw, str):
+                try:
+                    data[name] = json.loads(raw)
+                except ValueError:
+                    data[name] = [raw]  # a single id, as a plain form value
         return data
 
     @validates_schema
@@ -84,8 +87,6 @@ class SourceCreate(_Strict):
             raise ValidationError("is required for a link source", "url")
         if kind == "text" and not data.get("content"):
             raise ValidationError("is required for a text source", "content")
-        if data.get("transformations"):
-            raise ValidationError("transformations are not available yet", "transformations")
 
 
 class SourceUpdate(_Strict):
@@ -280,3 +281,372 @@ class SearchResponse(Schema):
     results = fields.List(fields.Nested(SearchHit), required=True)
     total_count = fields.Integer(required=True)
     search_type = fields.String(required=True)
+
+
+# --------------------------------------------------------------------------- models, credentials
+
+PROVIDERS = ("openai", "openai_compatible", "ollama", "anthropic")
+MODEL_TYPES = ("language", "embedding", "text_to_speech", "speech_to_text")
+DEFAULT_KEYS = ("default_chat_model", "default_transformation_model", "large_context_model",
+                "default_embedding_model", "default_text_to_speech_model", "default_speech_to_text_model")
+_url = fields.String(validate=[validate.Length(max=2048), validate.URL(schemes={"http", "https"}, require_tld=False)])
+_model_ref = fields.String(allow_none=True, validate=validate.Length(min=1, max=100),
+                           metadata={"description": "a model id (model:<key>) that overrides the default"})
+
+
+class CredentialCreate(_Strict):
+    name = fields.String(required=True, validate=validate.Length(min=1, max=200))
+    provider = fields.String(required=True, validate=validate.OneOf(PROVIDERS))
+    api_key = fields.String(validate=validate.Length(min=1, max=2000))
+    base_url = _url
+
+    @validates_schema
+    def compatible_needs_url(self, data, **kwargs):
+        if data.get("provider") == "openai_compatible" and not data.get("base_url"):
+            raise ValidationError("is required for an openai_compatible provider", "base_url")
+
+
+class CredentialUpdate(_Strict):
+    name = fields.String(validate=validate.Length(min=1, max=200))
+    api_key = fields.String(allow_none=True, validate=validate.Length(min=1, max=2000),
+                            metadata={"description": "null removes the stored key"})
+    base_url = fields.String(allow_none=True, validate=[validate.Length(max=2048),
+                                                        validate.URL(schemes={"http", "https"}, require_tld=False)])
+
+    @validates_schema
+    def not_empty(self, data, **kwargs):
+        if not data:
+            raise ValidationError("give at least one of name, api_key, base_url")
+
+
+class CredentialListQuery(Schema):
+    provider = fields.String(validate=validate.OneOf(PROVIDERS))
+
+
+class ModelChoice(_Strict):
+    name = fields.String(required=True, validate=validate.Length(min=1, max=300))
+    type = fields.String(load_default="language", validate=validate.OneOf(MODEL_TYPES))
+
+
+class RegisterModels(_Strict):
+    models = fields.List(fields.Nested(ModelChoice), required=True, validate=validate.Length(min=1, max=500))
+
+
+class ModelCreate(_Strict):
+    name = fields.String(required=True, validate=validate.Length(min=1, max=300))
+    provider = fields.String(required=True, validate=validate.OneOf(PROVIDERS))
+    type = fields.String(required=True, validate=validate.OneOf(MODEL_TYPES))
+    credential = fields.String(allow_none=True, validate=validate.Length(min=1, max=100))
+
+
+class ModelListQuery(Schema):
+    type = fields.String(validate=validate.OneOf(MODEL_TYPES))
+    provider = fields.String(validate=validate.OneOf(PROVIDERS))
+
+
+class DefaultsUpdate(_Strict):
+    default_chat_model = _model_ref
+    default_transformation_model = _model_ref
+    large_context_model = _model_ref
+    default_embedding_model = _model_ref
+    default_text_to_speech_model = _model_ref
+    default_speech_to_text_model = _model_ref
+
+    @validates_schema
+    def not_empty(self, data, **kwargs):
+        if not data:
+            raise ValidationError("give at least one default: " + ", ".join(DEFAULT_KEYS))
+
+
+class CredentialOut(Schema):
+    id = fields.String(required=True)
+    name = fields.String(required=True)
+    provider = fields.String(required=True)
+    base_url = fields.String(allow_none=True, required=True)
+    has_api_key = fields.Boolean(required=True)
+    decryption_error = fields.Boolean(required=True)
+    model_count = fields.Integer(required=True)
+    created = fields.String(required=True)
+    updated = fields.String(required=True)
+
+
+class CredentialDeleted(Schema):
+    deleted = fields.String(required=True)
+    unlinked_models = fields.Integer(required=True)
+
+
+class CredentialTest(Schema):
+    provider = fields.String(required=True)
+    success = fields.Boolean(required=True)
+    message = fields.String(required=True)
+
+
+class DiscoveredModel(Schema):
+    name = fields.String(required=True)
+    provider = fields.String(required=True)
+    registered = fields.Boolean(required=True)
+
+
+class Discovered(Schema):
+    provider = fields.String(required=True)
+    credential_id = fields.String(required=True)
+    models = fields.List(fields.Nested(DiscoveredModel), required=True)
+
+
+class ModelOut(Schema):
+    id = fields.String(required=True)
+    name = fields.String(required=True)
+    provider = fields.String(required=True)
+    type = fields.String(required=True)
+    credential = fields.String(allow_none=True, required=True)
+    created = fields.String(required=True)
+    updated = fields.String(required=True)
+
+
+class Registered(Schema):
+    created = fields.Integer(required=True)
+    existing = fields.Integer(required=True)
+    models = fields.List(fields.Nested(ModelOut), required=True)
+
+
+class ProviderStatus(Schema):
+    configured = fields.Boolean(required=True)
+    source = fields.String(required=True, validate=validate.OneOf(("database", "environment", "none")))
+    credentials = fields.Integer(required=True)
+
+
+class CredentialsStatus(Schema):
+    encryption_configured = fields.Boolean(required=True)
+    providers = fields.Dict(keys=fields.String(), values=fields.Nested(ProviderStatus), required=True)
+
+
+class EnvStatus(Schema):
+    variables = fields.Dict(keys=fields.String(), values=fields.Boolean(), required=True)
+    providers = fields.Dict(keys=fields.String(), values=fields.Boolean(), required=True)
+
+
+class Migrated(Schema):
+    migrated = fields.List(fields.String(), required=True)
+    skipped = fields.List(fields.String(), required=True)
+    errors = fields.List(fields.String(), required=True)
+    credentials = fields.List(fields.Nested(CredentialOut), required=True)
+
+
+class Defaults(Schema):
+    default_chat_model = fields.String(allow_none=True, required=True)
+    default_transformation_model = fields.String(allow_none=True, required=True)
+    large_context_model = fields.String(allow_none=True, required=True)
+    default_embedding_model = fields.String(allow_none=True, required=True)
+    default_text_to_speech_model = fields.String(allow_none=True, required=True)
+    default_speech_to_text_model = fields.String(allow_none=True, required=True)
+
+
+# --------------------------------------------------------------------------- transformations, insights
+
+class TransformationCreate(_Strict):
+    name = fields.String(required=True, validate=validate.Length(min=1, max=200))
+    title = fields.String(load_default="", validate=validate.Length(max=500))
+    description = fields.String(load_default="", validate=validate.Length(max=10000))
+    prompt = fields.String(required=True, validate=validate.Length(min=1, max=100_000),
+                           metadata={"description": "sent to the model as it is (never a template)"})
+    apply_default = fields.Boolean(load_default=False)
+
+
+class TransformationUpdate(_Strict):
+    name = fields.String(validate=validate.Length(min=1, max=200))
+    title = fields.String(validate=validate.Length(max=500))
+    description = fields.String(validate=validate.Length(max=10000))
+    prompt = fields.String(validate=validate.Length(min=1, max=100_000))
+    apply_default = fields.Boolean()
+
+    @validates_schema
+    def not_empty(self, data, **kwargs):
+        if not data:
+            raise ValidationError("give at least one of name, title, description, prompt, apply_default")
+
+
+class TransformationExecute(_Strict):
+    transformation_id = fields.String(required=True, validate=validate.Length(min=1, max=100))
+    input_text = fields.String(required=True, validate=validate.Length(min=1))
+    model_id = _model_ref
+
+
+class InsightCreate(_Strict):
+    transformation_id = fields.String(required=True, validate=validate.Length(min=1, max=100))
+    model_id = _model_ref
+
+
+class TransformationOut(Schema):
+    id = fields.String(required=True)
+    name = fields.String(required=True)
+    title = fields.String(required=True)
+    description = fields.String(required=True)
+    prompt = fields.String(required=True)
+    apply_default = fields.Boolean(required=True)
+    created = fields.String(required=True)
+    updated = fields.String(required=True)
+
+
+class TransformationExecuted(Schema):
+    output = fields.String(required=True)
+    transformation_id = fields.String(required=True)
+    model_id = fields.String(required=True)
+
+
+class InsightOut(Schema):
+    id = fields.String(required=True)
+    source_id = fields.String(required=True)
+    transformation_id = fields.String(allow_none=True, required=True)
+    insight_type = fields.String(required=True)
+    content = fields.String(required=True)
+    model = fields.String(required=True)
+    created = fields.String(required=True)
+    updated = fields.String(required=True)
+
+
+class InsightQueued(Schema):
+    command_id = fields.String(required=True)
+    source_id = fields.String(required=True)
+    transformation_id = fields.String(required=True)
+    model_id = fields.String(required=True)
+
+
+# --------------------------------------------------------------------------- chat, ask
+
+class ChatSessionCreate(_Strict):
+    notebook_id = _id
+    title = fields.String(load_default="", validate=validate.Length(max=500))
+    model_override = _model_ref
+
+
+class ChatSessionUpdate(_Strict):
+    title = fields.String(validate=validate.Length(max=500))
+    model_override = _model_ref
+
+    @validates_schema
+    def not_empty(self, data, **kwargs):
+        if not data:
+            raise ValidationError("give at least one of title, model_override")
+
+
+class ChatSessionQuery(Schema):
+    notebook_id = _id
+
+
+class ContextConfig(Schema):
+    sources = fields.Dict(keys=fields.String(validate=validate.Length(max=100)), values=fields.String())
+    notes = fields.Dict(keys=fields.String(validate=validate.Length(max=100)), values=fields.String())
+
+
+class ChatContextRequest(_Strict):
+    notebook_id = fields.String(required=True, validate=validate.Length(min=1, max=100))
+    context_config = fields.Nested(ContextConfig, metadata={
+        "description": "per id: 'full content' (default), 'insights' or 'not in context'"})
+
+
+class ContextItem(Schema):
+    id = fields.String(required=True)
+    title = fields.String(load_default="")
+    content = fields.String(required=True)
+    mode = fields.String()
+    chars = fields.Integer()
+    truncated = fields.Boolean()
+
+
+class ChatContext(Schema):
+    sources = fields.List(fields.Nested(ContextItem), load_default=list)
+    notes = fields.List(fields.Nested(ContextItem), load_default=list)
+
+
+class ChatExecute(_Strict):
+    session_id = fields.String(required=True, validate=validate.Length(min=1, max=100))
+    message = fields.String(required=True, validate=validate.Length(min=1, max=100_000))
+    context = fields.Nested(ChatContext, metadata={"description": "as /chat/context/build answers it; "
+                                                                  "default: the session's notebook"})
+    model_override = _model_ref
+    stream = fields.Boolean(load_default=False)
+
+    @validates_schema
+    def has_text(self, data, **kwargs):
+        if not data.get("message", "").strip():
+            raise ValidationError("must not be blank", "message")
+
+
+class AskRequest(_Strict):
+    question = fields.String(required=True, validate=validate.Length(min=1, max=10_000))
+    strategy_model = _model_ref
+    answer_model = _model_ref
+    final_answer_model = _model_ref
+    notebook_id = _id
+
+    @validates_schema
+    def has_text(self, data, **kwargs):
+        if not data.get("question", "").strip():
+            raise ValidationError("must not be blank", "question")
+
+
+class ChatMessageOut(Schema):
+    id = fields.String(required=True)
+    type = fields.String(required=True)
+    content = fields.String(required=True)
+    timestamp = fields.String(required=True)
+
+
+class ChatSessionOut(Schema):
+    id = fields.String(required=True)
+    title = fields.String(required=True)
+    notebook_id = fields.String(allow_none=True, required=True)
+    model_override = fields.String(allow_none=True, required=True)
+    message_count = fields.Integer(required=True)
+    created = fields.String(required=True)
+    updated = fields.String(required=True)
+    messages = fields.List(fields.Nested(ChatMessageOut))
+
+
+class ChatReply(Schema):
+    session_id = fields.String(required=True)
+    model_id = fields.String(required=True)
+    messages = fields.List(fields.Nested(ChatMessageOut), required=True)
+
+
+class ChatContextOut(Schema):
+    notebook_id = fields.String(required=True)
+    context = fields.Nested(ChatContext, required=True)
+    char_count = fields.Integer(required=True)
+    token_count = fields.Integer(required=True)
+
+
+# --------------------------------------------------------------------------- podcasts
+
+class PodcastCreate(_Strict):
+    notebook_id = fields.String(required=True, validate=validate.Length(min=1, max=100))
+    episode_name = fields.String(required=True, validate=validate.Length(min=1, max=200))
+    speakers = fields.Integer(load_default=2, strict=True, validate=validate.Range(min=1, max=4))
+    length = fields.String(load_default="short", validate=validate.OneOf(("short", "medium", "long")))
+    model_id = _model_ref
+
+
+class PodcastQueued(Schema):
+    command_id = fields.String(required=True)
+    episode_id = fields.String(required=True)
+    model_id = fields.String(required=True)
+    status = fields.String(required=True)
+
+
+class TurnOut(Schema):
+    speaker = fields.String(required=True)
+    text = fields.String(required=True)
+
+
+class EpisodeOut(Schema):
+    id = fields.String(required=True)
+    name = fields.String(required=True)
+    notebook_id = fields.String(allow_none=True, required=True)
+    speakers = fields.Integer(required=True)
+    length = fields.String(required=True)
+    command_id = fields.String(allow_none=True, required=True)
+    job_status = fields.String(allow_none=True, required=True)
+    transcript = fields.List(fields.Nested(TurnOut), allow_none=True, required=True)
+    audio_available = fields.Boolean(required=True)
+    created = fields.String(required=True)
+    updated = fields.String(required=True)

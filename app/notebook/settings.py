@@ -9,8 +9,9 @@ from app.common.config import ConfigError, env_bool, env_choice, env_int, env_se
 MB = 1024 * 1024
 
 
-def _networks(raw):
-    """NOTEBOOK_URL_ALLOWLIST: comma-separated addresses or networks (CIDR)."""
+def _networks(name):
+    """`name` (an allow-list variable): comma-separated addresses or networks (CIDR)."""
+    raw = env_str(name)
     networks = []
     for item in (part.strip() for part in raw.split(",")):
         if not item:
@@ -18,8 +19,24 @@ def _networks(raw):
         try:
             networks.append(ipaddress.ip_network(item, strict=False))
         except ValueError:
-            raise ConfigError(f"NOTEBOOK_URL_ALLOWLIST: {item!r} is not an address or a network") from None
+            raise ConfigError(f"{name}: {item!r} is not an address or a network") from None
     return tuple(networks)
+
+
+def _encryption_key():
+    """NOTEBOOK_ENCRYPTION_KEY: a Fernet key (32 url-safe base64 bytes), or blank (no
+    credential may then store an API key). A malformed key stops the start: keys
+    encrypted with it could never be read again."""
+    key = env_str("NOTEBOOK_ENCRYPTION_KEY")
+    if key:
+        from cryptography.fernet import Fernet
+        try:
+            Fernet(key.encode())
+        except ValueError:
+            raise ConfigError("NOTEBOOK_ENCRYPTION_KEY is not a Fernet key (32 url-safe base64-encoded bytes; "
+                              "make one with `python -c 'from cryptography.fernet import Fernet; "
+                              "print(Fernet.generate_key().decode())'`)") from None
+    return key
 
 
 def _origins(raw):
@@ -52,10 +69,25 @@ class NotebookSettings:
     jobs_path: str              # NOTEBOOK_JOBS_DB: huey's SQLite queue, default $DATA_DIR/jobs.db
     worker_threads: int         # NOTEBOOK_WORKER_THREADS: jobs run at once by the worker
     swagger_ui_dir: str         # NOTEBOOK_SWAGGER_UI_DIR: the swagger-ui-dist files
+    encryption_key: str         # NOTEBOOK_ENCRYPTION_KEY: Fernet key of stored API keys (a secret)
+    model_host_allowlist: tuple  # NOTEBOOK_MODEL_HOST_ALLOWLIST: networks of local model servers
+    llm_timeout: float          # NOTEBOOK_LLM_TIMEOUT: a model call's whole answer, streamed or not
+    llm_connect_timeout: float  # NOTEBOOK_LLM_CONNECT_TIMEOUT: connecting to a provider
+    context_max_chars: int      # NOTEBOOK_CONTEXT_MAX_CHARS: the most context sent with one question
+    espeak_binary: str          # NOTEBOOK_ESPEAK_BINARY: podcasts' local speech engine
 
     @property
     def uploads_dir(self):
         return os.path.join(self.data_dir, "uploads")
+
+    @property
+    def podcasts_dir(self):
+        return os.path.join(self.data_dir, "podcasts")
+
+    @property
+    def provider_allowlist(self):
+        """Networks a credential's base URL may reach despite the SSRF guard."""
+        return self.url_allowlist + self.model_host_allowlist
 
     @property
     def auth_enabled(self):
@@ -90,7 +122,7 @@ class NotebookSettings:
             max_text_bytes=env_int("NOTEBOOK_MAX_TEXT_BYTES", 10 * MB, minimum=1024),
             fetch_timeout=env_seconds("NOTEBOOK_FETCH_TIMEOUT", 20.0, maximum=600),
             fetch_max_bytes=env_int("NOTEBOOK_FETCH_MAX_BYTES", 20 * MB, minimum=1024),
-            url_allowlist=_networks(env_str("NOTEBOOK_URL_ALLOWLIST")),
+            url_allowlist=_networks("NOTEBOOK_URL_ALLOWLIST"),
             chunk_size=chunk_size,
             chunk_overlap=overlap,
             embedding_provider=provider,
@@ -101,4 +133,10 @@ class NotebookSettings:
             jobs_path=os.path.abspath(env_str("NOTEBOOK_JOBS_DB", os.path.join(data_dir, "jobs.db"))),
             worker_threads=env_int("NOTEBOOK_WORKER_THREADS", 1, minimum=1, maximum=32),
             swagger_ui_dir=os.path.abspath(env_str("NOTEBOOK_SWAGGER_UI_DIR", default_ui)),
+            encryption_key=_encryption_key(),
+            model_host_allowlist=_networks("NOTEBOOK_MODEL_HOST_ALLOWLIST"),
+            llm_timeout=env_seconds("NOTEBOOK_LLM_TIMEOUT", 120.0, maximum=3600),
+            llm_connect_timeout=env_seconds("NOTEBOOK_LLM_CONNECT_TIMEOUT", 5.0, maximum=120),
+            context_max_chars=env_int("NOTEBOOK_CONTEXT_MAX_CHARS", 400_000, minimum=1000, maximum=10_000_000),
+            espeak_binary=env_str("NOTEBOOK_ESPEAK_BINARY", "espeak-ng"),
         )

@@ -186,6 +186,8 @@ def create_source():
                 SourceNotebook.create(source=source.id, notebook=key)
             if source.title:  # findable by its title while it is processed
                 index.put(public("source", source.id), source.title, "")
+            from app.notebook.transformations import request_insights  # (it imports this module)
+            request_insights(source.id, data["transformations"], None)
     except BaseException:
         if source.file_name:
             cleanup.remove_files([os.path.join(settings().uploads_dir, source.file_name)])

@@ -31,6 +31,14 @@ def _forbidden(address, allowlist):
     return not ip.is_global or ip.is_multicast
 
 
+def _is_address(host):
+    try:
+        ipaddress.ip_address(host.split("%", 1)[0])
+        return True
+    except ValueError:
+        return False
+
+
 def check_url(url, allowlist):
     """Raise LinkRefused unless `url` is http(s) to a host whose every address is allowed."""
     try:
@@ -44,6 +52,10 @@ def check_url(url, allowlist):
         raise LinkRefused("the URL has no host")
     if parts.username or parts.password:
         raise LinkRefused("links with credentials in them are not fetched")
+    if _is_address(parts.hostname):  # nothing to resolve (and no trip to the resolver's threads)
+        if _forbidden(parts.hostname, allowlist):
+            raise LinkRefused(f"the host {parts.hostname!r} is a non-public address that links may not reach")
+        return
     try:
         infos = socket.getaddrinfo(parts.hostname, port or (443 if parts.scheme == "https" else 80),
                                    type=socket.SOCK_STREAM)

@@ -2,7 +2,7 @@
 from peewee import fn
 
 from app.notebook.ids import public
-from app.notebook.models import Chunk, Note, SourceNotebook
+from app.notebook.models import Chunk, Insight, Note, SourceNotebook
 
 
 def timestamp(value):
@@ -50,7 +50,7 @@ def source(record, links=None, embedded=None, file_available=None, detail=False)
                       "url": record.url},
             "status": record.status, "command_id": public("command", record.command_id),
             "error_message": record.error_message, "embedded": count > 0, "embedded_chunks": count,
-            "insights_count": 0, "notebooks": sorted(links.get(record.id, [])),
+            "insights_count": Insight.select().where(Insight.source == record.id).count(), "notebooks": sorted(links.get(record.id, [])),
             "file_available": bool(record.file_name) if file_available is None else file_available,
             "created": timestamp(record.created), "updated": timestamp(record.updated)}
     if detail:
@@ -71,3 +71,53 @@ def command(record):
             "status": record.status, "progress": record.progress, "result": record.result,
             "error_message": record.error_message, "created": timestamp(record.created),
             "updated": timestamp(record.updated)}
+
+
+def credential(record, decryption_error, model_count):
+    return {"id": public("credential", record.id), "name": record.name, "provider": record.provider,
+            "base_url": record.base_url, "has_api_key": bool(record.api_key_encrypted),
+            "decryption_error": decryption_error, "model_count": model_count,
+            "created": timestamp(record.created), "updated": timestamp(record.updated)}
+
+
+def model(record):
+    return {"id": public("model", record.id), "name": record.name, "provider": record.provider,
+            "type": record.type, "credential": public("credential", record.credential_id),
+            "created": timestamp(record.created), "updated": timestamp(record.updated)}
+
+
+def transformation(record):
+    return {"id": public("transformation", record.id), "name": record.name, "title": record.title,
+            "description": record.description, "prompt": record.prompt, "apply_default": record.apply_default,
+            "created": timestamp(record.created), "updated": timestamp(record.updated)}
+
+
+def insight(record):
+    return {"id": public("insight", record.id), "source_id": public("source", record.source_id),
+            "transformation_id": public("transformation", record.transformation_id),
+            "insight_type": record.insight_type, "content": record.content, "model": record.model_name,
+            "created": timestamp(record.created), "updated": timestamp(record.updated)}
+
+
+def chat_message(record):
+    return {"id": public("chat_message", str(record.id)), "type": record.role, "content": record.content,
+            "timestamp": timestamp(record.created)}
+
+
+def chat_session(record, message_count, messages=None):
+    body = {"id": public("chat_session", record.id), "title": record.title,
+            "notebook_id": public("notebook", record.notebook_id),
+            "model_override": public("model", record.model_override), "message_count": message_count,
+            "created": timestamp(record.created), "updated": timestamp(record.updated)}
+    if messages is not None:
+        body["messages"] = [chat_message(m) for m in messages]
+    return body
+
+
+def episode(record, command_status=None):
+    return {"id": public("episode", record.id), "name": record.name,
+            "notebook_id": public("notebook", record.notebook_id), "speakers": record.speakers,
+            "length": record.length, "command_id": public("command", record.command_id),
+            "job_status": command_status, "transcript": record.transcript,
+            "audio_available": bool(record.audio_file),
+            "created": timestamp(record.created), "updated": timestamp(record.updated)}

@@ -178,3 +178,33 @@ def nb(tmp_path_factory, link_server):
 @pytest.fixture
 def notebook_id(nb):
     return nb.notebook()
+
+
+# --------------------------------------------------------------------------- model providers
+
+PROVIDER_HOST = "127.0.0.3"      # the fake providers; allowed by NOTEBOOK_MODEL_HOST_ALLOWLIST only
+ENCRYPTION_KEY = "9vK3oqyJ1a7h0d8V2bqQm6YQ5bQ0m0n1R2j4b7c8d9E="
+LLM_TIMEOUT = 3.0
+
+
+@pytest.fixture(scope="session")
+def fake_providers():
+    from devtools.fake_providers import FakeProviders
+    with FakeProviders(host=PROVIDER_HOST, keys={"openai": "sk-good", "anthropic": "ant-good"},
+                       drip_seconds=LLM_TIMEOUT * 4) as fake:
+        yield fake
+
+
+@pytest.fixture(scope="session")
+def llm_nb(tmp_path_factory, fake_providers):
+    """A service + worker of its own for the model features: an encryption key, the
+    fake providers allowed, a short model time-out, no embedding model to load."""
+    client = start_stack(tmp_path_factory.mktemp("notebook-llm") / "data",
+                         NOTEBOOK_ENCRYPTION_KEY=ENCRYPTION_KEY,
+                         NOTEBOOK_MODEL_HOST_ALLOWLIST=f"{PROVIDER_HOST}/32",
+                         NOTEBOOK_LLM_TIMEOUT=str(LLM_TIMEOUT), NOTEBOOK_EMBEDDING_PROVIDER="none",
+                         OPENAI_API_KEY="sk-good", OPENAI_BASE_URL=fake_providers.base_url("openai"),
+                         ANTHROPIC_API_KEY="", OLLAMA_API_BASE="")
+    client.fake = fake_providers
+    yield client
+    stop_stack(client)

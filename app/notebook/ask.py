@@ -1,0 +1,141 @@
+"""POST /ask: a question answered from the notebook's sources and notes, streamed
+as SSE records:
+
+    {"type": "strategy", "reasoning", "searches": [{term, instructions}]}   (at most five)
+    {"type": "answer", "term", "instructions", "content", "sources", "cited"}  (one per search with results)
+    {"type": "final_answer", "content", "sources"}
+    {"type": "complete"}
+
+or, when something fails on the way, an `error` record that ends the stream. The
+models are resolved (override, else the default chat model) before the stream
+starts, so a missing one is a plain 400/404. Searches are full-text (BM25) over
+the notebook (or everything); answers cite what they use by id."""
+import json
+import re
+
+from app.common.errors import ApiError
+from app.notebook import bp, llm, model_config, streams
+from app.notebook.http import body, settings
+from app.notebook.models import Note, Source, database
+from app.notebook.notebooks import get_notebook
+from app.notebook.schemas import AskRequest
+from app.notebook.search import text_search
+
+MAX_SEARCHES = 5
+RESULTS_PER_SEARCH = 5
+CHARS_PER_RESULT = 4000
+STRATEGY_PROMPT = (
+    "You plan how to answer a question from a research notebook's sources. Reply with one JSON object and "
+    'nothing else: {"reasoning": "<why these searches>", "searches": [{"term": "<words to search for>", '
+    '"instructions": "<what to find out from the results>"}]} with one to five searches.')
+ANSWER_PROMPT = (
+    "Answer the instructions from the search results only. Cite every result you use by its id in brackets, "
+    "for example [source:<id>]. If the results do not answer, say so.")
+FINAL_PROMPT = (
+    "Write the final answer to the question from the partial answers. Keep their citations ([source:…], "
+    "[note:…]) and add no fact they do not hold.")
+NO_RESULTS = "None of the notebook's sources or notes matched the searches, so there is nothing to answer from."
+_CITATION = re.compile(r"\b(?:source|note):[a-z0-9]{1,64}\b")
+
+
+@bp.post("/ask")
+def ask():
+    data = body(AskRequest())
+    notebook_key = get_notebook(data["notebook_id"]).id if data.get("notebook_id") else None
+    config = settings()
+    resolved = {}  # one resolution per distinct model (usually all three are the default)
+    models = {}
+    for field in ("strategy_model", "answer_model", "final_answer_model"):
+        override = data.get(field)
+        if override not in resolved:
+            resolved[override] = model_config.resolve(config, "chat", override, field)
+        models[field] = resolved[override]
+    return streams.sse(_records(data["question"], notebook_key, models))
+
+
+def _records(question, notebook_key, models):
+    plan = parse_plan(_call(models["strategy_model"], STRATEGY_PROMPT, question))
+    yield {"type": "strategy", **plan}
+    answers = []
+    for search in plan["searches"]:
+        results = _search(search["term"], notebook_key)
+        if not results:
+            continue
+        content = _call(models["answer_model"], ANSWER_PROMPT,
+                        f"Instructions: {search['instructions']}\n\nSearch results:\n\n" + _render(results))
+        ids = [r["id"] for r in results]
+        answer = {"type": "answer", "term": search["term"], "instructions": search["instructions"],
+                  "content": content, "sources": ids, "cited": _cited(content, ids)}
+        answers.append(answer)
+        yield answer
+    yield _final(question, answers, models["final_answer_model"])
+    yield {"type": "complete"}
+
+
+def _final(question, answers, model):
+    """Nothing found is said as it is: no model is asked to answer from nothing."""
+    if not answers:
+        return {"type": "final_answer", "content": NO_RESULTS, "sources": []}
+    partial = "\n\n".join(f"Search {a['term']!r}: {a['content']}" for a in answers)
+    content = _call(model, FINAL_PROMPT, f"Question: {question}\n\nPartial answers:\n\n{partial}")
+    found = list(dict.fromkeys(i for a in answers for i in a["sources"]))
+    return {"type": "final_answer", "content": content, "sources": found, "cited": _cited(content, found)}
+
+
+def _call(resolved, system, user):
+    return llm.chat(resolved.target, resolved.name, [{"role": "system", "content": system},
+                                                     {"role": "user", "content": user}])
+
+
+def parse_plan(text):
+    """The strategy model's JSON plan (the first object in its reply, fences and
+    prose around it tolerated); ProviderError when there is none."""
+    start = text.find("{")
+    try:
+        plan, _ = json.JSONDecoder().raw_decode(text[start:]) if start >= 0 else (None, 0)
+    except ValueError:
+        plan = None
+    searches = plan.get("searches") if isinstance(plan, dict) else None
+    if not isinstance(searches, list):
+        raise llm.ProviderError(502, "the strategy model's answer is not a search plan "
+                                     "(a JSON object with `searches`)")
+    cleaned = []
+    for item in searches:
+        term = item.get("term") if isinstance(item, dict) else item
+        if isinstance(term, str) and term.strip():
+            instructions = item.get("instructions") if isinstance(item, dict) else None
+            cleaned.append({"term": term.strip()[:300],
+                            "instructions": (instructions if isinstance(instructions, str) else term).strip()[:2000]})
+    if not cleaned:
+        raise llm.ProviderError(502, "the strategy model planned no search")
+    reasoning = plan.get("reasoning")
+    return {"reasoning": reasoning if isinstance(reasoning, str) else "", "searches": cleaned[:MAX_SEARCHES]}
+
+
+def _search(term, notebook_key):
+    """The best hits of `term` with their text (cut), as {id, title, text}."""
+    with database.connection_context():
+        try:
+            hits = text_search({"query": term, "search_sources": True, "search_notes": True,
+                                "limit": RESULTS_PER_SEARCH}, notebook_key)
+        except ApiError:  # no word to search for in the term
+            return []
+        texts = _texts([h["id"] for h in hits])
+    return [{"id": h["id"], "title": h["title"], "text": texts.get(h["id"], "")[:CHARS_PER_RESULT]} for h in hits]
+
+
+def _texts(ids):
+    sources = [i.split(":", 1)[1] for i in ids if i.startswith("source:")]
+    notes = [i.split(":", 1)[1] for i in ids if i.startswith("note:")]
+    texts = {f"source:{k}": t for k, t in Source.select(Source.id, Source.full_text).where(Source.id.in_(sources)).tuples()}
+    texts.update({f"note:{k}": t for k, t in Note.select(Note.id, Note.content).where(Note.id.in_(notes)).tuples()})
+    return texts
+
+
+def _render(results):
+    return "\n\n".join(f"[{r['id']}] {r['title']}\n{r['text']}" for r in results)
+
+
+def _cited(text, allowed):
+    """The ids `text` cites that are among `allowed` (a made-up id is not a citation)."""
+    return [i for i in dict.fromkeys(_CITATION.findall(text)) if i in allowed]

@@ -1,0 +1,204 @@
+"""Chat sessions (`chat_session:<key>`) with their messages stored, the context
+built from a notebook's sources and notes, and `POST /chat/execute` answering
+with the model's reply and the history (or as SSE with `stream: true`).
+
+A turn is stored only once the model answered: a failed call changes nothing."""
+from app.common.errors import ApiError
+from app.notebook import bp, llm, model_config, streams, views
+from app.notebook.http import body, query, settings
+from app.notebook.ids import key_of, new_key, public
+from app.notebook.models import (ChatMessage, ChatSession, Insight, Note, Source, SourceNotebook, database,
+                                 now, write_transaction)
+from app.notebook.notebooks import get_notebook
+from app.notebook.schemas import ChatContextRequest, ChatExecute, ChatSessionCreate, ChatSessionQuery, ChatSessionUpdate
+
+SYSTEM_PROMPT = ("You are a research assistant. Answer from the context below when it helps; when you use a "
+                 "source or note, cite it by its id in brackets, for example [source:<id>]. Say so when the "
+                 "context does not hold the answer.")
+CHARS_PER_TOKEN = 4  # a rough estimate, said to be one in the answer
+HISTORY_TURNS = 50   # the most recent messages sent back to the model
+
+
+def get_session(public_id):
+    record = ChatSession.get_or_none(ChatSession.id == key_of("chat_session", public_id, "chat session"))
+    if record is None:
+        raise ApiError(404, f"chat session {public_id[:80]!r} not found")
+    return record
+
+
+def _history(session_key):
+    return list(ChatMessage.select().where(ChatMessage.session == session_key).order_by(ChatMessage.id))
+
+
+def _session_view(record, with_messages=False):
+    messages = _history(record.id) if with_messages else None
+    count = len(messages) if messages is not None else (
+        ChatMessage.select().where(ChatMessage.session == record.id).count())
+    return views.chat_session(record, count, messages)
+
+
+def _model_key(model_id, field="model_override"):
+    if not model_id:
+        return None
+    return model_config.choose("chat", model_id, field).id
+
+
+# --------------------------------------------------------------------------- sessions
+
+@bp.get("/chat/sessions")
+def list_sessions():
+    args = query(ChatSessionQuery)
+    selection = ChatSession.select()
+    if args.get("notebook_id"):
+        selection = selection.where(ChatSession.notebook == get_notebook(args["notebook_id"]).id)
+    return [_session_view(s) for s in selection.order_by(ChatSession.updated.desc(), ChatSession.id)]
+
+
+@bp.post("/chat/sessions")
+def create_session():
+    data = body(ChatSessionCreate())
+    notebook_key = get_notebook(data["notebook_id"]).id if data.get("notebook_id") else None
+    record = ChatSession.create(id=new_key(), title=data["title"], notebook=notebook_key,
+                                model_override=_model_key(data.get("model_override")))
+    return _session_view(record, with_messages=True), 201
+
+
+@bp.get("/chat/sessions/<session_id>")
+def read_session(session_id):
+    return _session_view(get_session(session_id), with_messages=True)
+
+
+@bp.put("/chat/sessions/<session_id>")
+def update_session(session_id):
+    record = get_session(session_id)
+    data = body(ChatSessionUpdate())
+    changes = {"updated": now()}
+    if "title" in data:
+        changes["title"] = data["title"]
+    if "model_override" in data:
+        changes["model_override"] = _model_key(data["model_override"])
+    ChatSession.update(**changes).where(ChatSession.id == record.id).execute()
+    return _session_view(ChatSession.get_by_id(record.id), with_messages=True)
+
+
+@bp.delete("/chat/sessions/<session_id>")
+def delete_session(session_id):
+    record = get_session(session_id)
+    ChatSession.delete().where(ChatSession.id == record.id).execute()
+    return {"deleted": public("chat_session", record.id)}
+
+
+# --------------------------------------------------------------------------- context
+
+MODES = ("full content", "insights", "not in context")
+
+
+def _source_text(source, mode):
+    if mode == "insights":
+        return "\n\n".join(f"{i.insight_type}: {i.content}" for i in
+                           Insight.select().where(Insight.source == source.id).order_by(Insight.created))
+    return source.full_text or ""
+
+
+def build_context(notebook_key, config, max_chars):
+    """{sources: [...], notes: [...]} of the notebook, each item with its size;
+    `config` maps ids to a mode (default: full content); the whole is cut at `max_chars`."""
+    wanted_sources, wanted_notes = config.get("sources") or {}, config.get("notes") or {}
+    source_rows = (Source.select().join(SourceNotebook).where(SourceNotebook.notebook == notebook_key)
+                   .order_by(Source.created, Source.id))
+    note_rows = Note.select().where(Note.notebook == notebook_key).order_by(Note.created, Note.id)
+    budget = [max_chars]
+    context = {"sources": [], "notes": []}
+    for row in source_rows:
+        mode = wanted_sources.get(public("source", row.id), "full content")
+        if mode != "not in context":
+            context["sources"].append(_item(public("source", row.id), row.title, _source_text(row, mode), mode, budget))
+    for row in note_rows:
+        mode = wanted_notes.get(public("note", row.id), "full content")
+        if mode != "not in context":
+            context["notes"].append(_item(public("note", row.id), row.title, row.content, mode, budget))
+    return context
+
+
+def _item(item_id, title, text, mode, budget):
+    kept = text[:max(0, budget[0])]
+    budget[0] -= len(kept)
+    return {"id": item_id, "title": title or "", "mode": mode, "content": kept, "chars": len(kept),
+            "truncated": len(kept) < len(text)}
+
+
+def sizes(context):
+    chars = sum(item["chars"] for part in ("sources", "notes") for item in context.get(part, []))
+    return {"char_count": chars, "token_count": -(-chars // CHARS_PER_TOKEN)}
+
+
+@bp.post("/chat/context/build")
+@bp.post("/chat/context")
+def context_route():
+    data = body(ChatContextRequest())
+    notebook = get_notebook(data["notebook_id"])
+    config = data.get("context_config") or {}
+    for part in ("sources", "notes"):
+        for item_id, mode in (config.get(part) or {}).items():
+            if mode not in MODES:
+                raise ApiError(400, f"context_config.{part}.{item_id}: must be one of {', '.join(MODES)}",
+                               field=f"context_config.{part}")
+    context = build_context(notebook.id, config, settings().context_max_chars)
+    return {"notebook_id": public("notebook", notebook.id), "context": context, **sizes(context)}
+
+
+def render_context(context):
+    blocks = [f"[{item.get('id')}] {item.get('title') or ''}\n{item.get('content') or ''}"
+              for part in ("sources", "notes") for item in (context.get(part) or []) if isinstance(item, dict)]
+    return "\n\n".join(blocks)
+
+
+# --------------------------------------------------------------------------- execute
+
+def _messages(session, context, message):
+    system = SYSTEM_PROMPT
+    text = render_context(context) if context else ""
+    if text:
+        system += "\n\nContext:\n" + text[:settings().context_max_chars]
+    history = [{"role": "user" if m.role == "human" else "assistant", "content": m.content}
+               for m in _history(session.id)[-HISTORY_TURNS:]]
+    return [{"role": "system", "content": system}, *history, {"role": "user", "content": message}]
+
+
+def _store_turn(session, message, reply):
+    with write_transaction():
+        ChatMessage.create(session=session.id, role="human", content=message)
+        ChatMessage.create(session=session.id, role="ai", content=reply)
+        ChatSession.update(updated=now()).where(ChatSession.id == session.id).execute()
+
+
+@bp.post("/chat/execute")
+def execute():
+    data = body(ChatExecute())
+    session = get_session(data["session_id"])
+    # The request's override, else the session's, else the default chat model.
+    override = data.get("model_override") or public("model", session.model_override)
+    resolved = model_config.resolve(settings(), "chat", override, "model_override")
+    context = data.get("context")
+    if context is None and session.notebook_id:
+        context = build_context(session.notebook_id, {}, settings().context_max_chars)
+    messages = _messages(session, context, data["message"])
+    if data["stream"]:
+        return streams.sse(_streamed_reply(session, data["message"], resolved, messages))
+    reply = model_config.complete(resolved, messages)
+    _store_turn(session, data["message"], reply)
+    return {"session_id": public("chat_session", session.id), "model_id": resolved.id,
+            "messages": [views.chat_message(m) for m in _history(session.id)]}
+
+
+def _streamed_reply(session, message, resolved, messages):
+    """Records: `delta` per piece of the reply, then `complete` with the stored reply."""
+    parts = []
+    for delta in llm.chat_stream(resolved.target, resolved.name, messages):
+        parts.append(delta)
+        yield {"type": "delta", "content": delta}
+    reply = "".join(parts)
+    with database.connection_context():  # the stream's greenlet holds none across the model call
+        _store_turn(session, message, reply)
+    yield {"type": "complete", "session_id": public("chat_session", session.id), "model_id": resolved.id,
+           "reply": reply}

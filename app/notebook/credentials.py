@@ -1,0 +1,285 @@
+"""Provider credentials (`credential:<key>`): name, provider, base URL and an API
+key encrypted at rest with Fernet (NOTEBOOK_ENCRYPTION_KEY), never answered
+(`has_api_key`). Also where a call's Target comes from: a model's credential, else
+the provider's newest credential, else the provider's environment variables."""
+import logging
+import os
+
+from cryptography.fernet import Fernet, InvalidToken
+from peewee import fn
+
+from app.common.errors import ApiError
+from app.notebook import bp, llm, views
+from app.notebook.http import body, query, settings
+from app.notebook.ids import key_of, new_key, public
+from app.notebook.models import Credential, LanguageModel, now, write_transaction
+from app.notebook.schemas import CredentialCreate, CredentialListQuery, CredentialUpdate, RegisterModels
+
+log = logging.getLogger("bundle.notebook")
+
+
+class DecryptionError(Exception):
+    """The stored key cannot be read with the configured NOTEBOOK_ENCRYPTION_KEY."""
+
+
+# --------------------------------------------------------------------------- the key at rest
+
+def encrypt(config, api_key):
+    if not config.encryption_key:
+        raise ApiError(400, "api_key: cannot be stored: NOTEBOOK_ENCRYPTION_KEY is not set on the server "
+                            "(set it to a Fernet key to store provider keys encrypted)", field="api_key")
+    return Fernet(config.encryption_key.encode()).encrypt(api_key.encode()).decode()
+
+
+def decrypt(config, credential):
+    """The plain key of `credential` ("" when it has none)."""
+    if not credential.api_key_encrypted:
+        return ""
+    if not config.encryption_key:
+        raise DecryptionError("NOTEBOOK_ENCRYPTION_KEY is not set")
+    try:
+        return Fernet(config.encryption_key.encode()).decrypt(credential.api_key_encrypted.encode()).decode()
+    except (InvalidToken, ValueError):
+        raise DecryptionError("it was encrypted with another NOTEBOOK_ENCRYPTION_KEY") from None
+
+
+def decryption_failed(config, credential):
+    try:
+        decrypt(config, credential)
+        return False
+    except DecryptionError:
+        return True
+
+
+# --------------------------------------------------------------------------- targets
+
+def newest_credential(provider):
+    return (Credential.select().where(Credential.provider == provider)
+            .order_by(Credential.created.desc(), Credential.id).first())
+
+
+def target_for(config, provider, credential=None):
+    """The Target of a call to `provider` with `credential` (or the provider's
+    newest credential, or its environment variables); raises ProviderError."""
+    credential = credential or newest_credential(provider)
+    if credential is not None:
+        try:
+            api_key = decrypt(config, credential)
+        except DecryptionError as exc:
+            raise llm.ProviderError(400, f"the API key of {public('credential', credential.id)} cannot be "
+                                         f"decrypted ({exc}); store it again") from None
+        base_url = credential.base_url
+    else:
+        api_key, base_url = llm.env_settings(provider)
+    base_url = base_url or llm.DEFAULT_BASE_URLS.get(provider)
+    if not base_url:
+        raise llm.ProviderError(400, f"provider {provider} needs a base URL: create a credential with base_url")
+    return llm.Target(provider, base_url, api_key, config.llm_timeout, config.llm_connect_timeout,
+                      config.provider_allowlist)
+
+
+def _checked_base_url(url):
+    if url:
+        try:
+            llm.check_base_url(url, settings().provider_allowlist)
+        except llm.ProviderError as exc:
+            raise ApiError(400, exc.message, field="base_url") from None
+    return url
+
+
+def get_credential(public_id):
+    record = Credential.get_or_none(Credential.id == key_of("credential", public_id))
+    if record is None:
+        raise ApiError(404, f"credential {public_id[:80]!r} not found")
+    return record
+
+
+def _view(record, model_counts=None):
+    if model_counts is None:
+        model_counts = {record.id: LanguageModel.select().where(LanguageModel.credential == record.id).count()}
+    return views.credential(record, decryption_failed(settings(), record), model_counts.get(record.id, 0))
+
+
+# --------------------------------------------------------------------------- CRUD
+
+@bp.get("/credentials")
+def list_credentials():
+    args = query(CredentialListQuery)
+    selection = Credential.select()
+    if args.get("provider"):
+        selection = selection.where(Credential.provider == args["provider"])
+    counts = dict(LanguageModel.select(LanguageModel.credential, fn.COUNT(LanguageModel.id))
+                  .where(LanguageModel.credential.is_null(False)).group_by(LanguageModel.credential).tuples())
+    return [_view(record, counts) for record in selection.order_by(Credential.created, Credential.id)]
+
+
+@bp.post("/credentials")
+def create_credential():
+    data = body(CredentialCreate())
+    record = Credential(id=new_key(), name=data["name"], provider=data["provider"],
+                        base_url=_checked_base_url(data.get("base_url")))
+    if data.get("api_key"):
+        record.api_key_encrypted = encrypt(settings(), data["api_key"])
+    record.save(force_insert=True)
+    return _view(record), 201
+
+
+@bp.get("/credentials/<credential_id>")
+def read_credential(credential_id):
+    return _view(get_credential(credential_id))
+
+
+@bp.put("/credentials/<credential_id>")
+def update_credential(credential_id):
+    record = get_credential(credential_id)
+    data = body(CredentialUpdate())
+    changes = {"updated": now()}
+    if "name" in data:
+        changes["name"] = data["name"]
+    if "base_url" in data:
+        if not data["base_url"] and record.provider == "openai_compatible":
+            raise ApiError(400, "base_url: is required for an openai_compatible provider", field="base_url")
+        changes["base_url"] = _checked_base_url(data["base_url"]) or None
+    if "api_key" in data:
+        changes["api_key_encrypted"] = encrypt(settings(), data["api_key"]) if data["api_key"] else None
+    Credential.update(**changes).where(Credential.id == record.id).execute()
+    return _view(Credential.get_by_id(record.id))
+
+
+@bp.delete("/credentials/<credential_id>")
+def delete_credential(credential_id):
+    """Its models stay registered and fall back to the provider's other credentials."""
+    record = get_credential(credential_id)
+    with write_transaction():
+        unlinked = (LanguageModel.update(credential=None)
+                    .where(LanguageModel.credential == record.id).execute())
+        Credential.delete().where(Credential.id == record.id).execute()
+    return {"deleted": public("credential", record.id), "unlinked_models": unlinked}
+
+
+# --------------------------------------------------------------------------- provider calls
+
+def _target_of(record):
+    try:
+        return target_for(settings(), record.provider, record)
+    except llm.ProviderError as exc:
+        raise ApiError(exc.status, exc.message) from None
+
+
+@bp.post("/credentials/<credential_id>/test")
+def test_credential(credential_id):
+    """A real, minimal call (the models list, which needs the key): the outcome is
+    the answer, whatever it is."""
+    record = get_credential(credential_id)
+    try:
+        models = llm.list_models(target_for(settings(), record.provider, record))
+    except llm.ProviderError as exc:
+        return {"provider": record.provider, "success": False, "message": exc.message}
+    return {"provider": record.provider, "success": True,
+            "message": f"connected: the provider lists {len(models)} model(s)"}
+
+
+def _provider_call(fn_, *args):
+    try:
+        return fn_(*args)
+    except llm.ProviderError as exc:
+        raise ApiError(exc.status, exc.message) from None
+
+
+@bp.post("/credentials/<credential_id>/discover")
+def discover_models(credential_id):
+    record = get_credential(credential_id)
+    listed = _provider_call(llm.list_models, _target_of(record))
+    registered = {name for (name,) in LanguageModel.select(LanguageModel.name)
+                  .where((LanguageModel.provider == record.provider)
+                         & (LanguageModel.credential == record.id)).tuples()}
+    return {"provider": record.provider, "credential_id": public("credential", record.id),
+            "models": [{"name": m["name"], "provider": record.provider, "registered": m["name"] in registered}
+                       for m in listed]}
+
+
+def find_model(name, provider, kind, credential_key):
+    condition = ((LanguageModel.name == name) & (LanguageModel.provider == provider)
+                 & (LanguageModel.type == kind))
+    condition &= (LanguageModel.credential.is_null() if credential_key is None
+                  else LanguageModel.credential == credential_key)
+    return LanguageModel.get_or_none(condition)
+
+
+@bp.post("/credentials/<credential_id>/register-models")
+def register_models(credential_id):
+    """Register the chosen models under this credential; ones already registered
+    are counted as existing, never doubled."""
+    record = get_credential(credential_id)
+    data = body(RegisterModels())
+    created, existing, answer = 0, 0, []
+    with write_transaction():
+        for choice in data["models"]:
+            if choice["type"] not in llm.CAPABILITIES[record.provider]:
+                raise ApiError(400, f"models: provider {record.provider} has no {choice['type']} models",
+                               field="models")
+            model = find_model(choice["name"], record.provider, choice["type"], record.id)
+            if model is None:
+                model = LanguageModel.create(id=new_key(), name=choice["name"], provider=record.provider,
+                                             type=choice["type"], credential=record.id)
+                created += 1
+            else:
+                existing += 1
+            answer.append(views.model(model))
+    return {"created": created, "existing": existing, "models": answer}
+
+
+# --------------------------------------------------------------------------- status, environment
+
+def _env_configured(provider):
+    api_key, base_url = llm.env_settings(provider)
+    return bool(api_key) if provider in ("openai", "anthropic") else bool(base_url)
+
+
+@bp.get("/credentials/status")
+def credentials_status():
+    counts = dict(Credential.select(Credential.provider, fn.COUNT(Credential.id))
+                  .group_by(Credential.provider).tuples())
+    providers = {}
+    for provider in llm.PROVIDERS:
+        in_env = _env_configured(provider) if provider in llm.ENV_VARIABLES else False
+        source = "database" if counts.get(provider) else ("environment" if in_env else "none")
+        providers[provider] = {"configured": source != "none", "source": source,
+                               "credentials": counts.get(provider, 0)}
+    return {"encryption_configured": bool(settings().encryption_key), "providers": providers}
+
+
+@bp.get("/credentials/env-status")
+def env_status():
+    """Which variables are set (never their values)."""
+    names = [name for pair in llm.ENV_VARIABLES.values() for name in pair if name]
+    variables = {name: bool(os.environ.get(name, "").strip()) for name in names}
+    return {"variables": variables, "providers": {p: _env_configured(p) for p in llm.ENV_VARIABLES}}
+
+
+@bp.post("/credentials/migrate-from-env")
+def migrate_from_env():
+    """One credential per provider configured in the environment and not yet in the
+    database (a provider with a credential already is skipped, never doubled)."""
+    migrated, skipped, errors, created = [], [], [], []
+    for provider in llm.ENV_VARIABLES:
+        if not _env_configured(provider):
+            continue
+        if newest_credential(provider) is not None:
+            skipped.append(provider)
+            continue
+        api_key, base_url = llm.env_settings(provider)
+        try:
+            if base_url:
+                _checked_base_url(base_url)
+            record = Credential(id=new_key(), name=f"{provider} (from environment)", provider=provider,
+                                base_url=base_url or None)
+            if api_key:
+                record.api_key_encrypted = encrypt(settings(), api_key)
+        except ApiError as exc:
+            errors.append(f"{provider}: {exc.message}")
+            continue
+        record.save(force_insert=True)
+        migrated.append(provider)
+        created.append(_view(record))
+    return {"migrated": migrated, "skipped": skipped, "errors": errors, "credentials": created}

@@ -1,0 +1,55 @@
+"""The provider layer: one adapter module per wire protocol (openai for OpenAI and
+every OpenAI-compatible server, ollama, anthropic), each a handful of functions
+over app.notebook.llm.transport. Callers hand a Target (where, which key, how
+long) and a model name; messages are [{role: system|user|assistant, content}]."""
+import os
+
+from app.notebook.llm import anthropic, ollama, openai
+from app.notebook.llm.transport import ProviderError, Target, check_base_url  # noqa: F401 (re-exported)
+
+PROVIDERS = ("openai", "openai_compatible", "ollama", "anthropic")
+MODEL_TYPES = ("language", "embedding", "text_to_speech", "speech_to_text")
+_ADAPTERS = {"openai": openai, "openai_compatible": openai, "ollama": ollama, "anthropic": anthropic}
+# What each provider can serve (speech_to_text is registered and defaulted, not run yet).
+CAPABILITIES = {"openai": set(MODEL_TYPES), "openai_compatible": set(MODEL_TYPES),
+                "ollama": {"language", "embedding"}, "anthropic": {"language"}}
+DEFAULT_BASE_URLS = {"openai": openai.DEFAULT_BASE_URL, "ollama": ollama.DEFAULT_BASE_URL,
+                     "anthropic": anthropic.DEFAULT_BASE_URL}
+# Environment variables Open Notebook reads, per provider: (API key, base URL).
+ENV_VARIABLES = {"openai": ("OPENAI_API_KEY", "OPENAI_BASE_URL"), "ollama": (None, "OLLAMA_API_BASE"),
+                 "anthropic": ("ANTHROPIC_API_KEY", None)}
+
+
+def env_settings(provider):
+    """(API key, base URL) of `provider` from the environment (blank when unset)."""
+    key_name, url_name = ENV_VARIABLES.get(provider, (None, None))
+    return (os.environ.get(key_name, "").strip() if key_name else "",
+            os.environ.get(url_name, "").strip() if url_name else "")
+
+
+def _adapter(target, capability):
+    if capability not in CAPABILITIES[target.provider]:
+        raise ProviderError(400, f"provider {target.provider} has no {capability} models")
+    return _ADAPTERS[target.provider]
+
+
+def chat(target, model, messages):
+    """The whole reply's text."""
+    return _adapter(target, "language").chat(target, model, messages)
+
+
+def chat_stream(target, model, messages):
+    """The reply's text deltas as they come."""
+    return _adapter(target, "language").chat_stream(target, model, messages)
+
+
+def list_models(target):
+    return _ADAPTERS[target.provider].list_models(target)
+
+
+def embed(target, model, texts):
+    return _adapter(target, "embedding").embed(target, model, texts)
+
+
+def speech(target, model, text, voice=None):
+    return _adapter(target, "text_to_speech").speech(target, model, text, voice)

@@ -1,0 +1,208 @@
+"""HTTP to a model provider: one place for the time-outs, the SSRF guard and the
+errors every adapter shares.
+
+Time: `connect_timeout` to connect, then one overall deadline for the whole
+answer. A provider that drips its answer a byte at a time cannot outlast the
+deadline: bodies are read with `read1` (one socket read at a time) and the
+deadline is checked between reads. Under gevent (the web workers) the wait for
+the response's head is also bounded as a whole by a gevent.Timeout; the job
+worker (plain threads) bounds it per socket read.
+
+requests is cooperative in the web workers (gunicorn's gevent worker patches the
+socket module before the app is imported): a model's long think holds a greenlet,
+never the loop or a thread.
+
+Errors are ProviderError with the status our API answers and a message that never
+carries the provider's own text (OpenAI echoes part of a wrong key in its)."""
+import json
+import time
+
+import gevent
+import requests
+from gevent import monkey
+
+from app.notebook import ssrf
+
+READ_SIZE = 64 * 1024
+MAX_JSON_BYTES = 32 * 1024 * 1024
+
+
+class ProviderError(Exception):
+    """A model call failed: `status` is what our API answers (502 bad answer or
+    refused, 503 rate limited, 504 too slow), the message says why without secrets."""
+
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class Target:
+    """Where and how to call: provider kind, base URL, API key (plain, in memory
+    only), time-outs and the networks a local model server may be on."""
+
+    def __init__(self, provider, base_url, api_key, timeout, connect_timeout, allowlist):
+        self.provider, self.base_url, self.api_key = provider, base_url.rstrip("/"), api_key or ""
+        self.timeout, self.connect_timeout, self.allowlist = timeout, connect_timeout, allowlist
+
+    def url(self, path):
+        return self.base_url + path
+
+
+def check_base_url(url, allowlist):
+    """The SSRF guard of links, applied to a provider's base URL; ProviderError 400."""
+    try:
+        ssrf.check_url(url, allowlist)
+    except ssrf.LinkRefused as exc:
+        raise ProviderError(400, f"base_url: {exc} (a local model server's network must be in "
+                                 "NOTEBOOK_MODEL_HOST_ALLOWLIST)") from None
+
+
+def _failed_status(response, name):
+    code = response.status_code
+    if code in (401, 403):
+        return ProviderError(502, f"{name} rejected the API key (HTTP {code})")
+    if code == 429:
+        return ProviderError(503, f"{name} is rate limiting this key (HTTP 429); try again later")
+    if code == 404:
+        return ProviderError(502, f"{name} does not know this model or route (HTTP 404)")
+    return ProviderError(502, f"{name} answered HTTP {code}")
+
+
+class Exchange:
+    """One request and its response, read within the deadline."""
+
+    def __init__(self, target, name):
+        self.target, self.name = target, name
+        self.deadline = time.monotonic() + target.timeout
+        self.response = None
+
+    def _remaining(self):
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise ProviderError(504, f"{self.name} did not answer within {self.target.timeout:g} s")
+        return left
+
+    def open(self, method, path, headers, body):
+        check_base_url(self.target.base_url, self.target.allowlist)
+        left = self._remaining()
+        timeout = (min(self.target.connect_timeout, left), left)
+        session = requests.Session()
+        session.trust_env = False  # no proxy from the environment carries our keys elsewhere
+        try:
+            with _head_deadline(left):
+                self.response = session.request(method, self.target.url(path), json=body, headers=headers,
+                                                timeout=timeout, stream=True, allow_redirects=False)
+        except _HeadTimeout:
+            raise ProviderError(504, f"{self.name} did not answer within {self.target.timeout:g} s") from None
+        except requests.exceptions.ConnectTimeout:
+            raise ProviderError(504, f"{self.name} could not be reached within "
+                                     f"{self.target.connect_timeout:g} s") from None
+        except requests.exceptions.ReadTimeout:
+            raise ProviderError(504, f"{self.name} did not answer within {self.target.timeout:g} s") from None
+        except requests.exceptions.ConnectionError:
+            raise ProviderError(502, f"{self.name} could not be reached at {self.target.base_url} "
+                                     "(connection refused or reset)") from None
+        except requests.RequestException as exc:
+            raise ProviderError(502, f"{self.name} could not be called: {type(exc).__name__}") from None
+        finally:
+            session.close()
+        if self.response.status_code >= 300:
+            self.close()
+            raise _failed_status(self.response, self.name)
+        return self
+
+    def chunks(self):
+        """The body's bytes as they come, one socket read at a time, within the deadline."""
+        raw = self.response.raw
+        try:
+            while True:
+                self._remaining()
+                data = raw.read1(READ_SIZE)
+                if not data:
+                    return
+                yield data
+        except ProviderError:
+            raise
+        except Exception as exc:  # requests', urllib3's and the socket's errors alike
+            if "timed out" in str(exc).lower():
+                raise ProviderError(504, f"{self.name} did not answer within {self.target.timeout:g} s") from None
+            raise ProviderError(502, f"{self.name} broke off its answer ({type(exc).__name__})") from None
+
+    def lines(self):
+        """The body's lines (SSE and NDJSON), decoded, as they come."""
+        pending = b""
+        for data in self.chunks():
+            pending += data
+            *complete, pending = pending.split(b"\n")
+            for line in complete:
+                yield line.rstrip(b"\r").decode("utf-8", errors="replace")
+        if pending:
+            yield pending.decode("utf-8", errors="replace")
+
+    def body(self, limit=MAX_JSON_BYTES):
+        collected = bytearray()
+        for data in self.chunks():
+            collected += data
+            if len(collected) > limit:
+                raise ProviderError(502, f"{self.name}'s answer is larger than {limit} bytes")
+        return bytes(collected)
+
+    def json(self):
+        try:
+            return json.loads(self.body())
+        except ValueError:
+            raise ProviderError(502, f"{self.name} answered something that is not JSON") from None
+
+    def close(self):
+        if self.response is not None:
+            self.response.close()
+
+
+class _HeadTimeout(BaseException):
+    """Raised by gevent.Timeout; a BaseException so that no library catches it."""
+
+
+class _NoDeadline:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _head_deadline(seconds):
+    """The wait for a response's head as a whole, where sockets are gevent's."""
+    if monkey.is_module_patched("socket"):
+        return gevent.Timeout(seconds, _HeadTimeout)
+    return _NoDeadline()
+
+
+def call_json(target, name, method, path, headers, body=None):
+    """A JSON answer (dict or list); ProviderError otherwise."""
+    exchange = Exchange(target, name).open(method, path, headers, body)
+    try:
+        return exchange.json()
+    finally:
+        exchange.close()
+
+
+def call_bytes(target, name, method, path, headers, body, limit):
+    exchange = Exchange(target, name).open(method, path, headers, body)
+    try:
+        return exchange.body(limit), exchange.response.headers.get("Content-Type", "")
+    finally:
+        exchange.close()
+
+
+def stream_lines(target, name, method, path, headers, body):
+    """The answer's lines as they come; the connection is closed when done or dropped."""
+    exchange = Exchange(target, name).open(method, path, headers, body)
+    try:
+        yield from exchange.lines()
+    finally:
+        exchange.close()
+
+
+def malformed(name, what):
+    return ProviderError(502, f"{name}'s answer is malformed: {what}")

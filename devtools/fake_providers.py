@@ -1,0 +1,358 @@
+"""A local server that speaks three model providers' real HTTP APIs, for the
+notebook's tests and benchmark (the real providers are outside this machine).
+
+    with FakeProviders(host="127.0.0.3", keys={"openai": "sk-test"}) as fake:
+        fake.base_url("openai")      # http://127.0.0.3:PORT/v1
+        fake.base_url("ollama")      # http://127.0.0.3:PORT/ollama
+        fake.base_url("anthropic")   # http://127.0.0.3:PORT/anthropic
+        fake.seen                    # every request: provider, path, headers, body, first-byte time
+
+    python -m devtools.fake_providers serve --host 127.0.0.3 --port 8766
+
+Routes (the providers' own shapes):
+- OpenAI (/v1): POST chat/completions (stream: SSE `data: {chunk}` … `data: [DONE]`),
+  GET models, POST embeddings, POST audio/speech (an MP3).
+- Ollama (/ollama): POST api/chat (stream: NDJSON lines, the last `"done": true`),
+  GET api/tags, POST api/embed.
+- Anthropic (/anthropic): POST v1/messages (stream: SSE message_start,
+  content_block_delta …, message_stop), GET v1/models; `x-api-key`.
+- GET /_seen (the request log as JSON), POST /_reset, POST /_mode {"mode": …}.
+
+What it answers, like a model that follows its prompt: a system prompt asking for
+`"searches"` gets a search plan (the question's long words), one asking for
+`"turns"` a dialogue between the speakers it names ("Speaker names: A, B"), anything
+else a sentence that cites the first `source:<key>` the messages contain.
+
+Failures, chosen by the model name containing a word, or for every request by the
+mode: `malformed` (200 that is not the API's shape), `slow` (drips a byte every
+0.2 s for a minute), `429`, `401`, `500`. A provider given a key answers 401 to
+any other key.
+"""
+import argparse
+import hashlib
+import json
+import math
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+PREFIXES = {"openai": "/v1", "ollama": "/ollama", "anthropic": "/anthropic"}
+FAILURES = ("malformed", "slow", "429", "401", "500")
+DIMENSIONS = 32
+OPENAI_MODELS = ["fake-chat", "fake-embed", "fake-tts"]
+OLLAMA_MODELS = ["llama-fake:latest", "nomic-fake:latest"]
+ANTHROPIC_MODELS = ["claude-fake-1", "claude-fake-2"]
+
+
+class FakeProviders:
+    def __init__(self, host="127.0.0.3", port=0, keys=None, drip_seconds=60.0):
+        self.keys = dict(keys or {})
+        self.mode = None
+        self.drip_seconds = drip_seconds
+        self.seen = []
+        self._lock = threading.Lock()
+        self._server = _Server((host, port), _handler(self))
+        self.host = host
+
+    @property
+    def port(self):
+        return self._server.server_address[1]
+
+    def base_url(self, provider):
+        return f"http://{self.host}:{self.port}{PREFIXES[provider]}"
+
+    def start(self):
+        threading.Thread(target=self._server.serve_forever, daemon=True, name="fake-providers").start()
+        return self
+
+    def stop(self):
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def reset(self):
+        with self._lock:
+            self.seen.clear()
+            self.mode = None
+
+    def requests_to(self, path_end):
+        with self._lock:
+            return [r for r in self.seen if r["path"].endswith(path_end)]
+
+    def _record(self, entry):
+        with self._lock:
+            self.seen.append(entry)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024  # the benchmark opens hundreds of connections at once
+
+    def handle_error(self, request, client_address):
+        pass  # callers that give up (time-out tests) close mid-answer: expected
+
+
+# --------------------------------------------------------------------------- what a "model" says
+
+def reply_text(model, messages):
+    system = "\n".join(m.get("content", "") for m in messages if m.get("role") == "system")
+    question = next((m.get("content", "") for m in reversed(messages) if m.get("role") == "user"), "")
+    if '"searches"' in system:
+        words = list(dict.fromkeys(w.lower() for w in re.findall(r"[A-Za-z]{5,}", question)))[:3]
+        return json.dumps({"reasoning": f"I will look up {', '.join(words) or 'the question'}.",
+                           "searches": [{"term": w, "instructions": f"what the sources say about {w}"}
+                                        for w in words]})
+    if '"turns"' in system:
+        found = re.search(r"Speaker names: ([^\n]+)", system)
+        names = [n.strip() for n in found.group(1).split(",")] if found else ["Host"]
+        return json.dumps({"turns": [{"speaker": names[i % len(names)], "text": f"Line {i + 1} about the notes."}
+                                     for i in range(max(2, len(names)))]})
+    everything = "\n".join(m.get("content", "") for m in messages)
+    cited = re.search(r"source:[a-z0-9]+", everything)
+    citation = f" [{cited.group(0)}]" if cited else ""
+    return f"Reply from {model}{citation} to: {question[:60]}"
+
+
+def vector(text):
+    values = [0.0] * DIMENSIONS
+    for word in re.findall(r"\w+", text.lower()):
+        values[int(hashlib.sha256(word.encode()).hexdigest(), 16) % DIMENSIONS] += 1.0
+    norm = math.sqrt(sum(v * v for v in values)) or 1.0
+    return [v / norm for v in values]
+
+
+def _pieces(text, size=8):
+    return [text[i:i + size] for i in range(0, len(text), size)] or [""]
+
+
+def _silence_mp3():
+    from app.common.tts import encode
+    return encode(b"\x00\x00" * 4410, 22050)
+
+
+# --------------------------------------------------------------------------- HTTP
+
+def _handler(fake):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            self._route("GET")
+
+        def do_POST(self):
+            self._route("POST")
+
+        def _route(self, method):
+            body = self._body()
+            if self.path == "/_seen":
+                with fake._lock:
+                    return self._json(200, fake.seen)
+            if self.path == "/_reset":
+                fake.reset()
+                return self._json(200, {})
+            if self.path == "/_mode":
+                fake.mode = (body or {}).get("mode")
+                return self._json(200, {"mode": fake.mode})
+            provider = next((p for p, prefix in PREFIXES.items() if self.path.startswith(prefix + "/")), None)
+            if provider is None:
+                return self._json(404, {"error": "not found"})
+            self.provider, self.t_first_byte = provider, None
+            route = self.path[len(PREFIXES[provider]):]
+            entry = {"provider": provider, "path": self.path, "method": method, "body": body,
+                     "authorization": self.headers.get("Authorization"),
+                     "x_api_key": self.headers.get("x-api-key"),
+                     "anthropic_version": self.headers.get("anthropic-version")}
+            try:
+                self._answer(provider, method, route, body or {})
+            finally:
+                entry["first_byte"] = self.t_first_byte
+                fake._record(entry)
+
+        def _failure(self, body):
+            model = str(body.get("model", ""))
+            return fake.mode or next((word for word in FAILURES if word in model), None)
+
+        def _answer(self, provider, method, route, body):
+            failure = self._failure(body)
+            if failure == "401" or not self._key_ok(provider):
+                return self._json(401, {"error": {"message": f"Incorrect API key provided: "
+                                                             f"{self._sent_key()[:6]}…", "type": "auth"}})
+            if failure in ("429", "500"):
+                return self._json(int(failure), {"error": {"message": "no", "type": "fail"}})
+            if failure == "slow":
+                return self._drip()
+            if failure == "malformed":
+                return self._send(200, b'{"unexpected": true', "application/json")
+            handler = ROUTES.get((provider, method, route))
+            if handler is None:
+                return self._json(404, {"error": {"message": f"no route {method} {route}"}})
+            handler(self, body)
+
+        def _sent_key(self):
+            if self.provider == "anthropic":
+                return self.headers.get("x-api-key") or ""
+            return (self.headers.get("Authorization") or "").removeprefix("Bearer ")
+
+        def _key_ok(self, provider):
+            expected = fake.keys.get(provider)
+            return expected is None or self._sent_key() == expected
+
+        # -- answers ----------------------------------------------------------------
+
+        def openai_chat(self, body):
+            text = reply_text(body.get("model"), body.get("messages") or [])
+            if body.get("stream"):
+                records = [{"object": "chat.completion.chunk", "model": body.get("model"),
+                            "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
+                           for piece in _pieces(text)]
+                lines = [b"data: " + json.dumps(r).encode() + b"\n\n" for r in records] + [b"data: [DONE]\n\n"]
+                return self._stream("text/event-stream", lines)
+            self._json(200, {"id": "chatcmpl-fake", "object": "chat.completion", "model": body.get("model"),
+                             "choices": [{"index": 0, "finish_reason": "stop",
+                                          "message": {"role": "assistant", "content": text}}]})
+
+        def openai_models(self, body):
+            self._json(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in OPENAI_MODELS]})
+
+        def openai_embeddings(self, body):
+            inputs = body.get("input") if isinstance(body.get("input"), list) else [body.get("input", "")]
+            self._json(200, {"object": "list", "model": body.get("model"),
+                             "data": [{"object": "embedding", "index": i, "embedding": vector(t)}
+                                      for i, t in enumerate(inputs)]})
+
+        def openai_speech(self, body):
+            self._send(200, _silence_mp3(), "audio/mpeg")
+
+        def ollama_chat(self, body):
+            text = reply_text(body.get("model"), body.get("messages") or [])
+            if body.get("stream", True):
+                lines = [json.dumps({"model": body.get("model"), "message": {"role": "assistant", "content": p},
+                                     "done": False}).encode() + b"\n" for p in _pieces(text)]
+                lines.append(json.dumps({"model": body.get("model"), "done": True}).encode() + b"\n")
+                return self._stream("application/x-ndjson", lines)
+            self._json(200, {"model": body.get("model"), "message": {"role": "assistant", "content": text},
+                             "done": True})
+
+        def ollama_tags(self, body):
+            self._json(200, {"models": [{"name": m, "model": m, "size": 1} for m in OLLAMA_MODELS]})
+
+        def ollama_embed(self, body):
+            inputs = body.get("input") if isinstance(body.get("input"), list) else [body.get("input", "")]
+            self._json(200, {"model": body.get("model"), "embeddings": [vector(t) for t in inputs]})
+
+        def anthropic_messages(self, body):
+            messages = list(body.get("messages") or [])
+            if body.get("system"):
+                messages.insert(0, {"role": "system", "content": body["system"]})
+            text = reply_text(body.get("model"), messages)
+            if body.get("stream"):
+                events = [("message_start", {"type": "message_start", "message": {"id": "msg_fake", "content": []}}),
+                          ("content_block_start", {"type": "content_block_start", "index": 0,
+                                                   "content_block": {"type": "text", "text": ""}})]
+                events += [("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                                     "delta": {"type": "text_delta", "text": p}})
+                           for p in _pieces(text)]
+                events += [("content_block_stop", {"type": "content_block_stop", "index": 0}),
+                           ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"}}),
+                           ("message_stop", {"type": "message_stop"})]
+                lines = [f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events]
+                return self._stream("text/event-stream", lines)
+            self._json(200, {"id": "msg_fake", "type": "message", "role": "assistant", "model": body.get("model"),
+                             "content": [{"type": "text", "text": text}], "stop_reason": "end_turn"})
+
+        def anthropic_models(self, body):
+            self._json(200, {"data": [{"id": m, "type": "model", "display_name": m} for m in ANTHROPIC_MODELS],
+                             "has_more": False})
+
+        # -- wire ---------------------------------------------------------------------
+
+        def _body(self):
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            try:
+                return json.loads(raw) if raw else {}
+            except ValueError:
+                return None
+
+        def _head(self, status, content_type, length=None):
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            if length is None:
+                self.send_header("Connection", "close")
+                self.close_connection = True
+            else:
+                self.send_header("Content-Length", str(length))
+            self.end_headers()
+            self.wfile.flush()
+            self.t_first_byte = time.time()
+
+        def _send(self, status, data, content_type):
+            self._head(status, content_type, len(data))
+            self.wfile.write(data)
+
+        def _json(self, status, payload):
+            self._send(status, json.dumps(payload).encode(), "application/json")
+
+        def _stream(self, content_type, pieces):
+            self._head(200, content_type)
+            for piece in pieces:
+                self.wfile.write(piece)
+                self.wfile.flush()
+
+        def _drip(self):
+            """Headers at once, then a byte at a time: no read waits long, the whole never ends."""
+            self._head(200, "application/json")
+            end = time.monotonic() + fake.drip_seconds
+            while time.monotonic() < end:
+                self.wfile.write(b" ")
+                self.wfile.flush()
+                time.sleep(0.2)
+
+    return Handler
+
+
+def _routes():
+    return {("openai", "POST", "/chat/completions"): lambda h, b: h.openai_chat(b),
+            ("openai", "GET", "/models"): lambda h, b: h.openai_models(b),
+            ("openai", "POST", "/embeddings"): lambda h, b: h.openai_embeddings(b),
+            ("openai", "POST", "/audio/speech"): lambda h, b: h.openai_speech(b),
+            ("ollama", "POST", "/api/chat"): lambda h, b: h.ollama_chat(b),
+            ("ollama", "GET", "/api/tags"): lambda h, b: h.ollama_tags(b),
+            ("ollama", "POST", "/api/embed"): lambda h, b: h.ollama_embed(b),
+            ("anthropic", "POST", "/v1/messages"): lambda h, b: h.anthropic_messages(b),
+            ("anthropic", "GET", "/v1/models"): lambda h, b: h.anthropic_models(b)}
+
+
+ROUTES = _routes()
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m devtools.fake_providers",
+                                     description="Fake OpenAI, Ollama and Anthropic APIs.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="serve until interrupted")
+    serve.add_argument("--host", default="127.0.0.3")
+    serve.add_argument("--port", type=int, default=8766)
+    args = parser.parse_args(argv)
+    fake = FakeProviders(host=args.host, port=args.port)
+    print(f"fake providers on {fake.base_url('openai')}, {fake.base_url('ollama')}, "
+          f"{fake.base_url('anthropic')}", flush=True)
+    try:
+        fake._server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        fake._server.server_close()
+
+
+if __name__ == "__main__":
+    main()
