@@ -15,12 +15,16 @@ bench: setup
 	$(PY) -m bench.decks
 	$(PY) -m bench.audio
 	$(PY) -m bench.workspace
+	$(PY) -m bench.workspace_apps
 	$(PY) -m bench.wizard
 	$(PY) -m bench.notebook
+	$(PY) -m bench.notebook_ask
 
 SWAGGER_UI := app/notebook/vendor/node_modules/swagger-ui-dist/swagger-ui-bundle.js
 
-setup: system-deps $(VENV)/.installed $(VENV)/.embeddings $(SWAGGER_UI)
+XTERM := app/workspace/vendor/node_modules/@xterm/xterm/lib/xterm.js
+
+setup: system-deps $(VENV)/.installed $(VENV)/.embeddings $(SWAGGER_UI) $(XTERM)
 
 system-deps:
 	@bash devtools/system-deps.sh
@@ -40,6 +44,10 @@ $(VENV)/.embeddings: requirements-embeddings.txt $(VENV)/.installed
 # Swagger UI for the notebook's /docs, served from the bundle's own files (ignored by git).
 $(SWAGGER_UI):
 	npm install --prefix app/notebook/vendor --no-save --no-package-lock --no-audit --no-fund swagger-ui-dist@5.35.0
+
+# xterm.js for the workspace platform's web terminal, served from the bundle's own files (ignored by git).
+$(XTERM):
+	npm install --prefix app/workspace/vendor --no-save --no-package-lock --no-audit --no-fund @xterm/xterm@6.0.0 @xterm/addon-fit@0.11.0
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -1,5 +1,6 @@
 """Workspace platform (spec 000, part A): accounts, session credentials, password
-sign-in and single sign-on through an external OIDC provider."""
+sign-in and single sign-on through an external OIDC provider; workspaces, their
+agents' connections, the workspace apps proxy, the web terminal and the relay."""
 import logging
 
 from flask import Blueprint
@@ -29,7 +30,8 @@ def error_body(status, message, extra):
 
 
 def init_app(app):
-    from app.workspace import api, oidc, pages  # noqa: F401  (routes register on bp)
+    from app.workspace import (agents, api, apps, oidc, pages, relay, terminal,  # noqa: F401  (routes register on bp)
+                               workspaces)
     from app.workspace.models import database, open_database
     from app.workspace.settings import WorkspaceSettings
 

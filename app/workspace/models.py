@@ -1,5 +1,5 @@
 """The platform's data (peewee): organizations, users, memberships, session
-tokens, OIDC links and an audit log. The schema is created, and later migrated, at
+tokens, OIDC links, an audit log, and workspaces with their agents and apps. The schema is created, and later migrated, at
 start-up, idempotently."""
 import uuid
 from datetime import datetime, timezone
@@ -90,7 +90,48 @@ class Singleton(BaseModel):
     created_at = DateTimeField(default=now)
 
 
-MODELS = [Organization, User, Membership, ApiKey, OidcLink, AuditLog, Singleton]
+class Workspace(BaseModel):
+    id = UUIDField(primary_key=True, default=uuid.uuid4)
+    owner = ForeignKeyField(User, backref="workspaces", on_delete="CASCADE")
+    name = CharField()
+    created_at = DateTimeField(default=now)
+
+    class Meta:
+        indexes = ((("owner", "name"), True),)
+
+
+class WorkspaceAgent(BaseModel):
+    """An agent of a workspace. Its token is `<token_id>-<secret>`: only a SHA-256 of
+    the secret is stored. Status comes from the connection timestamps (agents.status_of)."""
+    id = UUIDField(primary_key=True, default=uuid.uuid4)
+    workspace = ForeignKeyField(Workspace, backref="agents", on_delete="CASCADE")
+    name = CharField()
+    token_id = CharField(unique=True, max_length=10)
+    token_hash = CharField()
+    created_at = DateTimeField(default=now)
+    first_connected_at = DateTimeField(null=True)
+    last_connected_at = DateTimeField(null=True)     # at the upgrade, then at every answered ping
+    disconnected_at = DateTimeField(null=True)
+
+    class Meta:
+        indexes = ((("workspace", "name"), True),)
+
+
+class WorkspaceApp(BaseModel):
+    """An app the agent reaches inside the workspace (declared at creation, or
+    reported by the agent's --app)."""
+    agent = ForeignKeyField(WorkspaceAgent, backref="apps", on_delete="CASCADE")
+    slug = CharField()
+    display_name = CharField()
+    url = CharField()
+    sharing_level = CharField(default="owner")  # owner | authenticated
+
+    class Meta:
+        indexes = ((("agent", "slug"), True),)
+
+
+MODELS = [Organization, User, Membership, ApiKey, OidcLink, AuditLog, Singleton, Workspace, WorkspaceAgent,
+          WorkspaceApp]
 DEFAULT_ORGANIZATION = "default"
 
 

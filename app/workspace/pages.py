@@ -85,7 +85,8 @@ def dashboard():
         if not accounts.first_user_exists():
             return redirect("/setup", 303)
         return redirect("/login?redirect=/", 303)
-    return render_template("workspace/dashboard.html", user=accounts.public(user))
+    from app.workspace.workspaces import owned_workspaces
+    return render_template("workspace/dashboard.html", user=accounts.public(user), workspaces=owned_workspaces(user))
 
 
 @bp.post("/logout")

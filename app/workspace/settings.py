@@ -21,6 +21,9 @@ class WorkspaceSettings:
     oidc_email_domains: tuple  # WORKSPACE_OIDC_EMAIL_DOMAIN, comma-separated; empty: no restriction
     login_per_address: int     # WORKSPACE_LOGIN_RATE_PER_ADDRESS: attempts a minute from one address
     login_per_account: int     # WORKSPACE_LOGIN_RATE_PER_ACCOUNT: attempts a minute for one account
+    agent_timeout_seconds: int  # WORKSPACE_AGENT_CONNECTION_TIMEOUT: a new agent is `timeout` past it
+    agent_ping_seconds: int    # WORKSPACE_AGENT_PING_SECONDS: the platform pings each agent this often
+    relay_idle_seconds: int    # WORKSPACE_RELAY_IDLE_SECONDS: a quiet relay pair is closed after it
 
     @property
     def oidc_enabled(self):
@@ -56,4 +59,7 @@ class WorkspaceSettings:
                                      if d.strip()),
             login_per_address=env_int("WORKSPACE_LOGIN_RATE_PER_ADDRESS", 20, minimum=1),
             login_per_account=env_int("WORKSPACE_LOGIN_RATE_PER_ACCOUNT", 10, minimum=1),
+            agent_timeout_seconds=env_int("WORKSPACE_AGENT_CONNECTION_TIMEOUT", 120, minimum=1),
+            agent_ping_seconds=env_int("WORKSPACE_AGENT_PING_SECONDS", 15, minimum=1, maximum=300),
+            relay_idle_seconds=env_int("WORKSPACE_RELAY_IDLE_SECONDS", 300, minimum=1),
         )

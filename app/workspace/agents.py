@@ -1,0 +1,242 @@
+"""Workspace agents: their tokens, their status, and their one live connection.
+
+`GET /api/v2/workspaceagents/me/rpc` is the agent's websocket (mux.py's protocol),
+authenticated by the agent token in `Workspace-Session-Token` before the upgrade.
+A process keeps the connections it holds in `connections`; a reconnecting agent
+replaces (and closes) its previous connection. The platform serves agents from one
+worker process (WEB_CONCURRENCY=1; gevent gives the concurrency): a request for an
+agent held by another worker answers 502 saying so.
+
+Status, as Coder derives it from the timestamps:
+  connecting    never connected, and created less than WORKSPACE_AGENT_CONNECTION_TIMEOUT ago
+  timeout       never connected, created longer ago than that
+  connected     last_connected_at (the upgrade, then every answered ping) is recent
+                (within 3 ping intervals) and after disconnected_at
+  disconnected  otherwise (closed, two pings missed, or the platform went away)
+"""
+import hmac
+import logging
+import os
+from datetime import timedelta
+
+import gevent
+from flask import current_app, request
+
+from app.common import lifecycle
+from app.common.broker import broker
+from app.common.errors import ApiError
+from app.workspace import bp, websocket
+from app.workspace.models import WorkspaceAgent, WorkspaceApp, database, now
+from app.workspace.mux import Mux, StreamClosed
+from app.workspace.sessions import HEADER, TOKEN_SHAPE, _digest, _random
+
+log = logging.getLogger("bundle.workspace.agents")
+
+# agent id (str) -> AgentConnection, in this worker process
+connections = {}
+# Set when the worker is told to stop: it still serves requests on open connections
+# meanwhile, and an agent reconnecting then would hold it until gunicorn's time-out.
+stopping = False
+
+
+def _settings():
+    return current_app.config["WORKSPACE"]
+
+
+# --------------------------------------------------------------------------- tokens
+
+def new_token():
+    """(token id, stored hash, the token): the token itself is shown once."""
+    token_id, secret = _random(10), _random(22)
+    return token_id, _digest(secret), f"{token_id}-{secret}"
+
+
+def rotate_token(agent):
+    """A new token for `agent`; the old one stops working and its connection closes."""
+    token_id, token_hash, token = new_token()
+    WorkspaceAgent.update(token_id=token_id, token_hash=token_hash).where(WorkspaceAgent.id == agent.id).execute()
+    disconnect(agent.id, "the agent token was revoked")
+    return token
+
+
+def authenticate_agent(token):
+    """The agent whose token this is, else a 401 saying why (never which part failed)."""
+    if not token:
+        raise ApiError(401, "You must be signed in to do this.", detail="no agent token was given")
+    match = TOKEN_SHAPE.match(token)
+    agent = WorkspaceAgent.get_or_none(WorkspaceAgent.token_id == match.group(1)) if match else None
+    if agent is None or not hmac.compare_digest(agent.token_hash, _digest(match.group(2))):
+        raise ApiError(401, "You must be signed in to do this.", detail="the agent token is not valid")
+    return agent
+
+
+# --------------------------------------------------------------------------- status
+
+def status_of(agent, settings, at=None):
+    at = at or now()
+    if agent.first_connected_at is None:
+        waited = at - agent.created_at
+        return "timeout" if waited > timedelta(seconds=settings.agent_timeout_seconds) else "connecting"
+    if agent.disconnected_at is not None and agent.disconnected_at >= agent.last_connected_at:
+        return "disconnected"
+    if at - agent.last_connected_at > timedelta(seconds=3 * settings.agent_ping_seconds):
+        return "disconnected"
+    return "connected"
+
+
+def _stamp(value):
+    return value.isoformat(timespec="milliseconds") + "Z" if value else None
+
+
+def public(agent, settings, workspace=None, owner_name=None):
+    """The agent as the API shows it (never its token)."""
+    workspace = workspace or agent.workspace
+    owner_name = owner_name or workspace.owner.username
+    base = f"/@{owner_name}/{workspace.name}.{agent.name}"
+    apps = WorkspaceApp.select().where(WorkspaceApp.agent == agent.id).order_by(WorkspaceApp.slug)
+    return {"id": str(agent.id), "name": agent.name, "workspace_id": str(workspace.id),
+            "status": status_of(agent, settings), "created_at": _stamp(agent.created_at),
+            "first_connected_at": _stamp(agent.first_connected_at),
+            "last_connected_at": _stamp(agent.last_connected_at), "disconnected_at": _stamp(agent.disconnected_at),
+            "connection_timeout_seconds": settings.agent_timeout_seconds,
+            "terminal_url": base + "/terminal",
+            "apps": [{"slug": app.slug, "display_name": app.display_name, "url": app.url,
+                      "sharing_level": app.sharing_level, "path": f"{base}/apps/{app.slug}/"} for app in apps]}
+
+
+def status_topic(owner_id):
+    return f"workspace-agents:{owner_id}"
+
+
+def _publish(agent_id, owner_id):
+    """Tell the owner's dashboards that this agent's status changed."""
+    with database.connection_context():
+        agent = WorkspaceAgent.get_or_none(WorkspaceAgent.id == agent_id)
+        status = status_of(agent, _settings()) if agent else "deleted"
+    broker.publish(status_topic(owner_id), {"agent_id": str(agent_id), "status": status})
+
+
+# --------------------------------------------------------------------------- connections
+
+class AgentUnavailable(ApiError):
+    def __init__(self, detail):
+        super().__init__(502, "The workspace agent is not connected.", detail=detail)
+
+
+class AgentConnection:
+    def __init__(self, agent_id, owner_id, mux):
+        self.agent_id, self.owner_id, self.mux = agent_id, owner_id, mux
+
+
+def open_stream(agent_id, meta):
+    """A new stream to the agent's connection held by this process, or 502."""
+    connection = connections.get(str(agent_id))
+    if connection is None:
+        if _connected_elsewhere(agent_id):
+            raise AgentUnavailable(f"the agent is connected to another worker process of the platform "
+                                   f"(this is pid {os.getpid()}); run the platform with one worker")
+        raise AgentUnavailable("the agent has no open connection to the platform")
+    try:
+        return connection.mux.open(meta)
+    except StreamClosed as exc:
+        raise AgentUnavailable(f"the agent's connection is closing: {exc}") from None
+
+
+def _connected_elsewhere(agent_id):
+    agent = WorkspaceAgent.get_or_none(WorkspaceAgent.id == agent_id)
+    return agent is not None and status_of(agent, _settings()) == "connected"
+
+
+def disconnect(agent_id, reason):
+    connection = connections.get(str(agent_id))
+    if connection is not None:
+        connection.mux.close(reason)
+
+
+def refuse_while_stopping():
+    if stopping:
+        raise ApiError(503, "The platform is stopping; connect again in a moment.", retry_after=1)
+
+
+def close_all():
+    global stopping
+    stopping = True
+    for connection in list(connections.values()):
+        connection.mux.close("the platform is stopping")
+
+
+lifecycle.on_stop(close_all)
+
+
+def _update(agent_id, **values):
+    with database.connection_context():
+        WorkspaceAgent.update(**values).where(WorkspaceAgent.id == agent_id).execute()
+
+
+def _record_apps(agent_id, info):
+    """Apps the agent reports (`--app slug=url`): a declared app's URL follows the
+    agent's; a new one is added, shared with its owner only."""
+    from app.workspace.workspaces import valid_app_report  # the one place names and URLs are checked
+    apps = info.get("apps")
+    if not isinstance(apps, list):
+        return
+    with database.connection_context():
+        for app in apps[:32]:
+            slug, url = valid_app_report(app)
+            if slug is None:
+                continue
+            updated = WorkspaceApp.update(url=url).where(
+                (WorkspaceApp.agent == agent_id) & (WorkspaceApp.slug == slug)).execute()
+            if not updated:
+                WorkspaceApp.create(agent=agent_id, slug=slug, display_name=slug, url=url)
+
+
+@websocket.route(bp, "/api/v2/workspaceagents/me/rpc")
+def agent_rpc():
+    agent = authenticate_agent(request.headers.get(HEADER))
+    if not websocket.is_upgrade():
+        raise ApiError(400, "This is the agent's websocket: send a websocket upgrade request.")
+    refuse_while_stopping()
+    owner_id = agent.workspace.owner_id
+    database.close()  # the connection lasts hours: it must not hold a pooled database connection
+    app = current_app._get_current_object()
+    return websocket.accept(lambda transport: _serve_agent(app, agent.id, owner_id, transport))
+
+
+def _serve_agent(app, agent_id, owner_id, transport):
+    settings = app.config["WORKSPACE"]
+    key = str(agent_id)
+
+    def hello(info):
+        with app.app_context():
+            _record_apps(agent_id, info)
+        mux.hello({"ping_seconds": settings.agent_ping_seconds})
+
+    mux = Mux(transport, opens=True, on_hello=hello,
+              on_pong=lambda: _update(agent_id, last_connected_at=now()))
+    connection = AgentConnection(agent_id, owner_id, mux)
+    previous, connections[key] = connections.get(key), connection
+    if previous is not None:
+        previous.mux.close("replaced by a new connection of the agent")
+    with app.app_context():
+        _connected(agent_id, owner_id)
+        pinger = gevent.spawn(mux.keepalive, settings.agent_ping_seconds)
+        try:
+            reason = mux.run()
+        finally:
+            pinger.kill()
+            if connections.get(key) is connection:
+                del connections[key]
+                _update(agent_id, disconnected_at=now())
+                _publish(agent_id, owner_id)
+    log.info("agent %s disconnected: %s", agent_id, reason)
+
+
+def _connected(agent_id, owner_id):
+    at = now()
+    with database.connection_context():
+        WorkspaceAgent.update(first_connected_at=at).where(
+            (WorkspaceAgent.id == agent_id) & WorkspaceAgent.first_connected_at.is_null()).execute()
+        WorkspaceAgent.update(last_connected_at=at).where(WorkspaceAgent.id == agent_id).execute()
+    _publish(agent_id, owner_id)
+    log.info("agent %s connected", agent_id)

@@ -1,0 +1,353 @@
+"""The multiplex protocol: many byte streams over one websocket, spoken by the
+platform and by the agent program (both run this module on gevent).
+
+Every websocket message is one binary frame:
+
+    +--------+----------------+-------------------------+
+    | type   | stream id      | payload                 |
+    | 1 byte | 4 bytes, BE    | the rest of the message |
+    +--------+----------------+-------------------------+
+
+(the websocket message gives the length). Types:
+
+    1 HELLO   stream 0, JSON. Agent -> platform first: {"version", "apps": [{"slug", "url"}]};
+              the platform answers {"version", "ping_seconds"}.
+    2 OPEN    a new stream, JSON metadata: {"kind": "app", "url"} (dial the app and
+              splice raw bytes) or {"kind": "pty", "reconnect", "rows", "cols"}.
+              Only the side that was given `opens=True` opens streams (the platform).
+    3 DATA    bytes of the stream, at most MAX_DATA, within the receiver's window.
+    4 EOF     the sender will send no more DATA on this stream (a half-close; the
+              other direction goes on).
+    5 CLOSE   the stream is over in both directions; UTF-8 reason, may be empty.
+              Data already received can still be read.
+    6 WINDOW  4 bytes BE: the receiver consumed that many bytes; the sender may send
+              that many more. Each direction of a stream starts with WINDOW_BYTES.
+    7 PING    stream 0, opaque payload; answered by PONG with the same payload.
+    8 PONG
+    9 RESIZE  JSON {"rows", "cols"} for a pty stream.
+
+Back-pressure: a sender with no window left waits, so a slow reader (a browser, an
+app) slows its writer down instead of filling memory: the receive buffer of a stream
+never holds more than WINDOW_BYTES, and a peer that sends past its window is
+disconnected. The reader loop never blocks on a stream, so one slow stream never
+stalls the others.
+
+Keepalive: the platform sends a PING every `ping_seconds`; two PINGs without a PONG
+close the connection. The agent closes (and reconnects) when nothing at all arrives
+for three intervals.
+"""
+import json
+import logging
+import struct
+import time
+from collections import deque
+
+import gevent
+from gevent.event import Event
+from simple_websocket import ConnectionClosed
+
+VERSION = 1
+HELLO, OPEN, DATA, EOF, CLOSE, WINDOW, PING, PONG, RESIZE = range(1, 10)
+HEADER = struct.Struct("!BI")
+COUNT = struct.Struct("!I")
+MAX_DATA = 128 * 1024
+WINDOW_BYTES = 1024 * 1024
+# Consumed bytes are granted back in batches, not per read.
+GRANT_BYTES = WINDOW_BYTES // 4
+MISSED_PONGS = 2
+
+log = logging.getLogger("bundle.workspace.mux")
+
+
+class StreamClosed(Exception):
+    """The stream was closed or reset before its end; `str()` says why."""
+
+
+def frame(kind, stream_id, payload=b""):
+    return HEADER.pack(kind, stream_id) + payload
+
+
+def json_payload(value):
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+class Stream:
+    """One direction pair of bytes: read()/write()/write_eof()/close()."""
+
+    def __init__(self, mux, stream_id, meta):
+        self.mux, self.id, self.meta = mux, stream_id, meta
+        self._chunks = deque()
+        self._buffered = 0
+        self._readable = Event()
+        self._eof_received = False
+        self._eof_sent = False
+        self.closed_reason = None
+        self._send_window = WINDOW_BYTES
+        self._window_open = Event()
+        self._window_open.set()
+        self._consumed = 0
+        self.on_resize = None  # pty streams: callable(rows, cols)
+
+    # -- reading
+    def read(self, timeout=None):
+        """The next chunk of bytes; b"" at the end of the stream; None after
+        `timeout`. Raises StreamClosed if the stream was cut before its end."""
+        while not self._chunks:
+            if self._eof_received:
+                return b""
+            if self.closed_reason is not None:
+                raise StreamClosed(self.closed_reason)
+            self._readable.clear()
+            if not self._readable.wait(timeout):
+                return None
+        chunk = self._chunks.popleft()
+        self._buffered -= len(chunk)
+        self._grant(len(chunk))
+        return chunk
+
+    def _grant(self, count):
+        self._consumed += count
+        if self._consumed >= GRANT_BYTES and self.closed_reason is None:
+            self.mux.send_quietly(WINDOW, self.id, COUNT.pack(self._consumed))
+            self._consumed = 0
+
+    # -- writing
+    def write(self, data):
+        """Send all of `data`, waiting for window as needed."""
+        view = memoryview(data)
+        while view:
+            while self._send_window <= 0 and self.closed_reason is None:
+                self._window_open.clear()
+                self._window_open.wait()
+            if self.closed_reason is not None:
+                raise StreamClosed(self.closed_reason)
+            count = min(len(view), MAX_DATA, self._send_window)
+            self._send_window -= count
+            self.mux.send(DATA, self.id, view[:count].tobytes())
+            view = view[count:]
+
+    def write_eof(self):
+        if not self._eof_sent and self.closed_reason is None:
+            self._eof_sent = True
+            self.mux.send_quietly(EOF, self.id)
+
+    def resize(self, rows, cols):
+        if self.closed_reason is None:
+            self.mux.send_quietly(RESIZE, self.id, json_payload({"rows": rows, "cols": cols}))
+
+    def close(self, reason=""):
+        """End the stream both ways (idempotent)."""
+        if self.closed_reason is None:
+            self.mux.send_quietly(CLOSE, self.id, reason.encode()[:1024])
+            self._closed(reason or "closed")
+
+    # -- frames from the peer (called by the mux's reader; never block)
+    def _data(self, payload):
+        if self._buffered + len(payload) > WINDOW_BYTES:
+            self.close("protocol error: data past the window")
+            return
+        self._chunks.append(payload)
+        self._buffered += len(payload)
+        self._readable.set()
+
+    def _eof(self):
+        self._eof_received = True
+        self._readable.set()
+
+    def _window(self, payload):
+        self._send_window += COUNT.unpack(payload)[0]
+        self._window_open.set()
+
+    def _closed(self, reason):
+        if self.closed_reason is None:
+            self.closed_reason = reason or "closed by the peer"
+        self.mux.streams.pop(self.id, None)
+        self._readable.set()
+        self._window_open.set()
+
+
+class Mux:
+    """The multiplexer on one transport (websocket.Transport). `on_open(stream)` runs in
+    a greenlet of its own for each stream the peer opens; `on_hello(dict)` for HELLO."""
+
+    def __init__(self, transport, opens, on_open=None, on_hello=None, on_pong=None):
+        self.transport = transport
+        self.opens = opens
+        self.on_open, self.on_hello, self.on_pong = on_open, on_hello, on_pong
+        self.streams = {}
+        self._next_id = 1
+        self.closed_reason = None
+        self.last_received = time.monotonic()
+        self._unanswered_pings = 0
+
+    # -- sending
+    def send(self, kind, stream_id, payload=b""):
+        self.transport.send(frame(kind, stream_id, payload))
+
+    def send_quietly(self, kind, stream_id, payload=b""):
+        """A control frame whose loss does not matter once the connection is gone."""
+        try:
+            self.send(kind, stream_id, payload)
+        except (ConnectionClosed, OSError):
+            pass
+
+    def hello(self, info):
+        self.send(HELLO, 0, json_payload({"version": VERSION, **info}))
+
+    def open(self, meta):
+        """A new stream to the peer (only for the opening side)."""
+        if self.closed_reason is not None:
+            raise StreamClosed(self.closed_reason)
+        stream_id, self._next_id = self._next_id, self._next_id + 1
+        stream = self.streams[stream_id] = Stream(self, stream_id, meta)
+        self.send(OPEN, stream_id, json_payload(meta))
+        return stream
+
+    # -- reading
+    def run(self):
+        """Read and dispatch frames until the connection ends; then every stream is
+        closed. Returns the reason it ended."""
+        try:
+            while self.closed_reason is None:
+                message = self.transport.receive()
+                self.last_received = time.monotonic()
+                self._dispatch(message)
+        except ConnectionClosed:
+            self._shutdown("the connection closed")
+        except OSError as exc:
+            self._shutdown(f"the connection failed: {exc}")
+        return self.closed_reason
+
+    def _dispatch(self, message):
+        if not isinstance(message, bytes) or len(message) < HEADER.size:
+            self.close("protocol error: a frame must be a binary message of at least 5 bytes")
+            return
+        kind, stream_id = HEADER.unpack_from(message)
+        payload = message[HEADER.size:]
+        if stream_id == 0:
+            self._connection_frame(kind, payload)
+        elif kind == OPEN:
+            self._peer_opened(stream_id, payload)
+        else:
+            self._stream_frame(kind, stream_id, payload)
+
+    def _connection_frame(self, kind, payload):
+        if kind == PING:
+            self.send_quietly(PONG, 0, payload)
+        elif kind == PONG:
+            self._unanswered_pings = 0
+            if self.on_pong:
+                self.on_pong()
+        elif kind == HELLO and self.on_hello:
+            try:
+                info = json.loads(payload)
+            except ValueError:
+                self.close("protocol error: HELLO is not JSON")
+                return
+            self.on_hello(info if isinstance(info, dict) else {})
+
+    def _peer_opened(self, stream_id, payload):
+        if self.opens or self.on_open is None or stream_id in self.streams:
+            self.send_quietly(CLOSE, stream_id, b"this side does not accept streams")
+            return
+        try:
+            meta = json.loads(payload)
+        except ValueError:
+            meta = None
+        stream = self.streams[stream_id] = Stream(self, stream_id, meta if isinstance(meta, dict) else {})
+        gevent.spawn(self._serve, stream)
+
+    def _serve(self, stream):
+        try:
+            self.on_open(stream)
+        except StreamClosed:
+            pass
+        except Exception:
+            log.exception("stream %s (%s) failed", stream.id, stream.meta.get("kind"))
+        finally:
+            stream.close()
+
+    def _stream_frame(self, kind, stream_id, payload):
+        stream = self.streams.get(stream_id)
+        if stream is None:
+            return  # a stream closed on this side; the peer learns it from our CLOSE
+        if kind == DATA:
+            stream._data(payload)
+        elif kind == EOF:
+            stream._eof()
+        elif kind == WINDOW and len(payload) == COUNT.size:
+            stream._window(payload)
+        elif kind == CLOSE:
+            stream._closed(payload.decode(errors="replace"))
+        elif kind == RESIZE and stream.on_resize:
+            self._resize(stream, payload)
+
+    @staticmethod
+    def _resize(stream, payload):
+        try:
+            size = json.loads(payload)
+            stream.on_resize(int(size["rows"]), int(size["cols"]))
+        except (ValueError, KeyError, TypeError):
+            pass
+
+    # -- keepalive and the end
+    def keepalive(self, interval):
+        """The platform's side: PING every `interval` s; close after MISSED_PONGS
+        PINGs without an answer. Runs until the connection ends."""
+        while self.closed_reason is None:
+            gevent.sleep(interval)
+            if self._unanswered_pings >= MISSED_PONGS:
+                self.close(f"{MISSED_PONGS} pings were not answered")
+                return
+            self._unanswered_pings += 1
+            self.send_quietly(PING, 0, b"%d" % time.monotonic_ns())
+
+    def watch_silence(self, limit):
+        """The agent's side: close when nothing arrived for `limit` seconds."""
+        while self.closed_reason is None:
+            quiet = time.monotonic() - self.last_received
+            if quiet >= limit:
+                self.close(f"nothing received for {quiet:.0f} s")
+                return
+            gevent.sleep(limit - quiet)
+
+    def close(self, reason="closed"):
+        if self.closed_reason is None:
+            self.transport.close()
+            self._shutdown(reason)
+
+    def _shutdown(self, reason):
+        if self.closed_reason is None:
+            self.closed_reason = reason
+        for stream in list(self.streams.values()):
+            stream._closed(self.closed_reason)
+        self.transport.close()
+
+
+def splice(stream, sock, chunk=MAX_DATA):
+    """Copy bytes both ways between `stream` and a connected socket until both
+    directions ended: each side's end of input is passed on as a half-close."""
+    def socket_to_stream():
+        try:
+            while True:
+                data = sock.recv(chunk)
+                if not data:
+                    break
+                stream.write(data)
+            stream.write_eof()
+        except (OSError, StreamClosed):
+            stream.close("the connection failed")
+
+    upward = gevent.spawn(socket_to_stream)
+    try:
+        while True:
+            data = stream.read()
+            if not data:
+                break
+            sock.sendall(data)
+        sock.shutdown(1)  # SHUT_WR: the peer sees the end of input, may still answer
+        upward.join()
+    except (OSError, StreamClosed):
+        stream.close("the connection failed")
+    finally:
+        upward.kill()

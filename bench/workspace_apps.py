@@ -1,0 +1,229 @@
+"""Workspace apps benchmark: the path platform -> agent -> app beside the app itself. Run by hand:
+
+    .venv/bin/python -m bench.workspace_apps            # full run (3 rounds of 5 s, 100 MB x 3)
+    .venv/bin/python -m bench.workspace_apps --quick    # smoke run (1 round of 2 s, 100 MB x 1)
+
+It starts, each in a process of its own: the test app (tests/workspace/local_app.py:
+threaded http.server, HTTP/1.1 keep-alive), the workspace platform (devtools.services,
+gunicorn, one gevent worker, as production) and a real agent (`python -m
+app.workspace.agent`) connected to it, creates the first user and a workspace whose
+agent declares the app, and waits until the agent is `connected`.
+
+Phase 1, small GET: C keep-alive clients (default 8) send `GET /hello` (19 bytes)
+back-to-back for S seconds, straight to the app and then through
+`/@owner/dev.main/apps/app/hello` with the session token (the platform
+authenticates, resolves the app, opens a stream on the agent's websocket, the agent
+dials the app). Rounds alternate (ABBA). requests/s, p50/p99; the ratio is the
+platform's requests/s over the app's (target >= 0.3).
+
+Phase 2, bulk: one client downloads 100 MB (`GET /bytes?count=104857600`, Content-Length)
+straight from the app and through the platform, reading into one reused buffer.
+MB/s of each; the ratio (target >= 0.3).
+
+The clients run in this process on gevent and share the 2 CPUs with the platform,
+the agent and the app: the CPU of each is printed. Asserts nothing; never a test.
+"""
+from gevent import monkey
+
+monkey.patch_all()
+
+# isort: split
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import socket  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import gevent  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.common import (HOST, CpuMeter, KeepAliveClient, Service, build_request, exit_on_sigterm,  # noqa: E402
+                          fmt_ms, merge_rounds, print_targets, raise_nofile, run_header)
+from bench.workspace import TOKEN_HEADER, create_first_user, run_clients  # noqa: E402
+from devtools.services import free_port, terminate, wait_healthy  # noqa: E402
+
+TARGET_RATIO = 0.3
+BULK_BYTES = 100 * 1024 * 1024
+APP_PREFIX = "/@owner/dev.main/apps/app"
+CONNECT_TIMEOUT_S = 30.0
+
+
+class Stack:
+    """The app, the platform and the agent, started together and stopped together."""
+
+    def __init__(self, root):
+        self.processes = []
+        self.service = None
+        try:
+            self.app_port = free_port()
+            self._spawn("app", [sys.executable, "-m", "tests.workspace.local_app", str(self.app_port)], root)
+            wait_healthy(f"http://{HOST}:{self.app_port}/hello")
+            data_dir = root / "platform-data"
+            data_dir.mkdir()
+            self.service = Service("workspace", data_dir, root / "platform.log")
+            self.token = create_first_user(self.service.port, f"{HOST}:{self.service.port}")
+            agent = self._create_workspace()
+            env = {**os.environ, "WORKSPACE_AGENT_TOKEN": agent["token"]}
+            self.agent_pid = self._spawn("agent", [sys.executable, "-m", "app.workspace.agent", "--url",
+                                                   f"http://{HOST}:{self.service.port}"], root, env).pid
+            self._wait_connected(agent["id"])
+        except BaseException:
+            self.stop()
+            raise
+
+    def _spawn(self, name, command, root, env=None):
+        log = open(root / f"{name}.log", "wb")
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        self.processes.append((process, log))
+        return process
+
+    def _create_workspace(self):
+        client = KeepAliveClient(self.service.port)
+        try:
+            body = {"name": "dev", "agents": [{"name": "main", "apps": [
+                {"slug": "app", "url": f"http://{HOST}:{self.app_port}"}]}]}
+            return client.json("POST", "/api/v2/users/me/workspaces", body, {TOKEN_HEADER: self.token},
+                               expect=(201,))["agents"][0]
+        finally:
+            client.close()
+
+    def _wait_connected(self, agent_id):
+        client = KeepAliveClient(self.service.port)
+        deadline = time.monotonic() + CONNECT_TIMEOUT_S
+        try:
+            while time.monotonic() < deadline:
+                agent = client.json("GET", f"/api/v2/workspaceagents/{agent_id}", headers={TOKEN_HEADER: self.token})
+                if agent["status"] == "connected":
+                    return
+                gevent.sleep(0.1)  # polling with a deadline
+        finally:
+            client.close()
+        raise RuntimeError(f"the agent did not connect within {CONNECT_TIMEOUT_S} s")
+
+    def stop(self):
+        for process, log in reversed(self.processes):
+            try:
+                terminate(process, 10)
+            except subprocess.TimeoutExpired:
+                pass
+            log.close()
+        self.processes = []
+        if self.service is not None:
+            self.service.stop()
+            self.service = None
+
+
+# --------------------------------------------------------------------------- phase 1: small GETs
+
+def run_small(args, stack):
+    print(f"\n== Small GET: {args.clients} keep-alive clients, {args.rounds} rounds x {args.seconds:g} s ==",
+          flush=True)
+    ways = {"app": (stack.app_port, build_request("GET", "/hello", f"{HOST}:{stack.app_port}")),
+            "platform": (stack.service.port, build_request("GET", APP_PREFIX + "/hello", f"{HOST}:{stack.service.port}",
+                                                           {TOKEN_HEADER: stack.token}))}
+    pids = {"app": [p.pid for p, _ in stack.processes[:1]],
+            "platform": stack.service.worker_pids + [stack.agent_pid] + [p.pid for p, _ in stack.processes[:1]]}
+    for way, (port, raw) in ways.items():  # warm-up, not counted
+        run_clients(port, raw, args.clients, 1.0, CpuMeter(pids[way]))
+    segments = {"app": [], "platform": []}
+    for r in range(args.rounds):
+        for way in (("app", "platform") if r % 2 == 0 else ("platform", "app")):
+            port, raw = ways[way]
+            segment = run_clients(port, raw, args.clients, args.seconds, CpuMeter(pids[way]))
+            segments[way].append(segment)
+            print(f"   round {r + 1} {way:<9} {segment['rate']:7.0f} req/s  p99 "
+                  f"{fmt_ms(merge_rounds([segment])['p99'])}  answers {dict(segment['statuses'])}", flush=True)
+    figures = {way: merge_rounds(parts) for way, parts in segments.items()}
+    for way, figure in figures.items():
+        print(f"   {way:<9} {figure['rate']:7.0f} req/s, p50 {fmt_ms(figure['p50'])}, p99 {fmt_ms(figure['p99'])}; "
+              f"CPU per request {figure['worker_per_req'] * 1e6:.0f} us (the processes of the path), "
+              f"bench client {figure['client_per_req'] * 1e6:.0f} us; answers {dict(figure['statuses'])}")
+    return figures
+
+
+# --------------------------------------------------------------------------- phase 2: bulk
+
+def download(port, path, headers):
+    """Seconds to download `path` (Content-Length) into one reused buffer; checks the length."""
+    sock = socket.create_connection((HOST, port), timeout=60)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    started = time.perf_counter()
+    try:
+        sock.sendall(build_request("GET", path, f"{HOST}:{port}", headers))
+        head = b""
+        while b"\r\n\r\n" not in head:
+            data = sock.recv(65536)
+            if not data:
+                raise ConnectionError("closed before the answer's head")
+            head += data
+        head, body_start = head.split(b"\r\n\r\n", 1)
+        status = int(head.split(b" ", 2)[1])
+        length = int(next(line.split(b":", 1)[1] for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length:")))
+        if status != 200 or length != BULK_BYTES:
+            raise RuntimeError(f"answer {status} with {length} bytes")
+        received, buffer = len(body_start), bytearray(1024 * 1024)
+        while received < length:
+            count = sock.recv_into(buffer)
+            if not count:
+                raise ConnectionError(f"closed after {received} of {length} bytes")
+            received += count
+        return time.perf_counter() - started
+    finally:
+        sock.close()
+
+
+def run_bulk(args, stack):
+    print(f"\n== Bulk: {BULK_BYTES // (1024 * 1024)} MB download x {args.downloads}, one client ==", flush=True)
+    path = f"/bytes?count={BULK_BYTES}"
+    ways = {"app": (stack.app_port, path, None),
+            "platform": (stack.service.port, APP_PREFIX + path, {TOKEN_HEADER: stack.token})}
+    speeds = {}
+    for way, (port, target, headers) in ways.items():
+        times = [download(port, target, headers) for _ in range(args.downloads)]
+        best = min(times)
+        speeds[way] = BULK_BYTES / best / 1e6
+        print(f"   {way:<9} best {best:.2f} s = {speeds[way]:.0f} MB/s (runs: "
+              + ", ".join(f"{t:.2f} s" for t in times) + ")", flush=True)
+    return speeds
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run")
+    parser.add_argument("--clients", type=int, default=8)
+    args = parser.parse_args()
+    args.rounds, args.seconds, args.downloads = (1, 2.0, 1) if args.quick else (3, 5.0, 3)
+    exit_on_sigterm()
+    raise_nofile()
+    print(run_header("Workspace apps benchmark", args.quick))
+    with tempfile.TemporaryDirectory(prefix="bench-workspace-apps-") as directory:
+        stack = Stack(Path(directory))
+        try:
+            small = run_small(args, stack)
+            bulk = run_bulk(args, stack)
+        finally:
+            stack.stop()
+    ratio = small["platform"]["rate"] / small["app"]["rate"] if small["app"]["rate"] else 0.0
+    bulk_ratio = bulk["platform"] / bulk["app"] if bulk["app"] else 0.0
+    print("\n== Summary ==")
+    print_targets([
+        ("small GET req/s, platform / app", f"{ratio:.2f} ({small['platform']['rate']:.0f} / "
+                                            f"{small['app']['rate']:.0f})", f">= {TARGET_RATIO}", ratio >= TARGET_RATIO),
+        ("small GET p99, platform / app", f"{fmt_ms(small['platform']['p99'])} / {fmt_ms(small['app']['p99'])}", "-",
+         None),
+        ("100 MB download, platform / app", f"{bulk_ratio:.2f} ({bulk['platform']:.0f} / {bulk['app']:.0f} MB/s)",
+         f">= {TARGET_RATIO}", bulk_ratio >= TARGET_RATIO),
+    ])
+    print(json.dumps({"small_ratio": round(ratio, 3), "bulk_ratio": round(bulk_ratio, 3)}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""The agent connection: status transitions, pings, replacement, revocation, and an
+agent that reconnects by itself after its own restart and the platform's."""
+import json
+import os
+import signal
+
+import pytest
+import requests
+from simple_websocket import Client, ConnectionClosed
+from simple_websocket import ConnectionError as HandshakeRefused
+
+from devtools.services import free_port
+from tests.workspace.conftest import (AGENT_ENV, TOKEN_HEADER, Workspace, agent_status, create_workspace,
+                                      wait_status)
+
+
+def _rpc_url(ws):
+    return ws.url.replace("http://", "ws://") + "/api/v2/workspaceagents/me/rpc"
+
+
+def test_connecting_connected_disconnected_and_missed_pings(workspace, start_agent):
+    ws = workspace(AGENT_ENV)
+    owner = ws.first_user()
+    agent = create_workspace(ws, owner, "dev", [{"name": "main"}])["agents"][0]
+    assert agent_status(ws, owner, agent["id"]) == "connecting"
+    process = start_agent(ws.url, agent["token"])
+    wait_status(ws, owner, agent["id"], "connected")
+    shown = requests.get(f"{ws.api}/workspaceagents/{agent['id']}", headers=ws.as_user(owner), timeout=10).json()
+    assert shown["first_connected_at"] and shown["last_connected_at"]
+    # A hung agent answers no pings: after two, the platform closes it.
+    os.kill(process.process.pid, signal.SIGSTOP)
+    try:
+        wait_status(ws, owner, agent["id"], "disconnected", timeout=20)
+    finally:
+        os.kill(process.process.pid, signal.SIGCONT)
+    wait_status(ws, owner, agent["id"], "connected")  # it notices and reconnects by itself
+    process.stop()
+    wait_status(ws, owner, agent["id"], "disconnected", timeout=10)
+
+
+def test_an_agent_that_never_connects_times_out(workspace):
+    ws = workspace({"WORKSPACE_AGENT_CONNECTION_TIMEOUT": "1"})
+    owner = ws.first_user()
+    agent = create_workspace(ws, owner, "dev", [{"name": "main"}])["agents"][0]
+    wait_status(ws, owner, agent["id"], "timeout", timeout=10)
+
+
+def test_agent_restart_and_platform_restart(start_service, start_agent, tmp_path, local_app):
+    port, data_dir = free_port(), tmp_path / "platform"
+    ws = Workspace(start_service("workspace", data_dir=data_dir, port=port, env=AGENT_ENV))
+    owner = ws.first_user()
+    agent = create_workspace(ws, owner, "dev", [{"name": "main", "apps": [{"slug": "app", "url": local_app.url}]}])[
+        "agents"][0]
+    first = start_agent(ws.url, agent["token"])
+    wait_status(ws, owner, agent["id"], "connected")
+    first.stop()
+    wait_status(ws, owner, agent["id"], "disconnected")
+    start_agent(ws.url, agent["token"])
+    wait_status(ws, owner, agent["id"], "connected")
+
+    took = ws.service.stop()
+    assert took < 10, f"the platform took {took:.1f} s to stop with an agent connected"
+    ws = Workspace(start_service("workspace", data_dir=data_dir, port=port, env=AGENT_ENV))
+    wait_status(ws, owner, agent["id"], "connected", timeout=30)
+    response = requests.get(f"{ws.url}/@owner/dev.main/apps/app/hello", headers=ws.as_user(owner), timeout=10)
+    assert response.status_code == 200 and response.text == "hello from the app\n"
+
+
+def test_revoked_token_is_refused_before_the_upgrade_and_its_connection_closed(workspace, start_agent, local_app):
+    ws = workspace(AGENT_ENV)
+    owner = ws.first_user()
+    agent = create_workspace(ws, owner, "dev", [{"name": "main", "apps": [{"slug": "app", "url": local_app.url}]}])[
+        "agents"][0]
+    process = start_agent(ws.url, agent["token"])
+    wait_status(ws, owner, agent["id"], "connected")
+    rotated = requests.post(f"{ws.api}/workspaceagents/{agent['id']}/token", headers=ws.as_user(owner), timeout=10)
+    assert rotated.status_code == 201 and rotated.json()["token"] != agent["token"]
+    wait_status(ws, owner, agent["id"], "disconnected", timeout=10)
+    with pytest.raises(HandshakeRefused) as refused:
+        Client.connect(_rpc_url(ws), headers={TOKEN_HEADER: agent["token"]})
+    assert refused.value.status_code == 401
+    plain = requests.get(ws.api + "/workspaceagents/me/rpc", headers={TOKEN_HEADER: agent["token"],
+                         "Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
+                         "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}, timeout=10)
+    assert plain.status_code == 401 and plain.json() == {"message": "You must be signed in to do this.",
+                                                         "detail": "the agent token is not valid"}
+    assert "HTTP 401" in process.log() or agent_status(ws, owner, agent["id"]) == "disconnected"
+    assert agent["token"] not in process.log()
+
+    machine = requests.get(f"{ws.url}/@owner/dev.main/apps/app/hello", headers=ws.as_user(owner), timeout=10)
+    assert machine.status_code == 502 and machine.json()["message"] == "The workspace agent is not connected."
+    browser = requests.get(f"{ws.url}/@owner/dev.main/apps/app/hello", timeout=10,
+                           headers={**ws.as_user(owner), "Accept": "text/html"})
+    assert browser.status_code == 502 and "The workspace agent is not connected." in browser.text
+    assert browser.headers["Content-Type"].startswith("text/html")
+
+
+def test_a_reconnecting_agent_replaces_its_old_connection(workspace):
+    ws = workspace(AGENT_ENV)
+    owner = ws.first_user()
+    agent = create_workspace(ws, owner, "dev", [{"name": "main"}])["agents"][0]
+    old = Client.connect(_rpc_url(ws), headers={TOKEN_HEADER: agent["token"]})
+    new = Client.connect(_rpc_url(ws), headers={TOKEN_HEADER: agent["token"]})
+    try:
+        with pytest.raises(ConnectionClosed):
+            while True:  # the old one may see pings first, then its close
+                old.receive(timeout=10)
+        assert isinstance(new.receive(timeout=10), bytes)  # still served: a ping
+        assert agent_status(ws, owner, agent["id"]) == "connected"
+    finally:
+        new.close()
+
+
+def test_dashboard_lists_agents_and_streams_their_status(workspace, start_agent):
+    ws = workspace(AGENT_ENV)
+    owner = ws.first_user()
+    agent = create_workspace(ws, owner, "dev", [{"name": "main"}])["agents"][0]
+    page = requests.get(ws.url + "/", cookies={"workspace_session_token": owner}, timeout=10)
+    assert page.status_code == 200 and f'data-agent-id="{agent["id"]}"' in page.text and "connecting" in page.text
+    with requests.get(ws.api + "/users/me/workspaces/watch", headers=ws.as_user(owner), stream=True,
+                      timeout=20) as stream:
+        assert stream.headers["Content-Type"].startswith("text/event-stream")
+        lines = stream.iter_lines()
+        statuses = []
+        process = None
+        for line in lines:
+            if not line.startswith(b"data: "):
+                continue
+            statuses.append(json.loads(line[6:])["status"])
+            if statuses == ["connecting"]:
+                process = start_agent(ws.url, agent["token"])
+            if statuses[-1] == "connected":
+                break
+        assert statuses == ["connecting", "connected"] and process is not None
