@@ -14,7 +14,6 @@ Status, as Coder derives it from the timestamps:
                 (within 3 ping intervals) and after disconnected_at
   disconnected  otherwise (closed, two pings missed, or the platform went away)
 """
-import hmac
 import logging
 import os
 from datetime import timedelta
@@ -28,7 +27,7 @@ from app.common.errors import ApiError
 from app.workspace import bp, websocket
 from app.workspace.models import WorkspaceAgent, WorkspaceApp, database, now
 from app.workspace.mux import Mux, StreamClosed
-from app.workspace.sessions import HEADER, TOKEN_SHAPE, _digest, _random
+from app.workspace.sessions import HEADER, TOKEN_SHAPE, new_token, secret_matches
 
 log = logging.getLogger("bundle.workspace.agents")
 
@@ -45,12 +44,6 @@ def _settings():
 
 # --------------------------------------------------------------------------- tokens
 
-def new_token():
-    """(token id, stored hash, the token): the token itself is shown once."""
-    token_id, secret = _random(10), _random(22)
-    return token_id, _digest(secret), f"{token_id}-{secret}"
-
-
 def rotate_token(agent):
     """A new token for `agent`; the old one stops working and its connection closes."""
     token_id, token_hash, token = new_token()
@@ -65,7 +58,7 @@ def authenticate_agent(token):
         raise ApiError(401, "You must be signed in to do this.", detail="no agent token was given")
     match = TOKEN_SHAPE.match(token)
     agent = WorkspaceAgent.get_or_none(WorkspaceAgent.token_id == match.group(1)) if match else None
-    if agent is None or not hmac.compare_digest(agent.token_hash, _digest(match.group(2))):
+    if agent is None or not secret_matches(agent.token_hash, match.group(2)):
         raise ApiError(401, "You must be signed in to do this.", detail="the agent token is not valid")
     return agent
 

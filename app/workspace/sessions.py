@@ -31,13 +31,25 @@ def _digest(secret):
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
+def new_token():
+    """(id, stored digest, the token `<id>-<secret>`): the token exists only in the
+    answer that shows it. Session tokens and agent tokens are made alike."""
+    key_id, secret = _random(10), _random(22)
+    return key_id, _digest(secret), f"{key_id}-{secret}"
+
+
+def secret_matches(stored_digest, secret):
+    """Constant-time check of a token's secret against its stored digest."""
+    return hmac.compare_digest(stored_digest, _digest(secret))
+
+
 def mint(user, login_type):
     """A new session token for `user`; the secret exists only in the answer."""
     settings = current_app.config["WORKSPACE"]
-    key_id, secret = _random(10), _random(22)
-    ApiKey.create(id=key_id, user=user, secret_hash=_digest(secret), login_type=login_type,
+    key_id, digest, token = new_token()
+    ApiKey.create(id=key_id, user=user, secret_hash=digest, login_type=login_type,
                   expires_at=now() + timedelta(seconds=settings.session_seconds))
-    return f"{key_id}-{secret}"
+    return token
 
 
 def presented_token():
@@ -58,7 +70,7 @@ def authenticate(token):
     if not match:
         raise _unauthorized("the session token is malformed")
     found = _key_and_user(match.group(1))
-    if found is None or not hmac.compare_digest(found[0].secret_hash, _digest(match.group(2))):
+    if found is None or not secret_matches(found[0].secret_hash, match.group(2)):
         raise _unauthorized("the session token is not valid")
     key, user = found
     if key.revoked_at is not None:

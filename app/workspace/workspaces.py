@@ -172,7 +172,7 @@ def _conflict(name):
 
 
 def _create_agent(workspace, spec):
-    token_id, token_hash, token = agents.new_token()
+    token_id, token_hash, token = sessions.new_token()
     agent = WorkspaceAgent.create(workspace=workspace, name=spec["name"], token_id=token_id, token_hash=token_hash)
     for app in spec["apps"]:
         WorkspaceApp.create(agent=agent, slug=app["slug"], display_name=app["display_name"] or app["slug"],
