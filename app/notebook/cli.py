@@ -21,10 +21,12 @@ log = logging.getLogger("bundle.notebook.worker")
 
 def _preload_model(settings):
     """Load the embedding model once, beside the consumer, so that the first job
-    that needs it does not pay the load, and jobs without it need not wait."""
+    that needs it does not pay the load, and jobs without it need not wait. (The
+    NOTEBOOK_EMBEDDING_* model: a provider's default embedding model has nothing to
+    load, and is not called for nothing.)"""
     from app.notebook import embeddings
     try:
-        embeddings.embedder(settings).embed(["warm up"])
+        embeddings.env_embedder(settings).embed(["warm up"])
         log.info("embedding model ready: %s", settings.embedding_model)
     except embeddings.EmbeddingUnavailable as exc:
         log.warning("vector search is unavailable: %s", exc)
@@ -68,12 +70,18 @@ def reembed(args):
     from app.notebook.settings import NotebookSettings
 
     settings = NotebookSettings.from_env(config.data_dir("notebook"), serving=False)
+    open_database(settings.database_url, pool=False)
     reason = embeddings.unavailable_reason(settings)
     if reason:
         sys.stderr.write(f"error: {reason}\n")
         return 1
-    open_database(settings.database_url, pool=False)
-    queue, name = JobQueue(settings), settings.embedding_model
+    try:
+        default = embeddings.default_embedder(settings)
+    except embeddings.EmbeddingUnavailable as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 1
+    # The name vectors are recorded with (the local model is not loaded to learn it).
+    queue, name = JobQueue(settings), default.name if default else settings.embedding_model
     stale = (Chunk.embedding_model.is_null()) | (Chunk.embedding_model != name)
     sources = [k for (k,) in Source.select(Source.id).join(Chunk).where(stale & (Source.status == "completed"))
                .distinct().tuples()]

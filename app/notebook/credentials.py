@@ -4,6 +4,7 @@ key encrypted at rest with Fernet (NOTEBOOK_ENCRYPTION_KEY), never answered
 the provider's newest credential, else the provider's environment variables."""
 import logging
 import os
+from urllib.parse import unquote, urlsplit
 
 from cryptography.fernet import Fernet, InvalidToken
 from peewee import fn
@@ -12,8 +13,9 @@ from app.common.errors import ApiError
 from app.notebook import bp, llm, views
 from app.notebook.http import body, query, settings
 from app.notebook.ids import key_of, new_key, public
-from app.notebook.models import Credential, LanguageModel, now, write_transaction
-from app.notebook.schemas import CredentialCreate, CredentialListQuery, CredentialUpdate, RegisterModels
+from app.notebook.models import Credential, DefaultModel, LanguageModel, now, write_transaction
+from app.notebook.schemas import (CredentialCreate, CredentialDeleteQuery, CredentialListQuery, CredentialUpdate,
+                                  RegisterModels)
 
 log = logging.getLogger("bundle.notebook")
 
@@ -79,12 +81,29 @@ def target_for(config, provider, credential=None):
 
 
 def _checked_base_url(url):
+    """A base URL is scheme://host[:port][/path]: no query, fragment or dot segment
+    (a path that climbs out of the API's base), and its host passes the SSRF guard."""
     if url:
+        parts = urlsplit(url)
+        if parts.query or parts.fragment or "?" in url or "#" in url:
+            raise ApiError(400, "base_url: must not have a query or a fragment (give the API's base, "
+                                "e.g. http://host:8000/v1)", field="base_url")
+        if "\\" in url or any(unquote(segment) in (".", "..") for segment in parts.path.split("/")):
+            raise ApiError(400, "base_url: must not have '.' or '..' path segments", field="base_url")
         try:
             llm.check_base_url(url, settings().provider_allowlist)
         except llm.ProviderError as exc:
             raise ApiError(400, exc.message, field="base_url") from None
     return url
+
+
+def _unique_name(name, except_key=None):
+    """Two credentials never share a name (call inside the write transaction)."""
+    clash = Credential.select().where(Credential.name == name)
+    if except_key:
+        clash = clash.where(Credential.id != except_key)
+    if clash.exists():
+        raise ApiError(409, f"a credential named {name!r} exists already", field="name")
 
 
 def get_credential(public_id):
@@ -120,7 +139,9 @@ def create_credential():
                         base_url=_checked_base_url(data.get("base_url")))
     if data.get("api_key"):
         record.api_key_encrypted = encrypt(settings(), data["api_key"])
-    record.save(force_insert=True)
+    with write_transaction():
+        _unique_name(record.name)
+        record.save(force_insert=True)
     return _view(record), 201
 
 
@@ -142,19 +163,32 @@ def update_credential(credential_id):
         changes["base_url"] = _checked_base_url(data["base_url"]) or None
     if "api_key" in data:
         changes["api_key_encrypted"] = encrypt(settings(), data["api_key"]) if data["api_key"] else None
-    Credential.update(**changes).where(Credential.id == record.id).execute()
+    with write_transaction():
+        if "name" in data:
+            _unique_name(data["name"], record.id)
+        Credential.update(**changes).where(Credential.id == record.id).execute()
     return _view(Credential.get_by_id(record.id))
 
 
 @bp.delete("/credentials/<credential_id>")
 def delete_credential(credential_id):
-    """Its models stay registered and fall back to the provider's other credentials."""
+    """A credential that models still use is not deleted (409): they would fall
+    back, silently, to another credential of the provider (another account or
+    server). `?force=true` deletes those models with it and clears the defaults
+    that named them."""
     record = get_credential(credential_id)
+    force = query(CredentialDeleteQuery)["force"]
     with write_transaction():
-        unlinked = (LanguageModel.update(credential=None)
-                    .where(LanguageModel.credential == record.id).execute())
+        keys = [key for (key,) in LanguageModel.select(LanguageModel.id)
+                .where(LanguageModel.credential == record.id).tuples()]
+        if keys and not force:
+            raise ApiError(409, f"{public('credential', record.id)} is used by {len(keys)} model(s): delete "
+                                "them first, or delete with ?force=true to delete them with it")
+        if keys:
+            DefaultModel.update(model=None).where(DefaultModel.model.in_(keys)).execute()
+            LanguageModel.delete().where(LanguageModel.id.in_(keys)).execute()
         Credential.delete().where(Credential.id == record.id).execute()
-    return {"deleted": public("credential", record.id), "unlinked_models": unlinked}
+    return {"deleted": public("credential", record.id), "deleted_models": len(keys)}
 
 
 # --------------------------------------------------------------------------- provider calls
@@ -276,10 +310,12 @@ def migrate_from_env():
                                 base_url=base_url or None)
             if api_key:
                 record.api_key_encrypted = encrypt(settings(), api_key)
+            with write_transaction():
+                _unique_name(record.name)
+                record.save(force_insert=True)
         except ApiError as exc:
             errors.append(f"{provider}: {exc.message}")
             continue
-        record.save(force_insert=True)
         migrated.append(provider)
         created.append(_view(record))
     return {"migrated": migrated, "skipped": skipped, "errors": errors, "credentials": created}

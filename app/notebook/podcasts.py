@@ -52,8 +52,10 @@ def generate():
     if not chat.render_context(chat.build_context(notebook.id, {}, 1)):
         raise ApiError(400, "the notebook has no sources or notes to talk about")
     with write_transaction():
+        # The override's key (Episode.model_id holds 20 characters), resolved again by the job.
         record = Episode.create(id=new_key(), name=data["episode_name"], notebook=notebook.id,
-                                speakers=data["speakers"], length=data["length"], model_id=data.get("model_id"))
+                                speakers=data["speakers"], length=data["length"],
+                                model_id=resolved.record.id if data.get("model_id") else None)
         command = jobs().new_command("podcast", public("episode", record.id))
         Episode.update(command_id=command.id).where(Episode.id == record.id).execute()
     jobs().enqueue(command)
@@ -83,11 +85,13 @@ def episode_audio(episode_id):
 def delete_episode(episode_id):
     """Its unfinished job is canceled; its MP3 goes."""
     record = get_episode(episode_id)
-    path = audio_path(settings(), record)
     with write_transaction():
+        # Read again inside the transaction: a job that finished since has stored its file.
+        audio_file = Episode.select(Episode.audio_file).where(Episode.id == record.id).scalar()
         (Command.update(status="canceled", error_message="the episode was deleted", updated=now())
          .where((Command.id == record.command_id) & Command.status.in_(("new", "running"))).execute())
         Episode.delete().where(Episode.id == record.id).execute()
+    path = os.path.join(settings().podcasts_dir, audio_file) if audio_file else None
     if path and os.path.exists(path):
         os.unlink(path)
     return {"deleted": public("episode", record.id)}
@@ -112,14 +116,18 @@ def make_episode(command, config):
     os.makedirs(config.podcasts_dir, exist_ok=True)
     name = f"{record.id}.mp3"
     partial = os.path.join(config.podcasts_dir, name + ".part")
-    with open(partial, "wb") as f:
-        f.write(audio)
-    with write_transaction():
-        processing.ensure_running(command)
-        os.replace(partial, os.path.join(config.podcasts_dir, name))
-        Episode.update(transcript=turns, audio_file=name, updated=now()).where(Episode.id == record.id).execute()
-        processing._complete(command, {"episode_id": command.target, "turns": len(turns), "bytes": len(audio),
-                                       "model_id": resolved.id}, vectors_changed=False)
+    try:
+        with open(partial, "wb") as f:
+            f.write(audio)
+        with write_transaction():
+            processing.ensure_running(command)
+            os.replace(partial, os.path.join(config.podcasts_dir, name))
+            Episode.update(transcript=turns, audio_file=name, updated=now()).where(Episode.id == record.id).execute()
+            processing._complete(command, {"episode_id": command.target, "turns": len(turns),
+                                           "bytes": len(audio), "model_id": resolved.id}, vectors_changed=False)
+    finally:
+        if os.path.exists(partial):  # canceled (the episode deleted) or failed: no half file stays
+            os.unlink(partial)
 
 
 def parse_turns(text, names):

@@ -73,6 +73,14 @@ def _fail(command, message):
              .where(Source.command_id == command.id).execute())
 
 
+def _stop(command, reason):
+    """A command stopped because what it works on went away is `canceled`, not left
+    `running` (one canceled through the API is already; this changes nothing then)."""
+    with write_transaction():
+        (Command.update(status="canceled", error_message=reason, updated=now())
+         .where((Command.id == command.id) & (Command.status == "running")).execute())
+
+
 def run(command_key):
     """The huey task: run one command to its end (completed, failed or canceled)."""
     command = _claim(command_key)
@@ -84,6 +92,7 @@ def run(command_key):
         handler(command)
     except Canceled as exc:
         log.info("command %s stopped: %s", command.id, exc)
+        _stop(command, str(exc))
     except (extract.ExtractionError, ssrf.LinkRefused, embeddings.EmbeddingUnavailable,
             llm.ProviderError) as exc:
         log.info("command %s failed: %s", command.id, exc)

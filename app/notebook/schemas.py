@@ -323,6 +323,11 @@ class CredentialListQuery(Schema):
     provider = fields.String(validate=validate.OneOf(PROVIDERS))
 
 
+class CredentialDeleteQuery(Schema):
+    force = fields.Boolean(load_default=False, metadata={
+        "description": "also delete the models registered under it (else 409 while there are any)"})
+
+
 class ModelChoice(_Strict):
     name = fields.String(required=True, validate=validate.Length(min=1, max=300))
     type = fields.String(load_default="language", validate=validate.OneOf(MODEL_TYPES))
@@ -372,7 +377,7 @@ class CredentialOut(Schema):
 
 class CredentialDeleted(Schema):
     deleted = fields.String(required=True)
-    unlinked_models = fields.Integer(required=True)
+    deleted_models = fields.Integer(required=True)
 
 
 class CredentialTest(Schema):
