@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test setup system-deps bench clean
+.PHONY: run test setup system-deps browser-assets bench clean
 
 run: setup
 	$(PY) -m devtools.run
@@ -20,11 +20,7 @@ bench: setup
 	$(PY) -m bench.notebook
 	$(PY) -m bench.notebook_ask
 
-SWAGGER_UI := app/notebook/vendor/node_modules/swagger-ui-dist/swagger-ui-bundle.js
-
-XTERM := app/workspace/vendor/node_modules/@xterm/xterm/lib/xterm.js
-
-setup: system-deps $(VENV)/.installed $(VENV)/.embeddings $(SWAGGER_UI) $(XTERM)
+setup: system-deps $(VENV)/.installed $(VENV)/.embeddings browser-assets
 
 system-deps:
 	@bash devtools/system-deps.sh
@@ -41,13 +37,11 @@ $(VENV)/.embeddings: requirements-embeddings.txt $(VENV)/.installed
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-embeddings.txt
 	touch $@
 
-# Swagger UI for the notebook's /docs, served from the bundle's own files (ignored by git).
-$(SWAGGER_UI):
-	npm install --prefix app/notebook/vendor --no-save --no-package-lock --no-audit --no-fund swagger-ui-dist@5.35.0
-
-# xterm.js for the workspace platform's web terminal, served from the bundle's own files (ignored by git).
-$(XTERM):
-	npm install --prefix app/workspace/vendor --no-save --no-package-lock --no-audit --no-fund @xterm/xterm@6.0.0 @xterm/addon-fit@0.11.0
+# Swagger UI (the notebook's /docs) and xterm.js (the workspace terminal), served from
+# the bundle's own files (ignored by git): pinned, checked by sha512, fetched from the npm
+# registry without npm. Quick when they are in place.
+browser-assets:
+	@$(PYTHON) -m devtools.browser_assets
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -247,7 +247,7 @@ _PAGE = """<!doctype html>
 def _ui_dir():
     directory = settings().swagger_ui_dir
     if not os.path.isfile(os.path.join(directory, "swagger-ui-bundle.js")):
-        raise ApiError(503, "Swagger UI is not installed: run `make setup` (npm install of swagger-ui-dist) "
+        raise ApiError(503, "Swagger UI is not installed: run `make setup` (python3 -m devtools.browser_assets) "
                             "or set NOTEBOOK_SWAGGER_UI_DIR; /openapi.json works without it")
     return directory
 

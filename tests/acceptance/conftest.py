@@ -88,6 +88,8 @@ LOCAL = {
               {"AUDIO_PUBLIC_ORIGIN": "https://audio.acceptance.example"}),
     "workspace": (_nothing, _nothing, {}),
     "wizard": (_nothing, _nothing, _wizard_environment),
+    # A password no check knows: the checks are the ones an anonymous client can make.
+    "notebook": (_nothing, _nothing, {"NOTEBOOK_PASSWORD": "acceptance-unknown-password"}),
 }
 
 
@@ -130,3 +132,8 @@ def workspace(request, tmp_path_factory):
 @pytest.fixture(scope="session")
 def wizard(request, tmp_path_factory):
     yield from _target(request, tmp_path_factory, "wizard")
+
+
+@pytest.fixture(scope="session")
+def notebook(request, tmp_path_factory):
+    yield from _target(request, tmp_path_factory, "notebook")

@@ -24,3 +24,9 @@ def test_no_login_gate_for_machine_clients(workspace):
 def test_login_page(workspace):
     page = workspace.get("/login")
     assert page.status_code == 200 and "Sign in" in page.text
+
+
+def test_the_terminal_library_is_served_from_the_bundles_own_files(workspace):
+    for name in ("xterm.js", "addon-fit.js", "xterm.css"):
+        response = workspace.get(f"/static/vendor/xterm/{name}")
+        assert response.status_code == 200 and len(response.content) > 1000, name
