@@ -25,6 +25,7 @@ monkey.patch_all()
 # isort: split
 import argparse  # noqa: E402
 import fcntl  # noqa: E402
+import ipaddress  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
 import random  # noqa: E402
@@ -40,11 +41,8 @@ from urllib.parse import urlsplit  # noqa: E402
 import gevent  # noqa: E402
 import gevent.os  # noqa: E402
 from gevent.lock import Semaphore  # noqa: E402
-from simple_websocket import Client  # noqa: E402
-from simple_websocket import ConnectionError as HandshakeRefused  # noqa: E402
-
-from app.workspace.mux import Mux, StreamClosed, splice  # noqa: E402
-from app.workspace.websocket import RECEIVE_BYTES, Transport  # noqa: E402
+from app.workspace.mux import MAX_DATA, Mux, StreamClosed, splice  # noqa: E402
+from app.workspace.websocket import HandshakeRefused, connect_frames  # noqa: E402
 
 RPC_PATH = "/api/v2/workspaceagents/me/rpc"
 TOKEN_HEADER = "Workspace-Session-Token"
@@ -213,13 +211,31 @@ class Terminals:
 
 # --------------------------------------------------------------------------- apps
 
+def dial(host, port):
+    """A connected TCP socket. An address literal (the usual 127.0.0.1) is dialed
+    directly: gevent resolves names in its threadpool, a thread round trip per
+    stream that costs more than the rest of a small request on the agent."""
+    try:
+        family = socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
+    except ValueError:
+        return socket.create_connection((host, port), timeout=DIAL_TIMEOUT_S)
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(DIAL_TIMEOUT_S)
+        sock.connect((host, port))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 def serve_app(stream):
     target = urlsplit(str(stream.meta.get("url") or ""))
     if target.scheme != "http" or not target.hostname:
         stream.close(f"not an http app address: {stream.meta.get('url')!r}")
         return
     try:
-        sock = socket.create_connection((target.hostname, target.port or 80), timeout=DIAL_TIMEOUT_S)
+        sock = dial(target.hostname, target.port or 80)
     except OSError as exc:
         stream.close(f"could not connect to the app at {target.netloc}: {exc}")
         return
@@ -252,7 +268,8 @@ class Agent:
     def connect_once(self):
         """One connection, served until it ends. False when it could not be made."""
         try:
-            ws = Client.connect(self.rpc_url, headers={TOKEN_HEADER: self.token}, receive_bytes=RECEIVE_BYTES)
+            transport = connect_frames(self.rpc_url, {TOKEN_HEADER: self.token}, timeout=DIAL_TIMEOUT_S,
+                                       max_message_size=MAX_DATA + 64 * 1024)
         except HandshakeRefused as exc:
             log.warning("the platform refused the connection (HTTP %s)%s", exc.status_code,
                         ": is the agent token valid?" if exc.status_code == 401 else "")
@@ -266,7 +283,7 @@ class Agent:
             ping = info.get("ping_seconds") if isinstance(info.get("ping_seconds"), int) else 15
             watcher.append(gevent.spawn(self.mux.watch_silence, 3 * max(1, ping)))
 
-        self.mux = Mux(Transport(ws), opens=False, on_open=self.on_open, on_hello=on_hello)
+        self.mux = Mux(transport, opens=False, on_open=self.on_open, on_hello=on_hello)
         self.mux.hello({"apps": [{"slug": slug, "url": url} for slug, url in self.apps.items()],
                         "hostname": socket.gethostname()})
         log.info("connected to %s", self.rpc_url)

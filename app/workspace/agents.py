@@ -26,11 +26,13 @@ from app.common.broker import broker
 from app.common.errors import ApiError
 from app.workspace import bp, websocket
 from app.workspace.models import WorkspaceAgent, WorkspaceApp, database, now
-from app.workspace.mux import Mux, StreamClosed
+from app.workspace.mux import MAX_DATA, Mux, StreamClosed
 from app.workspace.sessions import HEADER, TOKEN_SHAPE, new_token, secret_matches
 
 log = logging.getLogger("bundle.workspace.agents")
 
+# A mux frame is at most MAX_DATA and a header; JSON frames are small.
+MESSAGE_LIMIT = MAX_DATA + 64 * 1024
 # agent id (str) -> AgentConnection, in this worker process
 connections = {}
 # Set when the worker is told to stop: it still serves requests on open connections
@@ -121,8 +123,9 @@ class AgentConnection:
         self.agent_id, self.owner_id, self.mux = agent_id, owner_id, mux
 
 
-def open_stream(agent_id, meta):
-    """A new stream to the agent's connection held by this process, or 502."""
+def open_stream(agent_id, meta, data=b""):
+    """A new stream to the agent's connection held by this process, its first `data`
+    sent with the OPEN; or 502."""
     connection = connections.get(str(agent_id))
     if connection is None:
         if _connected_elsewhere(agent_id):
@@ -130,7 +133,7 @@ def open_stream(agent_id, meta):
                                    f"(this is pid {os.getpid()}); run the platform with one worker")
         raise AgentUnavailable("the agent has no open connection to the platform")
     try:
-        return connection.mux.open(meta)
+        return connection.mux.open(meta, data)
     except StreamClosed as exc:
         raise AgentUnavailable(f"the agent's connection is closing: {exc}") from None
 
@@ -193,7 +196,8 @@ def agent_rpc():
     owner_id = agent.workspace.owner_id
     database.close()  # the connection lasts hours: it must not hold a pooled database connection
     app = current_app._get_current_object()
-    return websocket.accept(lambda transport: _serve_agent(app, agent.id, owner_id, transport))
+    return websocket.accept_frames(lambda transport: _serve_agent(app, agent.id, owner_id, transport),
+                                   max_message_size=MESSAGE_LIMIT)
 
 
 def _serve_agent(app, agent_id, owner_id, transport):

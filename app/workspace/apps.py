@@ -27,6 +27,7 @@ from urllib.parse import urlencode, urlsplit
 
 import gevent
 from flask import Response, redirect, render_template, request
+from peewee import JOIN
 
 from app.common.clientaddr import client_address
 from app.common.errors import ApiError
@@ -83,14 +84,59 @@ def find_agent(username, target):
     return found[0]
 
 
+class AppTarget:
+    """What a proxied request needs of its app, from one prebuilt query."""
+    __slots__ = ("agent_id", "agent_name", "workspace_name", "owner_id", "owner_name", "slug", "url", "sharing_level")
+
+    def __init__(self, *values):
+        for name, value in zip(self.__slots__, values):
+            setattr(self, name, value)
+
+    @property
+    def prefix(self):
+        return f"/@{self.owner_name}/{self.workspace_name}.{self.agent_name}/apps/{self.slug}"
+
+
+_TARGET_FIELDS = (WorkspaceAgent.id, WorkspaceAgent.name, Workspace.name, Workspace.owner, User.username,
+                  WorkspaceApp.slug, WorkspaceApp.url, WorkspaceApp.sharing_level)
+_target_sql = None
+
+
+def _target_rows(username, workspace_name, slug):
+    """One row per agent of the workspace, with the app `slug` where that agent has
+    it. It runs on every proxied request: the SQL is built by peewee once and reused
+    (as sessions._key_and_user does), since building it costs more than running it."""
+    global _target_sql
+    if _target_sql is None:
+        query = (WorkspaceAgent.select(*_TARGET_FIELDS)
+                 .join(Workspace).join(User)
+                 .join_from(WorkspaceAgent, WorkspaceApp, JOIN.LEFT_OUTER,
+                            on=(WorkspaceApp.agent == WorkspaceAgent.id) & (WorkspaceApp.slug == "?slug?"))
+                 .where((User.username_key == "?user?") & (Workspace.name == "?workspace?")))
+        sql, params = query.sql()
+        assert params == ["?slug?", "?user?", "?workspace?"], params
+        _target_sql = sql
+    rows = database.execute_sql(_target_sql, [slug, username.lower(), workspace_name]).fetchall()
+    return [AppTarget(*(field.python_value(value) if value is not None else None
+                        for field, value in zip(_TARGET_FIELDS, row))) for row in rows]
+
+
 def find_app(viewer, username, target, slug):
-    agent = find_agent(username, target)
-    app = WorkspaceApp.get_or_none((WorkspaceApp.agent == agent.id) & (WorkspaceApp.slug == slug))
-    allowed = app is not None and (app.sharing_level == "authenticated"
-                                   or may_manage(viewer, agent.workspace.owner_id))
+    """The AppTarget of `<workspace>.<agent>` (or `<workspace>` when it has one
+    agent) and `slug` if `viewer` may use it, else 404."""
+    workspace_name, _, agent_name = target.partition(".")
+    found = _target_rows(username, workspace_name, slug)
+    if agent_name:
+        found = [row for row in found if row.agent_name == agent_name]
+    elif len(found) > 1:
+        raise ApiError(404, "This workspace has several agents: name one, as <workspace>.<agent>.")
+    if len(found) != 1:
+        raise ApiError(404, "Workspace agent not found.")
+    app = found[0]
+    allowed = app.slug is not None and (app.sharing_level == "authenticated" or may_manage(viewer, app.owner_id))
     if not allowed:
         raise ApiError(404, "Workspace app not found.")
-    return agent, app
+    return app
 
 
 # --------------------------------------------------------------------------- routes
@@ -111,16 +157,15 @@ def app_without_slash(user, target, slug):
 def app_proxy(user, target, slug, path):
     try:
         viewer = sessions.current_user()
-        agent, app = find_app(viewer, user, target, slug)
-        prefix = f"/@{agent.workspace.owner.username}/{agent.workspace.name}.{agent.name}/apps/{app.slug}"
+        app = find_app(viewer, user, target, slug)
         database.close()  # a proxied answer may last long: give the pooled connection back now
-        stream = agents.open_stream(agent.id, {"kind": "app", "url": app.url})
+        upgrade = "HTTP_UPGRADE" in request.environ
+        if upgrade and request.environ.get("gunicorn.socket") is None:
+            raise ApiError(400, "Upgrades need the platform's server (gunicorn).")
+        stream = agents.open_stream(app.agent_id, {"kind": "app", "url": app.url}, request_head(app.url, app.prefix))
     except ApiError as exc:
         return page_error(exc)
-    head = request_head(app.url, prefix)
-    if "HTTP_UPGRADE" in request.environ:
-        return _splice_upgrade(stream, head)
-    return _forward(stream, head)
+    return _splice_upgrade(stream) if upgrade else _forward(stream)
 
 
 # --------------------------------------------------------------------------- the request to the app
@@ -199,14 +244,11 @@ def _send_body(stream, environ, chunked):
         stream.close("the client's request body was cut")
 
 
-def _splice_upgrade(stream, head):
-    sock = request.environ.get("gunicorn.socket")
-    if sock is None:
-        stream.close()
-        raise ApiError(400, "Upgrades need the platform's server (gunicorn).")
+def _splice_upgrade(stream):
+    """The request head went with the OPEN; from now on raw bytes both ways."""
+    sock = request.environ["gunicorn.socket"]
     sock.settimeout(None)
     try:
-        stream.write(head)
         splice(stream, sock)
     except StreamClosed:
         pass
@@ -215,12 +257,10 @@ def _splice_upgrade(stream, head):
     return websocket.taken_over()
 
 
-def _forward(stream, head):
+def _forward(stream):
+    """The request head went with the OPEN: the body (if any) follows while the
+    answer is read."""
     framing, chunked = _body_framing()
-    try:
-        stream.write(head)
-    except StreamClosed as exc:
-        return page_error(ApiError(502, "The workspace app is not reachable.", detail=str(exc)))
     sender = gevent.spawn(_send_body, stream, request.environ, chunked) if framing else None
     reader = StreamReader(stream)
     try:
@@ -273,9 +313,15 @@ class StreamReader:
                 return status, [tuple(part.strip() for part in line.split(":", 1)) for line in lines[1:] if ":" in line]
 
     def take(self, limit):
-        """Up to `limit` bytes (b"" at the end)."""
-        if not self.buffer and not self._more():
-            return b""
+        """Up to `limit` bytes (b"" at the end); a chunk as the stream gave it when it
+        fits (no copy)."""
+        if not self.buffer:
+            data = self.stream.read()
+            if data is None:
+                raise TimeoutError()
+            if len(data) <= limit:
+                return data
+            self.buffer = data
         data, self.buffer = self.buffer[:limit], self.buffer[limit:]
         return data
 
