@@ -16,7 +16,9 @@ token is better given that way than on a command line others can read.)
   replays its last 64 KiB of output.
 - When the connection ends (the platform restarts, the network fails, nothing
   arrives for three ping intervals) it reconnects, waiting 0.5 s doubling to 10 s
-  with jitter between attempts. Shells survive reconnections.
+  with jitter between attempts. Shells survive reconnections. A platform that does
+  not answer the HELLO (one that speaks another protocol version closes with the
+  reason, which is logged) does not reset the backoff.
 """
 from gevent import monkey
 
@@ -41,7 +43,7 @@ from urllib.parse import urlsplit  # noqa: E402
 import gevent  # noqa: E402
 import gevent.os  # noqa: E402
 from gevent.lock import Semaphore  # noqa: E402
-from app.workspace.mux import MAX_DATA, Mux, StreamClosed, splice  # noqa: E402
+from app.workspace.mux import MAX_DATA, VERSION_REFUSED, Mux, StreamClosed, splice, version_mismatch  # noqa: E402
 from app.workspace.websocket import HandshakeRefused, connect_frames  # noqa: E402
 
 RPC_PATH = "/api/v2/workspaceagents/me/rpc"
@@ -266,7 +268,8 @@ class Agent:
             stream.close(f"unknown stream kind {kind!r}")
 
     def connect_once(self):
-        """One connection, served until it ends. False when it could not be made."""
+        """One connection, served until it ends. False when it could not be made or
+        the platform did not accept it (no HELLO answer: the backoff goes on)."""
         try:
             transport = connect_frames(self.rpc_url, {TOKEN_HEADER: self.token}, timeout=DIAL_TIMEOUT_S,
                                        max_message_size=MAX_DATA + 64 * 1024)
@@ -280,6 +283,10 @@ class Agent:
         watcher = []
 
         def on_hello(info):
+            refused = version_mismatch(info, "platform", "agent")
+            if refused is not None:
+                self.mux.close(refused, VERSION_REFUSED)
+                return
             ping = info.get("ping_seconds") if isinstance(info.get("ping_seconds"), int) else 15
             watcher.append(gevent.spawn(self.mux.watch_silence, 3 * max(1, ping)))
 
@@ -289,6 +296,9 @@ class Agent:
         log.info("connected to %s", self.rpc_url)
         reason = self.mux.run()
         gevent.killall(watcher)
+        if not watcher:  # the platform never answered the HELLO: it refused this agent
+            log.error("the platform did not accept this agent: %s", reason)
+            return False
         log.info("disconnected: %s", reason)
         return True
 

@@ -26,7 +26,7 @@ from app.common.broker import broker
 from app.common.errors import ApiError
 from app.workspace import bp, websocket
 from app.workspace.models import WorkspaceAgent, WorkspaceApp, database, now
-from app.workspace.mux import MAX_DATA, Mux, StreamClosed
+from app.workspace.mux import MAX_DATA, VERSION_REFUSED, Mux, StreamClosed, version_mismatch
 from app.workspace.sessions import HEADER, TOKEN_SHAPE, new_token, secret_matches
 
 log = logging.getLogger("bundle.workspace.agents")
@@ -205,6 +205,11 @@ def _serve_agent(app, agent_id, owner_id, transport):
     key = str(agent_id)
 
     def hello(info):
+        refused = version_mismatch(info, "agent", "platform")
+        if refused is not None:
+            log.warning("agent %s refused: %s", agent_id, refused)
+            mux.close(refused + "; update the agent", VERSION_REFUSED)
+            return
         with app.app_context():
             _record_apps(agent_id, info)
         mux.hello({"ping_seconds": settings.agent_ping_seconds})

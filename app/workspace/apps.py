@@ -75,8 +75,14 @@ def find_agent(username, target):
     workspace_name, _, agent_name = target.partition(".")
     found = list(WorkspaceAgent.select(WorkspaceAgent, Workspace, User).join(Workspace).join(User)
                  .where((User.username_key == username.lower()) & (Workspace.name == workspace_name)))
+    return _the_agent(found, agent_name, lambda agent: agent.name)
+
+
+def _the_agent(found, agent_name, name_of):
+    """The one of a workspace's agents (`found`) that `agent_name` names, or its only
+    agent when no name is given; else 404."""
     if agent_name:
-        found = [agent for agent in found if agent.name == agent_name]
+        found = [item for item in found if name_of(item) == agent_name]
     elif len(found) > 1:
         raise ApiError(404, "This workspace has several agents: name one, as <workspace>.<agent>.")
     if len(found) != 1:
@@ -125,14 +131,7 @@ def find_app(viewer, username, target, slug):
     """The AppTarget of `<workspace>.<agent>` (or `<workspace>` when it has one
     agent) and `slug` if `viewer` may use it, else 404."""
     workspace_name, _, agent_name = target.partition(".")
-    found = _target_rows(username, workspace_name, slug)
-    if agent_name:
-        found = [row for row in found if row.agent_name == agent_name]
-    elif len(found) > 1:
-        raise ApiError(404, "This workspace has several agents: name one, as <workspace>.<agent>.")
-    if len(found) != 1:
-        raise ApiError(404, "Workspace agent not found.")
-    app = found[0]
+    app = _the_agent(_target_rows(username, workspace_name, slug), agent_name, lambda row: row.agent_name)
     allowed = app.slug is not None and (app.sharing_level == "authenticated" or may_manage(viewer, app.owner_id))
     if not allowed:
         raise ApiError(404, "Workspace app not found.")

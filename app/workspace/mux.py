@@ -12,7 +12,9 @@ Every websocket message is one binary frame:
 websocket.FrameTransport, frames without wsproto). Types:
 
     1 HELLO   stream 0, JSON. Agent -> platform first: {"version", "apps": [{"slug", "url"}]};
-              the platform answers {"version", "ping_seconds"}.
+              the platform answers {"version", "ping_seconds"}. Both sides speak VERSION
+              only: a HELLO with another version closes the connection with close
+              code 1002 and a reason that names both versions (check_version).
     2 OPEN    a new stream, JSON metadata: {"kind": "app", "url"} (dial the app and
               splice raw bytes) or {"kind": "pty", "reconnect", "rows", "cols"}.
               Only the side that was given `opens=True` opens streams (the platform).
@@ -49,6 +51,7 @@ from simple_websocket import ConnectionClosed
 
 VERSION = 2  # 2: 4 MiB windows, DATA frames up to 512 KiB
 HELLO, OPEN, DATA, EOF, CLOSE, WINDOW, PING, PONG, RESIZE = range(1, 10)
+VERSION_REFUSED = 1002  # the websocket close code of a HELLO with another version
 HEADER = struct.Struct("!BI")
 COUNT = struct.Struct("!I")
 # Measured with bench/workspace_apps.py: larger frames and windows cut the per-frame
@@ -72,6 +75,14 @@ def frame(kind, stream_id, payload=b""):
 
 def json_payload(value):
     return json.dumps(value, separators=(",", ":")).encode()
+
+
+def version_mismatch(info, peer, me):
+    """None if the peer's HELLO `info` speaks VERSION; else why not (a close reason)."""
+    version = info.get("version")
+    if version == VERSION:
+        return None
+    return f"the {peer} speaks protocol version {version!r}, the {me} version {VERSION}"
 
 
 class Stream:
@@ -240,18 +251,18 @@ class Mux:
                 message = self.transport.receive()
                 self.last_received = time.monotonic()
                 self._dispatch(message)
-        except ConnectionClosed:
-            self._shutdown("the connection closed")
+        except ConnectionClosed as exc:
+            self._shutdown(f"the connection closed: {exc.message}" if exc.message else "the connection closed")
         except OSError as exc:
             self._shutdown(f"the connection failed: {exc}")
         return self.closed_reason
 
     def _dispatch(self, message):
-        if not isinstance(message, (bytes, bytearray)) or len(message) < HEADER.size:
+        if not isinstance(message, (bytes, bytearray, memoryview)) or len(message) < HEADER.size:
             self.close("protocol error: a frame must be a binary message of at least 5 bytes")
             return
         kind, stream_id = HEADER.unpack_from(message)
-        payload = bytes(memoryview(message)[HEADER.size:])
+        payload = bytes(memoryview(message)[HEADER.size:])  # the one copy: the transport reuses its buffer
         if stream_id == 0:
             self._connection_frame(kind, payload)
         elif kind == OPEN:
@@ -339,9 +350,10 @@ class Mux:
                 return
             gevent.sleep(limit - quiet)
 
-    def close(self, reason="closed"):
+    def close(self, reason="closed", code=1000):
+        """End the connection; the peer gets `reason` in the websocket close frame."""
         if self.closed_reason is None:
-            self.transport.close()
+            self.transport.close(code, reason)
             self._shutdown(reason)
 
     def _shutdown(self, reason):
@@ -356,12 +368,14 @@ def splice(stream, sock, chunk=MAX_DATA):
     """Copy bytes both ways between `stream` and a connected socket until both
     directions ended: each side's end of input is passed on as a half-close."""
     def socket_to_stream():
+        buffer = bytearray(chunk)  # reused: write() has sent the bytes when it returns
+        view = memoryview(buffer)
         try:
             while True:
-                data = sock.recv(chunk)
-                if not data:
+                count = sock.recv_into(buffer)
+                if not count:
                     break
-                stream.write(data)
+                stream.write(view[:count])
             stream.write_eof()
         except (OSError, StreamClosed):
             stream.close("the connection failed")

@@ -5,6 +5,9 @@
     POST /upload             the body's length and SHA-256 (Content-Length or chunked)
     GET  /stream?chunks=N    a chunked answer written piece by piece, 0.05 s apart
     GET  /bytes?count=N      N bytes (Content-Length), written from a reused buffer
+    GET  /random?count=N&seed=S  N pseudo-random bytes (Content-Length), the same for
+                             the same seed: random_bytes(); what it has written so far
+                             and whether it ended are in Handler.progress[S]
     GET  /ws                 a websocket that echoes every message (wsproto)
     GET  /slow?id=X&wait=S   answers {"id": X} after S seconds (for demultiplexing)
 
@@ -12,6 +15,7 @@ A threaded server: each connection gets a thread of its own.
 """
 import hashlib
 import json
+import random
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,10 +25,31 @@ from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, BytesMessage, CloseConnection, Ping, Request, TextMessage
 
 BLOCK = b"0123456789abcdef" * 4096  # 64 KiB
+RANDOM_PIECE = 1024 * 1024
+
+
+def random_pieces(count, seed):
+    """The body of /random?count=N&seed=S, in pieces of at most 1 MiB."""
+    generator = random.Random(seed)
+    while count > 0:
+        piece = generator.randbytes(min(count, RANDOM_PIECE))
+        count -= len(piece)
+        yield piece
+
+
+class Progress:
+    """How far one /random answer got: bytes written (to the socket), and its end
+    ("done", or the error that cut it)."""
+
+    def __init__(self):
+        self.sent = 0
+        self.ended = threading.Event()
+        self.outcome = None
 
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    progress = {}  # seed -> Progress of /random
     disable_nagle_algorithm = True  # headers and body are separate writes: no 40 ms delayed-ACK stall
 
     def log_message(self, format, *args):
@@ -46,7 +71,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         route = urlsplit(self.path).path
         handler = {"/hello": self._hello, "/headers": self._headers, "/stream": self._stream,
-                   "/bytes": self._bytes, "/ws": self._websocket, "/slow": self._slow}.get(route)
+                   "/bytes": self._bytes, "/random": self._random, "/ws": self._websocket, "/slow": self._slow}.get(route)
         if handler is None:
             self._answer(404, {"error": f"no route {route}"})
         else:
@@ -116,6 +141,28 @@ class Handler(BaseHTTPRequestHandler):
         while count > 0:
             self.wfile.write(view[:min(count, len(BLOCK))])
             count -= len(BLOCK)
+
+    def _random(self):
+        query = self._query()
+        count, seed = int(query.get("count", "0")), query.get("seed", "")
+        progress = self.progress[seed] = Progress()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(count))
+        self.end_headers()
+        try:
+            for piece in random_pieces(count, seed):
+                view = memoryview(piece)
+                while view:  # socket-sized writes: `sent` follows what the reader let through
+                    written = self.connection.send(view[:65536])
+                    progress.sent += written
+                    view = view[written:]
+            progress.outcome = "done"
+        except OSError as exc:
+            progress.outcome = repr(exc)
+            raise
+        finally:
+            progress.ended.set()
 
     def _slow(self):
         query = self._query()

@@ -3,11 +3,16 @@ agent that reconnects by itself after its own restart and the platform's."""
 import json
 import os
 import signal
+import socket
+import threading
+import time
 
 import pytest
 import requests
 from simple_websocket import Client, ConnectionClosed
 from simple_websocket import ConnectionError as HandshakeRefused
+from app.workspace.mux import HEADER, HELLO, VERSION, VERSION_REFUSED
+from app.workspace.websocket import OP_CLOSE, accept_value, frame_head
 
 from devtools.services import free_port
 from tests.workspace.conftest import (AGENT_ENV, TOKEN_HEADER, Workspace, agent_status, create_workspace,
@@ -132,3 +137,80 @@ def test_dashboard_lists_agents_and_streams_their_status(workspace, start_agent)
             if statuses[-1] == "connected":
                 break
         assert statuses == ["connecting", "connected"] and process is not None
+
+
+def test_an_agent_of_another_protocol_version_is_refused_with_the_reason(workspace):
+    ws = workspace(AGENT_ENV)
+    owner = ws.first_user()
+    agent = create_workspace(ws, owner, "dev", [{"name": "main"}])["agents"][0]
+    client = Client.connect(_rpc_url(ws), headers={TOKEN_HEADER: agent["token"]})
+    client.send(HEADER.pack(HELLO, 0) + json.dumps({"version": VERSION - 1, "apps": []}).encode())
+    with pytest.raises(ConnectionClosed) as closed:
+        for _ in range(20):  # a ping may come first
+            client.receive(timeout=10)
+    assert closed.value.reason == VERSION_REFUSED
+    assert closed.value.message == (f"the agent speaks protocol version {VERSION - 1}, the platform version "
+                                    f"{VERSION}; update the agent")
+
+
+class RefusingPlatform:
+    """A stand-in platform (a thread) that accepts the agent's websocket,
+    reads its HELLO and closes as a platform of another protocol version does;
+    it records when each connection came."""
+    REASON = "the agent speaks protocol version 2, the platform version 99; update the agent"
+
+    def __init__(self):
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.arrivals = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while True:
+            try:
+                sock, _ = self.listener.accept()
+            except OSError:
+                return
+            with sock:
+                self.arrivals.append(time.monotonic())
+                self._refuse(sock)
+
+    def _refuse(self, sock):
+        sock.settimeout(10)
+        try:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                data = sock.recv(65536)
+                if not data:
+                    return
+                head += data
+            key = next(line.split(b":", 1)[1].strip().decode() for line in head.split(b"\r\n")
+                       if line.lower().startswith(b"sec-websocket-key:"))
+            sock.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                         b"Sec-WebSocket-Accept: " + accept_value(key).encode() + b"\r\n\r\n")
+            if sock.recv(65536):  # the HELLO (its frame's bytes are not looked at)
+                body = VERSION_REFUSED.to_bytes(2, "big") + self.REASON.encode()
+                sock.sendall(frame_head(OP_CLOSE, len(body)) + body)
+        except OSError:
+            return
+
+    def stop(self):
+        self.listener.close()
+
+
+def test_a_refused_agent_logs_the_reason_and_retries_with_backoff(start_agent):
+    platform = RefusingPlatform()
+    try:
+        process = start_agent(platform.url, "token-of-a-refused-agent")
+        deadline = time.monotonic() + 30
+        while len(platform.arrivals) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)  # polling with a deadline
+        arrivals = platform.arrivals[:4]
+        assert len(arrivals) == 4, process.log()
+    finally:
+        platform.stop()
+    gaps = [later - earlier for earlier, later in zip(arrivals, arrivals[1:])]
+    # 0.25..0.5 s, 0.5..1 s, 1..2 s: a refusal does not reset the backoff.
+    assert gaps[2] >= 0.9 and gaps[2] > gaps[0], gaps
+    assert f"the platform did not accept this agent: the connection closed: {RefusingPlatform.REASON}" in process.log()

@@ -2,13 +2,16 @@
 import hashlib
 import json
 import os
+import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import requests
 from simple_websocket import Client
 
 from tests.workspace.conftest import TOKEN_HEADER
+from tests.workspace.local_app import Handler, random_pieces
 
 
 def test_get_through_the_agent(connected):
@@ -121,3 +124,117 @@ def test_unknown_workspace_agent_or_app_is_404(connected):
                  "/@nobody/dev.main/apps/echo/"):
         response = requests.get(connected.ws.url + path, headers=auth, timeout=10)
         assert response.status_code == 404, path
+
+
+# --------------------------------------------------------------------------- bulk bytes and back-pressure
+
+def _sha256_of_random(count, seed):
+    digest = hashlib.sha256()
+    for piece in random_pieces(count, seed):
+        digest.update(piece)
+    return digest.hexdigest()
+
+
+def test_20_mb_download_arrives_byte_exact(connected):
+    count, seed = 20 * 1024 * 1024 + 12345, "download"
+    digest, length = hashlib.sha256(), 0
+    with requests.get(f"{connected.app_url}/random?count={count}&seed={seed}",
+                      headers=connected.ws.as_user(connected.owner), stream=True, timeout=30) as response:
+        assert response.status_code == 200 and int(response.headers["Content-Length"]) == count
+        for data in response.iter_content(256 * 1024):
+            digest.update(data)
+            length += len(data)
+    assert length == count and digest.hexdigest() == _sha256_of_random(count, seed)
+
+
+def test_20_mb_upload_arrives_byte_exact(connected):
+    body = b"".join(random_pieces(20 * 1024 * 1024 + 777, "upload"))
+    response = requests.post(connected.app_url + "/upload", data=body, headers=connected.ws.as_user(connected.owner),
+                             timeout=30)
+    assert response.status_code == 200
+    assert response.json() == {"length": len(body), "sha256": hashlib.sha256(body).hexdigest()}
+
+
+def _rss_bytes(pid):
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+class SlowClient:
+    """A raw HTTP/1.1 client with a small receive buffer, that reads only when told."""
+
+    def __init__(self, connected, path):
+        port = int(connected.ws.url.rsplit(":", 1)[1])
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)  # before connect: a small window
+        self.sock.settimeout(30)
+        self.sock.connect(("127.0.0.1", port))
+        self.sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{TOKEN_HEADER}: {connected.owner}\r\n"
+                          f"Connection: close\r\n\r\n".encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            data = self.sock.recv(4096)
+            assert data, "closed before the answer's head"
+            head += data
+        head, self.body_start = head.split(b"\r\n\r\n", 1)
+        self.status = int(head.split(b" ", 2)[1])
+
+    def read_rest(self, count):
+        """SHA-256 of the body (what came with the head, then the rest until `count`)."""
+        digest, received = hashlib.sha256(self.body_start), len(self.body_start)
+        buffer = bytearray(1024 * 1024)
+        while received < count:
+            read = self.sock.recv_into(buffer)
+            assert read, f"closed after {received} of {count} bytes"
+            digest.update(memoryview(buffer)[:read])
+            received += read
+        return digest.hexdigest()
+
+
+def _wait_until_stalled(progress, pid, quiet_s=1.0, deadline_s=15.0):
+    """Wait (a deadline, polling) until the app has written nothing for `quiet_s`:
+    back-pressure reached it. Returns the largest platform worker RSS seen meanwhile."""
+    peak, last, last_change = 0, -1, time.monotonic()
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        peak = max(peak, _rss_bytes(pid))
+        if progress.sent != last:
+            last, last_change = progress.sent, time.monotonic()
+        elif time.monotonic() - last_change >= quiet_s:
+            return peak
+        time.sleep(0.05)
+    raise AssertionError(f"the app kept writing for {deadline_s} s ({progress.sent} bytes): no back-pressure")
+
+
+def test_a_client_that_stops_reading_holds_the_app_back_not_platform_memory(connected):
+    count, seed = 128 * 1024 * 1024, "slow-reader"
+    worker = connected.ws.service.worker_pids()[0]
+    before = _rss_bytes(worker)
+    client = SlowClient(connected, f"/@owner/dev.main/apps/echo/random?count={count}&seed={seed}")
+    try:
+        assert client.status == 200
+        progress = Handler.progress[seed]
+        peak = _wait_until_stalled(progress, worker)
+        # What is in flight: socket buffers and a window or two per hop, not the body.
+        assert progress.sent < 96 * 1024 * 1024, progress.sent
+        assert peak - before < 64 * 1024 * 1024, f"the platform grew {(peak - before) >> 20} MiB"
+        assert client.read_rest(count) == _sha256_of_random(count, seed)
+    finally:
+        client.sock.close()
+    assert progress.ended.wait(10) and progress.outcome == "done"
+
+
+def test_a_client_that_goes_away_ends_the_app_request(connected):
+    count, seed = 200 * 1024 * 1024, "gone-reader"
+    client = SlowClient(connected, f"/@owner/dev.main/apps/echo/random?count={count}&seed={seed}")
+    assert client.status == 200
+    progress = Handler.progress[seed]
+    _wait_until_stalled(progress, connected.ws.service.worker_pids()[0], quiet_s=0.5)
+    client.sock.close()
+    # The close travels platform -> agent -> app: the app's writes fail, its request ends.
+    assert progress.ended.wait(10), f"the app is still writing after the client left ({progress.sent} bytes)"
+    assert progress.outcome != "done" and progress.sent < count
+    follow_up = requests.get(connected.app_url + "/hello", headers=connected.ws.as_user(connected.owner), timeout=10)
+    assert follow_up.status_code == 200
