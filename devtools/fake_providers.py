@@ -5,7 +5,8 @@ notebook's tests and benchmark (the real providers are outside this machine).
         fake.base_url("openai")      # http://127.0.0.3:PORT/v1
         fake.base_url("ollama")      # http://127.0.0.3:PORT/ollama
         fake.base_url("anthropic")   # http://127.0.0.3:PORT/anthropic
-        fake.seen                    # every request: provider, path, headers, body, first-byte time
+        fake.seen                    # every request: provider, path, headers, body, received and
+                                     # first-byte times, the client's port
 
     python -m devtools.fake_providers serve --host 127.0.0.3 --port 8766
 
@@ -27,6 +28,14 @@ Failures, chosen by the model name containing a word, or for every request by th
 mode: `malformed` (200 that is not the API's shape), `slow` (drips a byte every
 0.2 s for a minute), `429`, `401`, `500`. A provider given a key answers 401 to
 any other key.
+
+Think time (for the benchmark), before the answer's first byte: a model name with
+`think-<ms>` thinks that long on every call; a message holding
+`[fake: answer at <unix time>]` makes the call wait until that moment (a later call
+of the same conversation, past the moment, answers at once). The marker is not
+part of what the model "reads". Once it answers, it answers at once: a whole
+non-streamed answer goes out in one write, and `first_byte` (time.time(), the same
+clock as any other process's on this machine) is taken when that write is done.
 """
 import argparse
 import hashlib
@@ -39,6 +48,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 PREFIXES = {"openai": "/v1", "ollama": "/ollama", "anthropic": "/anthropic"}
 FAILURES = ("malformed", "slow", "429", "401", "500")
+THINK_MODEL = re.compile(r"think-(\d{1,6})")
+ANSWER_AT = re.compile(r"\[fake: answer at (\d{1,12}(?:\.\d{1,9})?)\]")
 DIMENSIONS = 32
 OPENAI_MODELS = ["fake-chat", "fake-embed", "fake-tts"]
 OLLAMA_MODELS = ["llama-fake:latest", "nomic-fake:latest"]
@@ -103,6 +114,7 @@ class _Server(ThreadingHTTPServer):
 def reply_text(model, messages):
     system = "\n".join(m.get("content", "") for m in messages if m.get("role") == "system")
     question = next((m.get("content", "") for m in reversed(messages) if m.get("role") == "user"), "")
+    question = ANSWER_AT.sub("", question)
     if '"searches"' in system:
         words = list(dict.fromkeys(w.lower() for w in re.findall(r"[A-Za-z]{5,}", question)))[:3]
         return json.dumps({"reasoning": f"I will look up {', '.join(words) or 'the question'}.",
@@ -153,6 +165,8 @@ def _handler(fake):
 
         def _route(self, method):
             body = self._body()
+            received = time.time()
+            self.entry = None  # (a kept-alive connection's handler serves many requests)
             if self.path == "/_seen":
                 with fake._lock:
                     return self._json(200, fake.seen)
@@ -165,23 +179,32 @@ def _handler(fake):
             provider = next((p for p, prefix in PREFIXES.items() if self.path.startswith(prefix + "/")), None)
             if provider is None:
                 return self._json(404, {"error": "not found"})
-            self.provider, self.t_first_byte = provider, None
             route = self.path[len(PREFIXES[provider]):]
-            entry = {"provider": provider, "path": self.path, "method": method, "body": body,
-                     "authorization": self.headers.get("Authorization"),
-                     "x_api_key": self.headers.get("x-api-key"),
-                     "anthropic_version": self.headers.get("anthropic-version")}
-            try:
-                self._answer(provider, method, route, body or {})
-            finally:
-                entry["first_byte"] = self.t_first_byte
-                fake._record(entry)
+            # Logged before it is answered: a caller that has its answer finds its request in the log.
+            self.provider, self.entry = provider, {
+                "provider": provider, "path": self.path, "method": method, "body": body, "received": received,
+                "client_port": self.client_address[1],  # one port per connection: keep-alive shows
+                "authorization": self.headers.get("Authorization"), "x_api_key": self.headers.get("x-api-key"),
+                "anthropic_version": self.headers.get("anthropic-version"), "first_byte": None}
+            fake._record(self.entry)
+            self._answer(provider, method, route, body or {})
 
         def _failure(self, body):
             model = str(body.get("model", ""))
             return fake.mode or next((word for word in FAILURES if word in model), None)
 
+        def _think(self, body):
+            model = THINK_MODEL.search(str(body.get("model", "")))
+            if model:
+                time.sleep(int(model.group(1)) / 1000.0)
+            texts = [str(body.get("system") or "")] + [str(m.get("content", "")) for m in body.get("messages") or []
+                                                       if isinstance(m, dict)]
+            moment = next((float(found.group(1)) for found in map(ANSWER_AT.search, texts) if found), None)
+            if moment is not None:
+                time.sleep(min(600.0, max(0.0, moment - time.time())))
+
         def _answer(self, provider, method, route, body):
+            self._think(body)
             failure = self._failure(body)
             if failure == "401" or not self._key_ok(provider):
                 return self._json(401, {"error": {"message": f"Incorrect API key provided: "
@@ -283,7 +306,8 @@ def _handler(fake):
             except ValueError:
                 return None
 
-        def _head(self, status, content_type, length=None):
+        def _head(self, status, content_type, length=None, data=b""):
+            """The head (with `data`, a whole body, in the same write)."""
             self.send_response(status)
             self.send_header("Content-Type", content_type)
             if length is None:
@@ -291,13 +315,14 @@ def _handler(fake):
                 self.close_connection = True
             else:
                 self.send_header("Content-Length", str(length))
-            self.end_headers()
+            self._headers_buffer.append(b"\r\n" + data)  # what end_headers() appends, and the body
+            self.flush_headers()
             self.wfile.flush()
-            self.t_first_byte = time.time()
+            if self.entry is not None:
+                self.entry["first_byte"] = time.time()
 
         def _send(self, status, data, content_type):
-            self._head(status, content_type, len(data))
-            self.wfile.write(data)
+            self._head(status, content_type, len(data), data)
 
         def _json(self, status, payload):
             self._send(status, json.dumps(payload).encode(), "application/json")

@@ -31,6 +31,7 @@ class Feed:
         try:
             for record in records:
                 self._queue.put(record)
+                gevent.sleep(0)  # the record goes out now, before the next step's work
         except Exception as exc:
             if not isinstance(exc, _EXPECTED):
                 log.exception("a stream's producer failed")

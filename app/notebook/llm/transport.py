@@ -12,19 +12,36 @@ requests is cooperative in the web workers (gunicorn's gevent worker patches the
 socket module before the app is imported): a model's long think holds a greenlet,
 never the loop or a thread.
 
+Connections are kept alive: one requests.Session per (provider, base URL), shared
+by the web worker's greenlets (or the job worker's threads), with a pool large
+enough for hundreds of concurrent calls (beyond it, extra connections are opened
+and closed, never waited for): a new TCP connection and Session per call cost more
+CPU than the rest of the call. (A call from a gevent threadpool thread still makes
+its own Session: a gevent socket belongs to the loop of the thread that made it.) A call is a PreparedRequest (requests' default headers and ours)
+handed to the session's transport adapter, which owns the pool: the Session's own
+per-call merging of settings, cookies and hooks would be a third of a call's CPU,
+and this way no proxy from the environment and no cookie ever joins a call, so one
+credential's call carries nothing of another's. The SSRF check of a base URL is
+remembered for `CHECK_TTL_S` (per URL and allow-list; a changed URL is checked anew).
+
 Errors are ProviderError with the status our API answers and a message that never
 carries the provider's own text (OpenAI echoes part of a wrong key in its)."""
 import json
+import threading
 import time
 
 import gevent
 import requests
 from gevent import monkey
+from requests.adapters import HTTPAdapter
 
 from app.notebook import ssrf
 
 READ_SIZE = 64 * 1024
 MAX_JSON_BYTES = 32 * 1024 * 1024
+POOL_SIZE = 512     # idle keep-alive connections kept per provider host
+MAX_SESSIONS = 32   # distinct (provider, base URL); the oldest is dropped past it
+CHECK_TTL_S = 60.0  # how long a base URL's SSRF check holds (a name may resolve elsewhere later)
 
 
 class ProviderError(Exception):
@@ -58,6 +75,56 @@ def check_base_url(url, allowlist):
                                  "NOTEBOOK_MODEL_HOST_ALLOWLIST)") from None
 
 
+_sessions = {}
+_checked = {}
+_lock = threading.Lock()  # gevent's under the web worker, a real one in the job worker's threads
+_native_ident = monkey.get_original("_thread", "get_ident")
+# Under gevent a socket belongs to the loop of the thread that made it: the pooled
+# ones are the loop thread's (the worker's main thread, which imports the app).
+_LOOP_THREAD = _native_ident() if monkey.is_module_patched("socket") else None
+_DEFAULT_HEADERS = dict(requests.utils.default_headers())  # what a Session would add
+
+
+def _new_session(pool_size=10):
+    session = requests.Session()
+    session.trust_env = False  # no proxy from the environment carries our keys elsewhere
+    adapter = HTTPAdapter(pool_connections=4, pool_maxsize=pool_size, pool_block=False)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
+
+
+def _shared_session(target):
+    """The keep-alive Session of the target's provider and base URL, shared by the
+    greenlets of the loop thread or by plain threads (the job worker); None in a
+    gevent threadpool thread, which makes a Session of its own per call."""
+    if _LOOP_THREAD is not None and _native_ident() != _LOOP_THREAD:
+        return None
+    key = (target.provider, target.base_url)
+    session = _sessions.get(key)
+    if session is None:
+        with _lock:
+            session = _sessions.get(key)
+            if session is None:
+                session = _new_session(POOL_SIZE)
+                if len(_sessions) >= MAX_SESSIONS:
+                    _sessions.pop(next(iter(_sessions))).close()
+                _sessions[key] = session
+    return session
+
+
+def _check_target(target):
+    """check_base_url, remembered for CHECK_TTL_S per (base URL, allow-list)."""
+    key = (target.base_url, tuple(target.allowlist))
+    now = time.monotonic()
+    if _checked.get(key, 0.0) > now:
+        return
+    check_base_url(target.base_url, target.allowlist)
+    if len(_checked) >= 256:
+        _checked.clear()
+    _checked[key] = now + CHECK_TTL_S
+
+
 def _failed_status(response, name):
     code = response.status_code
     if code in (401, 403):
@@ -84,15 +151,19 @@ class Exchange:
         return left
 
     def open(self, method, path, headers, body):
-        check_base_url(self.target.base_url, self.target.allowlist)
+        _check_target(self.target)
         left = self._remaining()
         timeout = (min(self.target.connect_timeout, left), left)
-        session = requests.Session()
-        session.trust_env = False  # no proxy from the environment carries our keys elsewhere
+        session = _shared_session(self.target)
+        own = session is None
+        if own:
+            session = _new_session()
         try:
+            request = requests.PreparedRequest()
+            request.prepare(method=method, url=self.target.url(path), headers={**_DEFAULT_HEADERS, **headers},
+                            json=body)
             with _head_deadline(left):
-                self.response = session.request(method, self.target.url(path), json=body, headers=headers,
-                                                timeout=timeout, stream=True, allow_redirects=False)
+                self.response = session.get_adapter(request.url).send(request, stream=True, timeout=timeout)
         except _HeadTimeout:
             raise ProviderError(504, f"{self.name} did not answer within {self.target.timeout:g} s") from None
         except requests.exceptions.ConnectTimeout:
@@ -106,7 +177,8 @@ class Exchange:
         except requests.RequestException as exc:
             raise ProviderError(502, f"{self.name} could not be called: {type(exc).__name__}") from None
         finally:
-            session.close()
+            if own:
+                session.close()  # its idle connections; the one of this response closes with it
         if self.response.status_code >= 300:
             self.close()
             raise _failed_status(self.response, self.name)
@@ -155,6 +227,8 @@ class Exchange:
             raise ProviderError(502, f"{self.name} answered something that is not JSON") from None
 
     def close(self):
+        """A body read to its end has given its connection back to the pool already;
+        one left part-read (a failure, a gone client) closes it."""
         if self.response is not None:
             self.response.close()
 
