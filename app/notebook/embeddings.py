@@ -17,9 +17,6 @@ import ipaddress
 import logging
 import os
 
-import gevent
-from gevent import monkey
-
 from app.common import offload
 from app.notebook import llm
 
@@ -128,40 +125,6 @@ class LocalEmbedder:
         return _normalized(vectors)
 
 
-def _native_ident():
-    return monkey.get_original("_thread", "get_ident")() if monkey.is_module_patched("socket") else None
-
-
-# Under gevent (the web workers) the provider layer's pooled connections belong to
-# the loop of the thread this module was imported in, the worker's main thread; a
-# call made in a threadpool thread (vector search embeds its query there) is handed
-# to that loop and waited for. The job worker has no gevent: it calls directly.
-_LOOP_THREAD = _native_ident()
-_LOOP_HUB = gevent.get_hub() if _LOOP_THREAD is not None else None
-
-
-def _on_loop(fn, *args, wait):
-    """fn(*args), run on the web worker's gevent loop when called from another thread."""
-    if _LOOP_HUB is None or _native_ident() == _LOOP_THREAD:
-        return fn(*args)
-    done, box = monkey.get_original("threading", "Event")(), {}
-
-    def run():
-        try:
-            box["value"] = fn(*args)
-        except BaseException as exc:  # handed back to the waiting thread
-            box["error"] = exc
-        finally:
-            done.set()
-
-    _LOOP_HUB.loop.run_callback_threadsafe(gevent.spawn, run)
-    if not done.wait(wait):
-        raise EmbeddingUnavailable("the embedding call did not finish in time")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
-
-
 class ProviderEmbedder:
     """An embedding model called through the provider layer (ProviderError becomes
     EmbeddingUnavailable, with the provider's reason)."""
@@ -171,8 +134,9 @@ class ProviderEmbedder:
 
     def embed(self, texts):
         try:
-            vectors = _on_loop(llm.embed, self.target, self.model, list(texts),
-                               wait=self.target.timeout + self.target.connect_timeout + 5)
+            # From a threadpool thread too (vector search embeds its query there): the
+            # provider layer gives such a thread a connection of its own.
+            vectors = llm.embed(self.target, self.model, list(texts))
         except llm.ProviderError as exc:
             raise EmbeddingUnavailable(f"{self.what}: {exc.message}") from None
         return _normalized(vectors)

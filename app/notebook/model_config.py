@@ -67,10 +67,16 @@ def _models_with_credential(label, join, condition, params):
 
 
 def _get_model(public_id, field):
-    found = _models_with_credential('m."id"', "", f'm."id" = {database.param}', [key_of("model", public_id)])
+    """(model, credential) of an id; a 404 naming the request's field for a wrong
+    prefix and an unknown id alike."""
+    try:
+        key = key_of("model", public_id)
+    except ApiError:
+        key = None
+    found = key and _models_with_credential('m."id"', "", f'm."id" = {database.param}', [key])
     if not found:
         prefix = f"{field}: " if field else ""
-        raise ApiError(404, f"{prefix}model {public_id[:80]!r} not found", field=field)
+        raise ApiError(404, f"{prefix}model {str(public_id)[:80]!r} not found", field=field)
     return found[0][1:]
 
 

@@ -281,8 +281,8 @@ def test_models_and_defaults_refuse_bad_input(lnb, world):
             (method, path, {"default_chat_model": ""}, 400, "default_chat_model"),
             (method, path, {"default_fancy_model": "{lang}"}, 400, "default_fancy_model"),
             (method, path, {"default_chat_model": "model:nosuch"}, 404, "default_chat_model"),
-            # An id of another kind: 404 (its detail does not name the field yet: model_config.get_model).
-            (method, path, {"default_chat_model": "{t}"}, 404, "not found"),
+            # An id of another kind: 404 like an unknown one, naming the field.
+            (method, path, {"default_chat_model": "{t}"}, 404, "default_chat_model"),
             (method, path, {"default_chat_model": "{embed}"}, 400, "default_chat_model"),
             (method, path, {"default_embedding_model": "{lang}"}, 400, "default_embedding_model"),
             # A good default beside a bad one: neither is set.
@@ -425,7 +425,7 @@ def test_chat_and_ask_refuse_bad_input(lnb, world):
         ("POST", "/ask", {"question": "why?", "notebook_id": "notebook:nosuch"}, 404, "notebook:nosuch"),
         ("POST", "/ask", {"question": "why?", "strategy_model": "model:nosuch"}, 404, "strategy_model"),
         ("POST", "/ask", {"question": "why?", "answer_model": "{embed}"}, 400, "answer_model"),
-        ("POST", "/ask", {"question": "why?", "final_answer_model": "{cred}"}, 404, "not found"),
+        ("POST", "/ask", {"question": "why?", "final_answer_model": "{cred}"}, 404, "final_answer_model"),
         ("POST", "/ask", {"question": "why?", "model": "{lang}"}, 400, "model"),
     ]
     for path in ("/chat/context/build", "/chat/context"):
