@@ -27,7 +27,13 @@ BATCH = 32
 
 
 class EmbeddingUnavailable(Exception):
-    """No embedding model can be used: the message says why and what to do."""
+    """No embedding model can be used: the message says why and what to do.
+    `status`: 400 when none is usable as configured; the provider layer's 502/503/504
+    when the configured one failed to answer."""
+
+    def __init__(self, message, status=400):
+        super().__init__(message)
+        self.status = status
 
 
 # NOTEBOOK_EMBEDDING_URL is the operator's own configuration, not a user's input:
@@ -138,7 +144,7 @@ class ProviderEmbedder:
             # provider layer gives such a thread a connection of its own.
             vectors = llm.embed(self.target, self.model, list(texts))
         except llm.ProviderError as exc:
-            raise EmbeddingUnavailable(f"{self.what}: {exc.message}") from None
+            raise EmbeddingUnavailable(f"{self.what}: {exc.message}", exc.status) from None
         return _normalized(vectors)
 
 

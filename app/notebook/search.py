@@ -183,5 +183,7 @@ def search():
         try:
             results = blocking(_vector_search_blocking, data, notebook_key, settings())
         except embeddings.EmbeddingUnavailable as exc:
+            if exc.status != 400:   # the model is there, its provider failed
+                raise ApiError(exc.status, f"vector search: {exc}") from None
             raise ApiError(400, f"vector search needs an embedding model: {exc}") from None
     return {"results": results, "total_count": len(results), "search_type": data["type"]}

@@ -567,7 +567,11 @@ def test_the_default_embedding_model_embeds_sources_and_queries(lnb, world):
         assert [h["id"] for h in hits.json()["results"]] == [added.json()["id"]]
         queries = nb.fake.requests_to("/v1/embeddings")
         assert len(queries) == 2 and queries[-1]["body"]["input"] == ["ocean tides and the moon"]
+        nb.fake.mode = "429"    # the model is there, its provider refuses: not "no model"
+        limited = nb.post("/search", json={"query": "tides", "type": "vector"})
+        assert limited.status_code == 503 and "rate limiting" in limited.json()["detail"], limited.text
     finally:
+        nb.fake.mode = None
         assert nb.post("/models/config", json={"default_embedding_model": None}).status_code == 200
     again = nb.post("/search", json={"query": "tides", "type": "vector"})
     assert again.status_code == 400 and "embedding model" in again.json()["detail"]
