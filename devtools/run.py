@@ -64,7 +64,9 @@ def _prepare_notebook(data_dir):
         "NOTEBOOK_PASSWORD": _made_once(data_dir / "dev-password", lambda: secrets.token_urlsafe(18)),
         # Encrypts provider API keys at rest (printed nowhere).
         "NOTEBOOK_ENCRYPTION_KEY": _made_once(data_dir / "encryption-key", lambda: Fernet.generate_key().decode()),
-        "NOTEBOOK_CORS_ORIGINS": "*"}
+        "NOTEBOOK_CORS_ORIGINS": "*",
+        # A model server on this machine (Ollama, llama.cpp, LM Studio) may be used.
+        "NOTEBOOK_MODEL_HOST_ALLOWLIST": "127.0.0.1/32,::1/128"}
 
 
 def _notebook_worker(service):
