@@ -19,6 +19,11 @@ token is better given that way than on a command line others can read.)
   with jitter between attempts. Shells survive reconnections. A platform that does
   not answer the HELLO (one that speaks another protocol version closes with the
   reason, which is logged) does not reset the backoff.
+- Relay sessions: when the platform invites it (a RELAY frame: a client waits on the
+  platform's /relay for this agent), it dials /relay?role=agent&agent=<its id>&session=<id>
+  with its token and serves the same protocol there, the client opening the streams:
+  app streams by slug (the apps the invitation lists, its own --app entries winning),
+  and terminals (the same shells as the web terminal's, by reconnect id).
 """
 from gevent import monkey
 
@@ -38,16 +43,22 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 import termios  # noqa: E402
 import time  # noqa: E402
-from urllib.parse import urlsplit  # noqa: E402
+import uuid  # noqa: E402
+from urllib.parse import urlencode, urlsplit  # noqa: E402
 
 import gevent  # noqa: E402
 import gevent.os  # noqa: E402
 from gevent.lock import Semaphore  # noqa: E402
-from app.workspace.mux import MAX_DATA, VERSION_REFUSED, Mux, StreamClosed, splice, version_mismatch  # noqa: E402
+from app.workspace.mux import (MAX_DATA, VERSION_REFUSED, Mux, StreamClosed, relay_mux, splice,  # noqa: E402
+                                version_mismatch)
 from app.workspace.websocket import HandshakeRefused, connect_frames  # noqa: E402
 
 RPC_PATH = "/api/v2/workspaceagents/me/rpc"
+RELAY_PATH = "/relay"
 TOKEN_HEADER = "Workspace-Session-Token"
+MESSAGE_LIMIT = MAX_DATA + 64 * 1024  # a mux frame and its header; JSON frames are small
+RELAY_SESSIONS = 32  # relay sessions served at once; more invitations are ignored
+RELAY_HELLO_S = 30.0  # a relay peer that sends no HELLO within this is left
 BACKOFF_START_S, BACKOFF_CAP_S = 0.5, 10.0
 DIAL_TIMEOUT_S = 10.0
 REPLAY_BYTES = 64 * 1024
@@ -249,14 +260,26 @@ def serve_app(stream):
 
 # --------------------------------------------------------------------------- the connection
 
+def websocket_base(access_url):
+    """ws(s)://host[:port][/prefix] of a platform's http(s) address."""
+    parts = urlsplit(access_url.rstrip("/"))
+    return f"{'wss' if parts.scheme == 'https' else 'ws'}://{parts.netloc}{parts.path}"
+
+
+def relay_url(access_url, agent_id, role, session):
+    return f"{websocket_base(access_url)}{RELAY_PATH}?" + urlencode(
+        {"agent": agent_id, "role": role, "session": session})
+
+
 class Agent:
     def __init__(self, access_url, token, apps, keep_seconds):
-        parts = urlsplit(access_url.rstrip("/"))
-        scheme = "wss" if parts.scheme == "https" else "ws"
-        self.rpc_url = f"{scheme}://{parts.netloc}{parts.path}{RPC_PATH}"
+        self.access_url = access_url
+        self.rpc_url = websocket_base(access_url) + RPC_PATH
         self.token, self.apps = token, apps
         self.terminals = Terminals(keep_seconds)
         self.mux = None
+        self.agent_id = None  # the platform's HELLO tells it
+        self.relays = set()  # the Mux of each relay session served
 
     def on_open(self, stream):
         kind = stream.meta.get("kind")
@@ -272,7 +295,7 @@ class Agent:
         the platform did not accept it (no HELLO answer: the backoff goes on)."""
         try:
             transport = connect_frames(self.rpc_url, {TOKEN_HEADER: self.token}, timeout=DIAL_TIMEOUT_S,
-                                       max_message_size=MAX_DATA + 64 * 1024)
+                                       max_message_size=MESSAGE_LIMIT)
         except HandshakeRefused as exc:
             log.warning("the platform refused the connection (HTTP %s)%s", exc.status_code,
                         ": is the agent token valid?" if exc.status_code == 401 else "")
@@ -288,9 +311,10 @@ class Agent:
                 self.mux.close(refused, VERSION_REFUSED)
                 return
             ping = info.get("ping_seconds") if isinstance(info.get("ping_seconds"), int) else 15
+            self.agent_id = info.get("agent_id") if isinstance(info.get("agent_id"), str) else None
             watcher.append(gevent.spawn(self.mux.watch_silence, 3 * max(1, ping)))
 
-        self.mux = Mux(transport, opens=False, on_open=self.on_open, on_hello=on_hello)
+        self.mux = Mux(transport, opens=False, on_open=self.on_open, on_hello=on_hello, on_relay=self.on_relay)
         self.mux.hello({"apps": [{"slug": slug, "url": url} for slug, url in self.apps.items()],
                         "hostname": socket.gethostname()})
         log.info("connected to %s", self.rpc_url)
@@ -301,6 +325,57 @@ class Agent:
             return False
         log.info("disconnected: %s", reason)
         return True
+
+    # -- relay sessions
+    def on_relay(self, info):
+        """The platform's RELAY invitation (never blocks: the session is served apart)."""
+        try:
+            session = str(uuid.UUID(str(info.get("session"))))
+        except ValueError:
+            log.warning("a relay invitation without a valid session id was ignored")
+            return
+        if self.agent_id is None or len(self.relays) >= RELAY_SESSIONS:
+            log.warning("relay session %s not joined: %s", session,
+                        "the platform did not say this agent's id" if self.agent_id is None
+                        else f"{RELAY_SESSIONS} relay sessions are open")
+            return
+        apps = {str(app.get("slug")): str(app.get("url")) for app in info.get("apps") or []
+                if isinstance(app, dict)}
+        gevent.spawn(self.serve_relay, session, {**apps, **self.apps})
+
+    def serve_relay(self, session, apps):
+        """Join relay `session` as its agent and serve the client's streams until it ends."""
+        url = relay_url(self.access_url, self.agent_id, "agent", session)
+        try:
+            transport = connect_frames(url, {TOKEN_HEADER: self.token}, timeout=DIAL_TIMEOUT_S,
+                                       max_message_size=MESSAGE_LIMIT)
+        except (HandshakeRefused, OSError) as exc:
+            log.warning("could not join relay session %s: %s", session,
+                        f"HTTP {exc.status_code}" if isinstance(exc, HandshakeRefused) else exc)
+            return
+        mux = relay_mux(transport, opens=False, peer="client", me="agent",
+                        on_open=lambda stream: self.on_relay_open(stream, apps),
+                        hello={"hostname": socket.gethostname()})
+        self.relays.add(mux)
+        no_hello = gevent.spawn_later(RELAY_HELLO_S, lambda: mux.ready.is_set() or mux.close(
+            f"the client sent no HELLO within {RELAY_HELLO_S:.0f} s"))
+        log.info("joined relay session %s", session)
+        try:
+            reason = mux.run()
+        finally:
+            no_hello.kill()
+            self.relays.discard(mux)
+        log.info("relay session %s ended: %s", session, reason)
+
+    def on_relay_open(self, stream, apps):
+        """A relay client's stream: an app by slug (never a URL of the client's), or a pty."""
+        if stream.meta.get("kind") == "app":
+            slug = str(stream.meta.get("slug"))
+            if slug not in apps:
+                stream.close(f"this agent has no app {slug[:64]!r}")
+                return
+            stream.meta = {"kind": "app", "url": apps[slug]}
+        self.on_open(stream)
 
     def run_forever(self):
         gevent.spawn(self.terminals.reap_detached)
@@ -313,8 +388,9 @@ class Agent:
 
     def stop(self):
         self.terminals.kill_all()
-        if self.mux is not None:
-            self.mux.close("the agent is stopping")
+        for mux in [self.mux, *self.relays]:
+            if mux is not None:
+                mux.close("the agent is stopping")
 
 
 def parse_apps(values):

@@ -123,19 +123,39 @@ class AgentConnection:
         self.agent_id, self.owner_id, self.mux = agent_id, owner_id, mux
 
 
-def open_stream(agent_id, meta, data=b""):
-    """A new stream to the agent's connection held by this process, its first `data`
-    sent with the OPEN; or 502."""
+def connection_of(agent_id):
+    """The agent's connection held by this process; else 502 saying why."""
     connection = connections.get(str(agent_id))
     if connection is None:
         if _connected_elsewhere(agent_id):
             raise AgentUnavailable(f"the agent is connected to another worker process of the platform "
                                    f"(this is pid {os.getpid()}); run the platform with one worker")
         raise AgentUnavailable("the agent has no open connection to the platform")
+    return connection
+
+
+def open_stream(agent_id, meta, data=b""):
+    """A new stream to the agent's connection held by this process, its first `data`
+    sent with the OPEN; or 502."""
+    connection = connection_of(agent_id)
     try:
         return connection.mux.open(meta, data)
     except StreamClosed as exc:
         raise AgentUnavailable(f"the agent's connection is closing: {exc}") from None
+
+
+def relay_invitation(agent_id, session):
+    """502 now if the agent is not connected to this process; else a function that
+    invites it (mux RELAY, with its apps) to join relay `session` and says whether the
+    invitation could be sent."""
+    connection_of(agent_id)
+    apps = WorkspaceApp.select(WorkspaceApp.slug, WorkspaceApp.url).where(WorkspaceApp.agent == agent_id)
+    info = {"session": session, "apps": [{"slug": app.slug, "url": app.url} for app in apps]}
+
+    def invite():
+        connection = connections.get(str(agent_id))
+        return connection is not None and connection.mux.invite(info)
+    return invite
 
 
 def _connected_elsewhere(agent_id):
@@ -212,7 +232,7 @@ def _serve_agent(app, agent_id, owner_id, transport):
             return
         with app.app_context():
             _record_apps(agent_id, info)
-        mux.hello({"ping_seconds": settings.agent_ping_seconds})
+        mux.hello({"ping_seconds": settings.agent_ping_seconds, "agent_id": key})
 
     mux = Mux(transport, opens=True, on_hello=hello,
               on_pong=lambda: _update(agent_id, last_connected_at=now()))

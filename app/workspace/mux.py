@@ -12,7 +12,7 @@ Every websocket message is one binary frame:
 websocket.FrameTransport, frames without wsproto). Types:
 
     1 HELLO   stream 0, JSON. Agent -> platform first: {"version", "apps": [{"slug", "url"}]};
-              the platform answers {"version", "ping_seconds"}. Both sides speak VERSION
+              the platform answers {"version", "ping_seconds", "agent_id"}. Both sides speak VERSION
               only: a HELLO with another version closes the connection with close
               code 1002 and a reason that names both versions (check_version).
     2 OPEN    a new stream, JSON metadata: {"kind": "app", "url"} (dial the app and
@@ -28,6 +28,19 @@ websocket.FrameTransport, frames without wsproto). Types:
     7 PING    stream 0, opaque payload; answered by PONG with the same payload.
     8 PONG
     9 RESIZE  JSON {"rows", "cols"} for a pty stream.
+   10 RELAY   stream 0, platform -> agent, JSON {"session", "apps": [{"slug", "url"}]}:
+              a client waits on the relay (relay.py) for this agent in that session;
+              the agent dials /relay?role=agent&agent=<its agent_id>&session=<session>
+              and serves this same protocol over that websocket (below). A peer
+              ignores connection frames of a type it does not know, so an agent older
+              than RELAY ignores the invitation (VERSION did not change for it).
+
+Over a relay session the client plays the platform's part: it opens the streams
+(`opens=True`), the agent serves them, with the same frames, one per binary websocket
+message, which the relay forwards without reading them. Both send a HELLO
+{"version"} first and check the other's. An app stream is opened by slug,
+{"kind": "app", "slug"}, never by URL: the agent resolves it from its apps (those the
+RELAY invitation lists, its own --app entries winning); {"kind": "pty", ...} as above.
 
 Back-pressure: a sender with no window left waits, so a slow reader (a browser, an
 app) slows its writer down instead of filling memory: the receive buffer of a stream
@@ -49,8 +62,8 @@ import gevent
 from gevent.event import Event
 from simple_websocket import ConnectionClosed
 
-VERSION = 2  # 2: 4 MiB windows, DATA frames up to 512 KiB
-HELLO, OPEN, DATA, EOF, CLOSE, WINDOW, PING, PONG, RESIZE = range(1, 10)
+VERSION = 2  # 2: 4 MiB windows, DATA frames up to 512 KiB (RELAY needs no new version: see above)
+HELLO, OPEN, DATA, EOF, CLOSE, WINDOW, PING, PONG, RESIZE, RELAY = range(1, 11)
 VERSION_REFUSED = 1002  # the websocket close code of a HELLO with another version
 HEADER = struct.Struct("!BI")
 COUNT = struct.Struct("!I")
@@ -182,12 +195,13 @@ class Stream:
 
 class Mux:
     """The multiplexer on one transport (websocket.Transport). `on_open(stream)` runs in
-    a greenlet of its own for each stream the peer opens; `on_hello(dict)` for HELLO."""
+    a greenlet of its own for each stream the peer opens; `on_hello(dict)` for HELLO,
+    `on_relay(dict)` for RELAY (it must not block)."""
 
-    def __init__(self, transport, opens, on_open=None, on_hello=None, on_pong=None):
+    def __init__(self, transport, opens, on_open=None, on_hello=None, on_pong=None, on_relay=None):
         self.transport = transport
         self.opens = opens
-        self.on_open, self.on_hello, self.on_pong = on_open, on_hello, on_pong
+        self.on_open, self.on_hello, self.on_pong, self.on_relay = on_open, on_hello, on_pong, on_relay
         self.streams = {}
         self._next_id = 1
         self.closed_reason = None
@@ -211,6 +225,16 @@ class Mux:
 
     def hello(self, info):
         self.send(HELLO, 0, json_payload({"version": VERSION, **info}))
+
+    def invite(self, info):
+        """Platform -> agent: a RELAY invitation; False when the connection is gone."""
+        if self.closed_reason is not None:
+            return False
+        try:
+            self.send(RELAY, 0, json_payload(info))
+        except (ConnectionClosed, OSError):
+            return False
+        return True
 
     def open(self, meta, data=b""):
         """A new stream to the peer (only for the opening side); its first `data`, if
@@ -277,13 +301,16 @@ class Mux:
             self._unanswered_pings = 0
             if self.on_pong:
                 self.on_pong()
-        elif kind == HELLO and self.on_hello:
+        elif kind in (HELLO, RELAY):
+            handler = self.on_hello if kind == HELLO else self.on_relay
+            if handler is None:
+                return
             try:
                 info = json.loads(payload)
             except ValueError:
-                self.close("protocol error: HELLO is not JSON")
+                self.close(f"protocol error: {'HELLO' if kind == HELLO else 'RELAY'} is not JSON")
                 return
-            self.on_hello(info if isinstance(info, dict) else {})
+            handler(info if isinstance(info, dict) else {})
 
     def _peer_opened(self, stream_id, payload):
         if self.opens or self.on_open is None or stream_id in self.streams:
@@ -362,6 +389,25 @@ class Mux:
         for stream in list(self.streams.values()):
             stream._closed(self.closed_reason)
         self.transport.close()
+
+
+def relay_mux(transport, opens, peer, me, on_open=None, hello=None):
+    """A Mux for one end of a relay session (see above): our HELLO goes at once; the
+    peer's is checked (another version closes the session with the reason) and sets
+    the returned mux's `ready` Event. The caller runs mux.run()."""
+    ready = Event()
+
+    def on_hello(info):
+        refused = version_mismatch(info, peer, me)
+        if refused is not None:
+            mux.close(refused, VERSION_REFUSED)
+        else:
+            ready.set()
+
+    mux = Mux(transport, opens, on_open=on_open, on_hello=on_hello)
+    mux.ready = ready
+    mux.hello(hello or {})
+    return mux
 
 
 def splice(stream, sock, chunk=MAX_DATA):
