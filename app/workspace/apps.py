@@ -306,9 +306,12 @@ class StreamReader:
             head, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
             lines = head.decode("latin-1").split("\r\n")
             version, _, status = lines[0].partition(" ")
-            if not version.startswith("HTTP/1.") or not status[:3].isdigit():
+            if not version.startswith("HTTP/1.") or not (status[:3].isdigit() and status[3:4] in ("", " ")):
                 raise ValueError(f"the app did not answer HTTP: {lines[0][:80]!r}")
             if not status.startswith("1"):
+                # A header may not be split by a bare CR or LF (werkzeug would refuse it: a 500).
+                if any("\r" in line or "\n" in line for line in lines):
+                    raise ValueError("a header of the app's answer has a bare CR or LF")
                 return status, [tuple(part.strip() for part in line.split(":", 1)) for line in lines[1:] if ":" in line]
 
     def take(self, limit):

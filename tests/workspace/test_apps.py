@@ -2,7 +2,9 @@
 import hashlib
 import json
 import os
+import re
 import socket
+import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -238,3 +240,68 @@ def test_a_client_that_goes_away_ends_the_app_request(connected):
     assert progress.outcome != "done" and progress.sent < count
     follow_up = requests.get(connected.app_url + "/hello", headers=connected.ws.as_user(connected.owner), timeout=10)
     assert follow_up.status_code == 200
+
+
+# --------------------------------------------------------------------------- methods, tokens and the request log
+
+def test_head_and_options_reach_the_app(connected):
+    auth = connected.ws.as_user(connected.owner)
+    head = requests.head(connected.app_url + "/hello", headers=auth, timeout=10)
+    assert head.status_code == 200 and head.content == b""
+    assert head.headers["Content-Length"] == "19" and head.headers["Content-Type"] == "text/plain"
+    options = requests.options(connected.app_url + "/headers", headers=auth, timeout=10)
+    assert options.status_code == 200 and options.json()["method"] == "OPTIONS"
+    assert requests.get(connected.app_url + "/hello", headers=auth, timeout=10).status_code == 200
+
+
+def test_a_revoked_session_token_is_refused_at_once(connected):
+    token = connected.ws.login("other@example.com", "second good passphrase").json()["session_token"]
+    shared = f"{connected.ws.url}/@owner/dev.main/apps/shared/hello"
+    assert requests.get(shared, headers=connected.ws.as_user(token), timeout=10).status_code == 200
+    assert requests.post(connected.ws.api + "/users/logout", headers=connected.ws.as_user(token),
+                         timeout=10).status_code < 300
+    for carried in ({"headers": {TOKEN_HEADER: token}}, {"cookies": {"workspace_session_token": token}}):
+        refused = requests.get(shared, timeout=10, allow_redirects=False, **carried)
+        assert refused.status_code == 401 and "revoked" in refused.json()["detail"], carried
+    refused = requests.get(shared + f"?workspace_session_token={token}", timeout=10)
+    assert refused.status_code == 401
+
+
+def test_the_token_in_a_cookie_or_the_query_is_accepted(connected):
+    by_cookie = requests.get(connected.app_url + "/hello", cookies={"workspace_session_token": connected.owner},
+                             timeout=10)
+    by_query = requests.get(connected.app_url + f"/hello?workspace_session_token={connected.owner}", timeout=10)
+    assert by_cookie.status_code == by_query.status_code == 200
+
+
+def test_a_proxied_request_is_logged_once_with_its_request_id(start_service, start_agent, local_app, tmp_path):
+    from tests.workspace.conftest import AGENT_ENV, Workspace, create_workspace, wait_status
+
+    log_path = tmp_path / "platform.log"
+    with open(log_path, "wb") as log:
+        ws = Workspace(start_service("workspace", env=AGENT_ENV, stdout=log, stderr=subprocess.STDOUT))
+    owner = ws.first_user()
+    agent = create_workspace(ws, owner, "dev", [{"name": "main", "apps": [{"slug": "echo", "url": local_app.url}]}])
+    agent = agent["agents"][0]
+    start_agent(ws.url, agent["token"])
+    wait_status(ws, owner, agent["id"], "connected")
+    path = "/@owner/dev.main/apps/echo/hello"
+    answer = requests.get(ws.url + path + "?secret=1", headers={TOKEN_HEADER: owner, "X-Request-Id": "bench-42"},
+                          timeout=10)
+    assert answer.status_code == 200 and answer.headers["X-Request-Id"] == "bench-42"
+    unnamed = requests.get(ws.url + path, headers={TOKEN_HEADER: owner, "X-Request-Id": "bad id!"}, timeout=10)
+    assert re.fullmatch(r"[0-9a-f]{32}", unnamed.headers["X-Request-Id"])
+    refused = requests.get(ws.url + path, headers={"X-Request-Id": "refused-1"}, timeout=10)
+    assert refused.status_code == 401 and refused.headers["X-Request-Id"] == "refused-1"
+    deadline = time.monotonic() + 10
+    while True:
+        lines = [line for line in log_path.read_text(errors="replace").splitlines() if " bundle.request " in line]
+        mine = [line for line in lines if path in line]
+        if len(mine) >= 3 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)  # polling the log file with a deadline
+    assert len(mine) == 3, lines
+    assert re.search(r" GET /@owner/dev\.main/apps/echo/hello 200 [0-9.]+ms id=bench-42$", mine[0]), mine
+    assert mine[1].endswith(f"id={unnamed.headers['X-Request-Id']}") and " 200 " in mine[1]
+    assert re.search(r" 401 [0-9.]+ms id=refused-1$", mine[2]), mine
+    assert "secret" not in log_path.read_text(errors="replace") and owner not in log_path.read_text(errors="replace")
