@@ -51,13 +51,14 @@ import argparse
 import base64
 import io
 import json
-import sys
 import threading
 import time
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 from PIL import Image
+
+from devtools.fake_server import BackgroundServer, QuietThreadingServer
 
 TEXT_SCENARIOS = {"fake-text", "fake-valid-json", "fake-repairable", "fake-invalid-twice",
                   "fake-invalid-once", "fake-ideas-4", "fake-ideas-5", "fake-ideas-6",
@@ -71,7 +72,9 @@ REPAIRABLE = 'Here it is:\n```json\n{"title": "Repairable", "items": [1, 2, 3],}
 REASONING = "Let me think about this. "
 
 
-class FakeOpenAI:
+class FakeOpenAI(BackgroundServer):
+    thread_name = "fake-openai"
+
     def __init__(self, key=None, slow=0.5, host="127.0.0.1", port=0):
         self.key = key
         self.slow = slow
@@ -79,32 +82,11 @@ class FakeOpenAI:
         self.requests = []   # (path, body) of every /v1 request, in order
         self._lock = threading.Lock()
         self._files = {}
-        self._server = _Server((host, port), _handler(self))
-        self._thread = None
-
-    @property
-    def port(self):
-        return self._server.server_address[1]
+        self._server = QuietThreadingServer((host, port), _handler(self))
 
     @property
     def base_url(self):
         return f"http://127.0.0.1:{self.port}/v1"
-
-    def start(self):
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True,
-                                        name="fake-openai")
-        self._thread.start()
-        return self
-
-    def stop(self):
-        self._server.shutdown()
-        self._server.server_close()
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop()
 
     def count(self, scenario):
         with self._lock:
@@ -122,15 +104,6 @@ class FakeOpenAI:
             self.requests.append((path, body))
             self.calls[str(scenario)] += 1
             return self.calls[str(scenario)]
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request, client_address):
-        # A caller that gave up (a time-out test) closes the socket mid-answer: expected.
-        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
-            super().handle_error(request, client_address)
 
 
 def _handler(fake):
@@ -323,12 +296,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     fake = FakeOpenAI(key=args.key, slow=args.slow, host=args.host, port=args.port)
     print(f"fake OpenAI-compatible provider on http://{args.host}:{fake.port}/v1", flush=True)
-    try:
-        fake._server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        fake._server.server_close()
+    fake.serve_until_interrupted()
 
 
 if __name__ == "__main__":

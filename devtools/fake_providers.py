@@ -44,7 +44,9 @@ import math
 import re
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from devtools.fake_server import BackgroundServer, QuietThreadingServer
 
 PREFIXES = {"openai": "/v1", "ollama": "/ollama", "anthropic": "/anthropic"}
 FAILURES = ("malformed", "slow", "429", "401", "500")
@@ -56,36 +58,20 @@ OLLAMA_MODELS = ["llama-fake:latest", "nomic-fake:latest"]
 ANTHROPIC_MODELS = ["claude-fake-1", "claude-fake-2"]
 
 
-class FakeProviders:
+class FakeProviders(BackgroundServer):
+    thread_name = "fake-providers"
+
     def __init__(self, host="127.0.0.3", port=0, keys=None, drip_seconds=60.0):
         self.keys = dict(keys or {})
         self.mode = None
         self.drip_seconds = drip_seconds
         self.seen = []
         self._lock = threading.Lock()
-        self._server = _Server((host, port), _handler(self))
+        self._server = QuietThreadingServer((host, port), _handler(self))
         self.host = host
-
-    @property
-    def port(self):
-        return self._server.server_address[1]
 
     def base_url(self, provider):
         return f"http://{self.host}:{self.port}{PREFIXES[provider]}"
-
-    def start(self):
-        threading.Thread(target=self._server.serve_forever, daemon=True, name="fake-providers").start()
-        return self
-
-    def stop(self):
-        self._server.shutdown()
-        self._server.server_close()
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop()
 
     def reset(self):
         with self._lock:
@@ -99,14 +85,6 @@ class FakeProviders:
     def _record(self, entry):
         with self._lock:
             self.seen.append(entry)
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 1024  # the benchmark opens hundreds of connections at once
-
-    def handle_error(self, request, client_address):
-        pass  # callers that give up (time-out tests) close mid-answer: expected
 
 
 # --------------------------------------------------------------------------- what a "model" says
@@ -371,12 +349,7 @@ def main(argv=None):
     fake = FakeProviders(host=args.host, port=args.port)
     print(f"fake providers on {fake.base_url('openai')}, {fake.base_url('ollama')}, "
           f"{fake.base_url('anthropic')}", flush=True)
-    try:
-        fake._server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        fake._server.server_close()
+    fake.serve_until_interrupted()
 
 
 if __name__ == "__main__":

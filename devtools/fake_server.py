@@ -1,0 +1,48 @@
+"""What the local stand-ins for outside services (devtools.fake_openai,
+devtools.fake_providers) share: a threaded HTTP server on a loopback address, run
+in a daemon thread by the tests (`with Fake(...) as fake:`) or in the foreground
+by their `serve` command."""
+import sys
+import threading
+from http.server import ThreadingHTTPServer
+
+
+class QuietThreadingServer(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024  # benchmarks open hundreds of connections at once
+
+    def handle_error(self, request, client_address):
+        # A caller that gave up (a time-out test) closes the socket mid-answer: expected.
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)
+
+
+class BackgroundServer:
+    """A subclass sets `self._server` (a QuietThreadingServer) in its __init__."""
+    thread_name = "fake-server"
+
+    @property
+    def port(self):
+        return self._server.server_address[1]
+
+    def start(self):
+        threading.Thread(target=self._server.serve_forever, daemon=True, name=self.thread_name).start()
+        return self
+
+    def stop(self):
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def serve_until_interrupted(self):
+        try:
+            self._server.serve_forever()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            self._server.server_close()
