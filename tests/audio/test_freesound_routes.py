@@ -247,7 +247,9 @@ def test_concurrent_capability_checks_cost_freesound_one_probe(start_service, fa
 
 
 def test_freesound_going_away_and_coming_back_flips_the_capability(start_service, fake):
-    service = start_service("audio", env=env_for(fake, AUDIO_PROBE_TIMEOUT="1"))
+    # A going-away Freesound closes connections at once: no short probe deadline is
+    # needed, and a short one would fail espeak-ng's probe on a loaded machine.
+    service = start_service("audio", env=env_for(fake, AUDIO_PROBE_TIMEOUT="10"))
     assert soundlib(service)["available"] is True
     fake.down = True
     gone = wait_for(lambda: (lambda s: s if not s["available"] else None)(soundlib(service)),

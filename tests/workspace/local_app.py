@@ -185,7 +185,10 @@ class Handler(BaseHTTPRequestHandler):
             connection.receive_data(data)
             for event in connection.events():
                 if isinstance(event, (TextMessage, BytesMessage)):
-                    sock.sendall(connection.send(type(event)(data=event.data)))
+                    # wsproto hands over a message in pieces as its bytes arrive: each
+                    # piece goes back as a fragment of the same message.
+                    sock.sendall(connection.send(type(event)(data=event.data,
+                                                             message_finished=event.message_finished)))
                 elif isinstance(event, Ping):
                     sock.sendall(connection.send(event.response()))
                 elif isinstance(event, CloseConnection):
