@@ -26,6 +26,7 @@ remembered for `CHECK_TTL_S` (per URL and allow-list; a changed URL is checked a
 
 Errors are ProviderError with the status our API answers and a message that never
 carries the provider's own text (OpenAI echoes part of a wrong key in its)."""
+import contextlib
 import json
 import threading
 import time
@@ -237,19 +238,11 @@ class _HeadTimeout(BaseException):
     """Raised by gevent.Timeout; a BaseException so that no library catches it."""
 
 
-class _NoDeadline:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
 def _head_deadline(seconds):
     """The wait for a response's head as a whole, where sockets are gevent's."""
     if monkey.is_module_patched("socket"):
         return gevent.Timeout(seconds, _HeadTimeout)
-    return _NoDeadline()
+    return contextlib.nullcontext()
 
 
 def call_json(target, name, method, path, headers, body=None):
