@@ -15,7 +15,9 @@ if _service not in DEFAULT_PORTS:
     sys.exit(f"error: SERVICE must be one of {' '.join(DEFAULT_PORTS)} (got {_service!r})")
 
 bind = f"{os.environ.get('HOST', '').strip() or '127.0.0.1'}:{os.environ.get('PORT', '').strip() or DEFAULT_PORTS[_service]}"
-worker_class = "gevent"
+# gunicorn's gevent worker, with the first request of a connection given `timeout`
+# rather than `keepalive` (gunicorn_worker.py says why).
+worker_class = "gunicorn_worker.Worker"
 workers = int(os.environ.get("WEB_CONCURRENCY", "1"))
 # Each open SSE or websocket stream holds one connection of the worker.
 worker_connections = int(os.environ.get("WORKER_CONNECTIONS", "4096"))
