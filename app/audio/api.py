@@ -13,15 +13,22 @@ def _providers():
     return current_app.extensions["audio"]
 
 
-def _state(provider, probe):
-    result = probe.state()
-    return {"available": result.available, "reason": result.reason, "provider": provider.name}
+# nginx keeps the probe routes' answers this long (its micro-cache, nginx/sites/audio.conf.j2).
+MICRO_CACHE_SECONDS = 1
 
 
 def _capabilities():
+    """The providers' states, and how long a cache may keep them: no longer than the
+    soonest of their probe results stays fresh, so nginx never serves an answer past
+    its probe interval."""
     providers = _providers()
-    return {"speech": _state(providers.speech, providers.speech_probe),
-            "soundlib": _state(providers.soundlib, providers.soundlib_probe)}
+    states, cacheable = {}, MICRO_CACHE_SECONDS
+    for role, provider, probe in (("speech", providers.speech, providers.speech_probe),
+                                  ("soundlib", providers.soundlib, providers.soundlib_probe)):
+        result = probe.state()
+        states[role] = {"available": result.available, "reason": result.reason, "provider": provider.name}
+        cacheable = min(cacheable, max(0, int(probe.expires_in(result))))
+    return states, {"X-Accel-Expires": str(cacheable)}
 
 
 def _require(provider, probe):
@@ -51,15 +58,16 @@ def health():
 
 @bp.get("/ready")
 def ready():
-    capabilities = _capabilities()
+    capabilities, cache = _capabilities()
     if capabilities["speech"]["available"]:
-        return {"status": "ok", "providers": capabilities}
-    return {"status": "degraded", "providers": capabilities}, 503
+        return {"status": "ok", "providers": capabilities}, 200, cache
+    return {"status": "degraded", "providers": capabilities}, 503, cache
 
 
 @bp.get("/capabilities")
 def capabilities():
-    return {"version": 1, **_capabilities()}
+    states, cache = _capabilities()
+    return {"version": 1, **states}, 200, cache
 
 
 @bp.get("/voices")

@@ -1,9 +1,13 @@
 """Readiness probes of the providers: each provider probed on its own, with its
-own deadline; the result reused for `interval` seconds; an expired result is
-refreshed by one probe in the background (a single flight) while callers get the
-latest answer at once. So a flood of /ready calls costs a provider at most one
-probe per interval, and only the callers before the first result ever wait, at
-most the deadline. The first probes start with the worker.
+own deadline; the result reused for `interval` seconds, then refreshed by one probe
+(a single flight). So a flood of /ready calls costs a provider at most one probe per
+interval. The first probes start with the worker.
+
+Past its interval an "available" answer is still given at once while the probe
+runs (stale while revalidating: no caller waits behind a probe of a provider that
+worked). An "unavailable" answer is never given past its interval: the callers
+wait for the fresh one (at most the deadline), so a provider that an admin just
+fixed (a sound folder created, an engine installed) is seen at the next probe.
 """
 import time
 
@@ -26,14 +30,20 @@ class Probe:
         self._prober = None
 
     def state(self):
-        """The latest result. Once expired it is still answered at once while one
-        probe refreshes it in the background (stale while revalidating), so no
-        caller waits behind a probe; only callers before the very first result wait,
-        at most the deadline."""
+        """The latest result while it is fresh; past its interval, a refresh starts and
+        an available result is answered at once, an unavailable one only after the
+        refresh (see the module's docstring)."""
         result = self._result
-        if result is None or self._clock() - result.checked_at >= self.interval:
-            self.refresh()
-        return result if result is not None else self._inflight.get()
+        if result is not None and self.expires_in(result) > 0:
+            return result
+        self.refresh()
+        if result is not None and result.available:
+            return result
+        return self._inflight.get()
+
+    def expires_in(self, result):
+        """Seconds until `result` is past its interval (0 or less once it is)."""
+        return self.interval - (self._clock() - result.checked_at)
 
     def refresh(self):
         """Start a probe unless one is running."""

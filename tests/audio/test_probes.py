@@ -1,5 +1,6 @@
 """Readiness probes: one probe for many callers, reused for the interval, and the
 provider going away and coming back."""
+import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -9,6 +10,8 @@ import requests
 
 from app.audio.probes import Probe
 from app.audio.providers import Unavailable
+from app.audio.seed import seed
+from tests.audio.conftest import start_audio
 
 
 def test_fifty_concurrent_ready_calls_cost_one_probe_then_the_cache_holds(fresh_audio):
@@ -126,6 +129,27 @@ def test_probe_single_flight_deadline_and_interval():
     assert Probe(refused, 10, 1).state().reason == "no key"
 
 
+def test_an_expired_unavailable_result_is_never_answered_the_fresh_probe_is():
+    """An admin who fixes a provider sees it at the next probe: past its interval an
+    "unavailable" answer is not handed out again while the refresh runs."""
+    clock, state = FakeClock(), {"ok": False}
+
+    def check():
+        gevent.sleep(0.05)
+        if not state["ok"]:
+            raise Unavailable("no sound folder")
+
+    probe = Probe(check, interval=10, timeout=1, clock=clock)
+    first = probe.state()
+    assert not first.available and probe.expires_in(first) == 10
+    state["ok"] = True                      # the admin creates the folder
+    clock.now = 9.9
+    assert probe.state() is first           # still within its interval
+    clock.now = 10.0
+    answers = [g.get() for g in [gevent.spawn(probe.state) for _ in range(20)]]
+    assert all(a.available for a in answers) and len({id(a) for a in answers}) == 1
+
+
 @pytest.mark.parametrize("rate,pitch,volume,expected", [
     (1, 1, 1, {"rate": "+0%", "pitch": "+0Hz", "volume": "+0%"}),
     (0.5, 0, 0, {"rate": "-50%", "pitch": "-50Hz", "volume": "-100%"}),
@@ -164,3 +188,28 @@ def test_a_synthesis_past_its_deadline_is_502_at_the_deadline(fresh_audio):
     assert time.monotonic() - started < 3
     audio.slow_flag.unlink()
     assert audio.speech({"text": "fast again", "voiceId": "en-us"}).status_code == 200
+
+
+def test_a_sound_folder_created_after_start_is_available_at_the_next_probe(start_service, tmp_path):
+    """The playbook's case: the service probed before the folder existed. The first
+    answer after the start-up result's interval is already the fresh one."""
+    data_dir = tmp_path / "audio-data"
+    data_dir.mkdir()
+    audio = start_audio(start_service, data_dir, {"AUDIO_PROBE_INTERVAL": "2"})
+    shutil.rmtree(data_dir / "soundlib")    # as if it were seeded after the start
+    before = requests.get(audio.url + "/capabilities", timeout=10)
+    deadline = time.monotonic() + 10
+    while before.json()["soundlib"]["available"] and time.monotonic() < deadline:
+        time.sleep(0.1)  # polling for a probe that ran after the folder went away
+        before = requests.get(audio.url + "/capabilities", timeout=10)
+    assert before.json()["soundlib"]["available"] is False, before.text
+    assert before.headers["X-Accel-Expires"] in ("0", "1")  # nginx keeps it no longer than it is fresh
+    unavailable_since = time.monotonic()
+    seed(str(data_dir / "soundlib"))
+    while time.monotonic() - unavailable_since < 2.5:   # past that answer's 2 s interval
+        time.sleep(0.1)
+    after = requests.get(audio.url + "/capabilities", timeout=10).json()
+    assert after["soundlib"]["available"] is True, after
+    search = requests.get(audio.url + "/soundlib/search", params={"q": "bell"}, headers={"X-App-Request": "1"},
+                          timeout=10)
+    assert search.status_code == 200 and search.json()["results"]

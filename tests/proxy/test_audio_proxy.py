@@ -26,14 +26,17 @@ def test_a_flood_of_ready_calls_is_answered_by_the_proxy(proxied_audio):
     audio, proxy, log_path = proxied_audio
     url = proxy.url + "/api/audio/ready"
     headers = proxy.headers("audio")
+    started = time.monotonic()
     with ThreadPoolExecutor(50) as pool:
         answers = list(pool.map(lambda _: requests.get(url, headers=headers, timeout=30), range(100)))
+    took = time.monotonic() - started
     assert [a.status_code for a in answers] == [200] * 100
     assert all(a.headers["Cache-Control"] == "no-store" for a in answers)  # clients still must not cache
     statuses = {a.headers["X-Cache-Status"] for a in answers}
-    assert "HIT" in statuses and statuses <= {"HIT", "MISS", "UPDATING", "STALE", "EXPIRED"}
+    assert "HIT" in statuses and statuses <= {"HIT", "MISS", "EXPIRED"}  # never a stale answer
     reached = len(ready_lines(log_path))
-    assert 1 <= reached <= 3, f"{reached} of 100 reached the service"  # about one per second
+    # About one per second of the flood, however long this machine took to send it.
+    assert 1 <= reached <= int(took) + 2, f"{reached} of 100 reached the service in {took:.1f} s"
 
 
 def test_the_cache_keeps_origins_apart_and_expires(proxied_audio):
