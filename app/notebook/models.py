@@ -249,8 +249,18 @@ def open_database(url, pool=True):
     """Connect the models to `url` and create what is missing, the full-text index too.
     `pool`: pooled connections, for the web worker where each request is a greenlet."""
     db = connect_database(database, url, MODELS, pool=pool)
-    with db.connection_context():
-        if is_sqlite():
-            db.execute_sql(FTS_DDL)
-            db.execute_sql(FTS_RANK)
+    if is_sqlite():
+        with db.connection_context():
+            _create_search_index(db)
     return db
+
+
+def _create_search_index(db):
+    """The full-text table and its rank, written only when missing. Writing FTS5's
+    configuration again, even with the same value, changes it under every other
+    process's open statements: their next search failed ("SQL logic error") each
+    time a job worker or a web worker started."""
+    with db.atomic("IMMEDIATE"):  # two processes starting together write it once
+        db.execute_sql(FTS_DDL)
+        if db.execute_sql("SELECT 1 FROM search_fts_config WHERE k = 'rank'").fetchone() is None:
+            db.execute_sql(FTS_RANK)
