@@ -29,6 +29,7 @@ Scenarios, chosen by the requested `model` (an unknown model is 404, as on OpenA
 - fake-valid-json      {"ok": true, "words": [...]}
 - fake-repairable      fenced JSON with a trailing comma: invalid, json-repair fixes it
 - fake-invalid-twice   prose with no JSON in it, on every call
+- fake-prose-brackets  prose with stray brackets and braces in it (json-repair alone makes a value of it)
 - fake-invalid-once    prose on odd calls of the scenario, valid JSON on even ones (a rerun)
 - fake-ideas-4 / -5 / -6 / -7   {"ideas": [{title, description}] * n}
 - fake-slow            waits `slow` seconds (default 0.5) before answering valid JSON
@@ -60,13 +61,14 @@ from PIL import Image
 
 from devtools.fake_server import BackgroundServer, QuietThreadingServer
 
-TEXT_SCENARIOS = {"fake-text", "fake-valid-json", "fake-repairable", "fake-invalid-twice",
+TEXT_SCENARIOS = {"fake-text", "fake-valid-json", "fake-repairable", "fake-invalid-twice", "fake-prose-brackets",
                   "fake-invalid-once", "fake-ideas-4", "fake-ideas-5", "fake-ideas-6",
                   "fake-ideas-7", "fake-slow", "fake-error-500", "fake-malformed",
                   "fake-no-model", "fake-reasoning"}
 IMAGE_SCENARIOS = {"fake-webp", "fake-png", "fake-url-png", "fake-no-image", "fake-bad-image",
                    "fake-slow-image", "fake-error-500"}
 PROSE = "I am sorry, but I would rather describe the answer in plain words today."
+PROSE_BRACKETS = "I would suggest [a calm palette] and {soft light, warm tones}, as in [1] and [2."
 VALID_JSON = {"ok": True, "words": ["alpha", "beta", "gamma"]}
 REPAIRABLE = 'Here it is:\n```json\n{"title": "Repairable", "items": [1, 2, 3],}\n```'
 REASONING = "Let me think about this. "
@@ -249,6 +251,8 @@ def _chat_content(model, nth):
         return REPAIRABLE
     if model == "fake-invalid-twice" or (model == "fake-invalid-once" and nth % 2 == 1):
         return PROSE
+    if model == "fake-prose-brackets":
+        return PROSE_BRACKETS
     if model.startswith("fake-ideas-"):
         count = int(model.rsplit("-", 1)[1])
         ideas = [{"title": f"Idea {i}", "description": f"What idea {i} is about."}

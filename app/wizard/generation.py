@@ -12,10 +12,9 @@ Rules (spec 002, issue 3):
 - Every call takes a slot of a bounded concurrency limit first; the wait is real, measured
   (`queueMs`) and counts toward the call's time-out. One deadline covers queue, attempts,
   repair and download; passing it is GenerationFailed(504).
-- JSON mode: strict parse; invalid → local repair (json-repair) → still invalid → one rerun
-  of the generation (the same steps) → still invalid → GenerationFailed(502). Nothing is made
-  up: a repair that only yields an empty container (what json-repair makes of prose) is
-  invalid, and `kind == "ideas"` must be `{ideas: [...]}` with 5 or 6 entries each with a
+- JSON mode: strict parse; invalid → local repair (json_output: JSON the model wrote, never
+  structure made from prose) → still invalid → one rerun of the generation (the same steps)
+  → still invalid → GenerationFailed(502). Nothing is made up, and `kind == "ideas"` must be `{ideas: [...]}` with 5 or 6 entries each with a
   non-empty string title and description, checked on the whole batch (nothing trimmed).
 - Provider HTTP errors, unreachable providers and malformed answers are GenerationFailed(502)
   with a message that names the provider's status but never the API key.
@@ -41,13 +40,13 @@ from urllib.parse import urlsplit
 import gevent
 import gevent.lock
 import gevent.monkey
-import json_repair
 import requests
 import urllib3
 from PIL import Image
 
 from app.common.config import ConfigError, env_int, env_seconds, env_str
 from app.common.offload import blocking
+from app.wizard import json_output
 
 log = logging.getLogger("bundle.wizard.generation")
 
@@ -223,13 +222,13 @@ class Generator:
         """The parsed value if `content` is acceptable, as is or after a local repair; None
         otherwise."""
         try:
-            return _checked(_parse_strict(content), kind, repaired=False)
+            return _checked(_parse_strict(content), kind)
         except _InvalidOutput:
             pass
         phase("repairing", {"attempt": timing["attempts"]})
         started = time.monotonic()
         try:
-            return _checked(blocking(_repair, content), kind, repaired=True)
+            return _checked(blocking(json_output.repair, content), kind)
         except _InvalidOutput:
             return None
         finally:
@@ -656,23 +655,11 @@ def _parse_strict(content):
         raise _InvalidOutput() from None
 
 
-def _repair(content):
-    try:
-        return json_repair.repair_json(content, return_objects=True)
-    except Exception:  # json-repair gives up in its own ways; any of them means invalid
-        return None
-
-
-def _checked(value, kind, repaired):
+def _checked(value, kind):
     """`value` if it is acceptable JSON-mode output; _InvalidOutput otherwise."""
-    if kind == "ideas":
-        if not _valid_ideas(value):
-            raise _InvalidOutput()
-        return value
-    if not isinstance(value, (dict, list)):
+    if kind == "ideas" and not _valid_ideas(value):
         raise _InvalidOutput()
-    if repaired and not value:
-        # json-repair turns prose into "" or []: an empty container would be made up.
+    if not isinstance(value, (dict, list)):
         raise _InvalidOutput()
     return value
 

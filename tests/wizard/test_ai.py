@@ -99,12 +99,13 @@ def test_invalid_output_is_generated_once_more(alice, fake_ai):
     assert response.json()["timing"]["attempts"] == 2 and fake_ai.count("fake-invalid-once") == 2
 
 
-def test_check_4_output_that_stays_invalid_is_502_with_nothing_fabricated(alice, root, fake_ai):
+@pytest.mark.parametrize("model", ["fake-invalid-twice", "fake-prose-brackets"])
+def test_check_4_output_that_stays_invalid_is_502_with_nothing_fabricated(alice, root, fake_ai, model):
     logged = len(logs(root))
-    response = text_call(alice, "fake-invalid-twice", kind="project")
-    assert response.status_code == 502
+    response = text_call(alice, model, kind="project")
+    assert response.status_code == 502, response.text
     assert set(response.json()) == {"error"}
-    assert fake_ai.count("fake-invalid-twice") == 2
+    assert fake_ai.count(model) == 2
     assert len(logs(root)) == logged
     failed = timings(root)[0]
     assert (failed["outcome"], failed["kind"], failed["attempts"]) == ("failed", "project", 2)
