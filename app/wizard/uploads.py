@@ -19,7 +19,9 @@ from app.wizard import bp
 from app.wizard.settings import UPLOAD_LIMIT
 
 EXTENSIONS = {"PNG": "png", "JPEG": "jpg", "WEBP": "webp"}
-_STORED_NAME = re.compile(r"^[0-9a-f]{32}\.(png|jpg|webp)$")
+# A stored name is the UUID's canonical text (8-4-4-4-12), what a client matching
+# `<uuid>` expects; names of 32 bare hex digits, which earlier releases wrote, keep working.
+_STORED_NAME = re.compile(r"^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{32})\.(png|jpg|webp)$")
 
 
 def image_format(data):
@@ -35,7 +37,7 @@ def image_format(data):
 
 def store(data, extension):
     """Write `data` as a new upload; answer its public URL."""
-    name = f"{uuid.uuid4().hex}.{extension}"
+    name = f"{uuid.uuid4()}.{extension}"
     blocking(_write, current_app.config["WIZARD"].uploads_dir, name, data)
     return f"/uploads/{name}"
 

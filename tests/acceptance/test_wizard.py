@@ -63,7 +63,7 @@ def test_check_6_image_smoke_call(wizard):
                                                   "kind": "smoke"})
     assert response.status_code == 200, response.text
     url = response.json()["url"]
-    assert re.fullmatch(r"/uploads/[0-9a-f]{32}\.webp", url)
+    assert re.fullmatch(r"/uploads/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.webp", url)
     image = wizard.get(url)
     assert image.status_code == 200 and image.content[:4] == b"RIFF" and image.content[8:12] == b"WEBP"
     assert image.headers["X-Content-Type-Options"] == "nosniff"

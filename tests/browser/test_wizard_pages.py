@@ -22,6 +22,7 @@ from tests.conftest import FORWARD_AUTH_PASSWORD
 KEY = "sk-test-wizard-pages-0123456789"
 SEVEN = ["wizards", "blueprints", "prompt_history", "saved_prompts", "likes", "admin_prompts", "llm_logs"]
 LIVE_WITHIN_MS = 2000   # check 10: a change in one tab shows in another within 2 s
+CANONICAL_UUID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 
 
 @pytest.fixture(scope="module")
@@ -155,7 +156,7 @@ def test_generate_ideas_with_live_thoughts_and_an_image(site, page, tmp_path, fa
     page.get_by_label("Aspect ratio").select_option("16:9")
     page.get_by_role("button", name="Generate image").click()
     image = page.locator("#image")
-    expect(image).to_have_attribute("src", re.compile(r"^/uploads/[0-9a-f]{32}\.webp$"))
+    expect(image).to_have_attribute("src", re.compile(rf"^/uploads/{CANONICAL_UUID}\.webp$"))
     expect(page.locator("#image-caption")).to_contain_text("16:9 · fake-openai · fake-webp")
     page.wait_for_function("document.getElementById('image').complete"
                            " && document.getElementById('image').naturalWidth > 0")
@@ -173,7 +174,7 @@ def test_check_9_a_like_and_its_count_persist_across_a_reload(site, page, tmp_pa
     create_blueprint(page, "Night bakery", {"name": "cover.png", "mimeType": "image/png", "buffer": png_bytes()})
     expect(page.locator("#blueprint-status")).to_have_text('Blueprint "Night bakery" created.')
     cover = page.get_by_role("img", name="Cover of Night bakery")
-    expect(cover).to_have_attribute("src", re.compile(r"^/uploads/[0-9a-f]{32}\.png$"))
+    expect(cover).to_have_attribute("src", re.compile(rf"^/uploads/{CANONICAL_UUID}\.png$"))
     page.wait_for_function("img => img.complete && img.naturalWidth === 48", arg=cover.element_handle())
 
     button = like_button(page, "Night bakery")

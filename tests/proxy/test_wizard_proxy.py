@@ -3,6 +3,7 @@ Client-sent identity and test headers never get through; forward auth at an
 Authelia-shaped provider makes signed-in visitors themselves and everyone else
 `public`; uploads are served from the folder with nosniff; events are unbuffered."""
 import io
+import re
 
 import pytest
 import requests
@@ -93,7 +94,13 @@ def test_uploads_are_served_from_the_folder_with_nosniff(open_proxy, wizard_back
     assert served.status_code == 200 and served.content == buffer.getvalue()
     assert served.headers["Content-Type"] == "image/webp"
     assert served.headers["X-Content-Type-Options"] == "nosniff"
-    for path in ("/uploads/../wizard.db", "/uploads/wizard.db", "/uploads/" + "0" * 32 + ".png"):
+    assert re.fullmatch(r"/uploads/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.webp", url)
+    old_name = "cd" * 16 + ".webp"  # as earlier releases named them: still served
+    (wizard_backend.data_dir / "uploads" / old_name).write_bytes(buffer.getvalue())
+    old = requests.get(open_proxy.url + "/uploads/" + old_name, headers=open_proxy.headers("wizard"), timeout=10)
+    assert old.status_code == 200 and old.content == buffer.getvalue()
+    for path in ("/uploads/../wizard.db", "/uploads/wizard.db", "/uploads/" + "0" * 32 + ".png",
+                 "/uploads/00000000-0000-0000-0000-000000000000.png"):
         missing = requests.get(open_proxy.url + path, headers=open_proxy.headers("wizard"), timeout=10)
         assert missing.status_code == 404 and b"SQLite" not in missing.content
 

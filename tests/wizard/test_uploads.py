@@ -7,6 +7,9 @@ import pytest
 from PIL import Image
 
 
+CANONICAL_UUID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+
+
 def image_bytes(kind, size=(8, 8)):
     buffer = io.BytesIO()
     Image.new("RGB", size, (200, 30, 30)).save(buffer, kind)
@@ -21,7 +24,7 @@ def test_images_are_stored_and_served(wizard, wizard_server, kind, extension, mi
     response = wizard.post("/api/uploads", files={"file": ("photo.bin", data, "application/octet-stream")})
     assert response.status_code == 201, response.text
     url = response.json()["url"]
-    assert re.fullmatch(rf"/uploads/[0-9a-f]{{32}}\.{extension}", url)
+    assert re.fullmatch(rf"/uploads/{CANONICAL_UUID}\.{extension}", url)
     assert (wizard_server.data_dir / "uploads" / url.rsplit("/", 1)[1]).read_bytes() == data
     served = wizard.get(url)
     assert served.status_code == 200 and served.content == data
@@ -67,3 +70,15 @@ def test_uploads_cannot_reach_other_files(wizard, path):
     response = wizard.get(path)
     assert response.status_code == 404
     assert b"SQLite" not in response.content
+
+
+def test_an_upload_named_by_an_earlier_release_is_still_served(wizard, wizard_server):
+    """Earlier releases named uploads by 32 bare hex digits; their URLs keep working."""
+    data = image_bytes("PNG")
+    folder = wizard_server.data_dir / "uploads"
+    folder.mkdir(exist_ok=True)
+    (folder / ("ab" * 16 + ".png")).write_bytes(data)
+    served = wizard.get("/uploads/" + "ab" * 16 + ".png")
+    assert served.status_code == 200 and served.content == data
+    for name in ("ab" * 15 + ".png", "AB" * 16 + ".png", "abababab-abab-abab-abab-abababababab.gif"):
+        assert wizard.get("/uploads/" + name).status_code == 404
