@@ -120,7 +120,7 @@ def test_probe_single_flight_deadline_and_interval():
 
     started = time.monotonic()
     result = Probe(slow, interval=10, timeout=0.2).state()
-    assert time.monotonic() - started < 1
+    assert time.monotonic() - started < 2.5  # at the deadline, not after the probe's 5 s
     assert not result.available and "more than 0.2 s" in result.reason
 
     def refused():
@@ -185,7 +185,7 @@ def test_a_synthesis_past_its_deadline_is_502_at_the_deadline(fresh_audio):
     started = time.monotonic()
     response = audio.speech({"text": "slow", "voiceId": "en-us"})
     assert response.status_code == 502 and "took more than 1 s" in response.json()["error"]
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 4  # at the 1 s deadline, not after the engine's 5 s
     audio.slow_flag.unlink()
     assert audio.speech({"text": "fast again", "voiceId": "en-us"}).status_code == 200
 

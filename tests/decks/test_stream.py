@@ -131,7 +131,7 @@ def test_keepalive_comment_every_25_seconds(shared_decks_server):
         time.sleep(0.2)  # polling the reader thread's progress
     took = time.monotonic() - started
     assert "keepalive" in reader.comment_lines
-    assert 24.5 <= took <= 27, took
+    assert 24.5 <= took < 30, took  # the 25 s interval, with slack for a loaded machine
     # The reader thread ends when the module's service stops.
 
 
