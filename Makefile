@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test setup system-deps browser-assets bench clean
+.PHONY: run test lock setup system-deps browser-assets bench clean
 
 run: setup
 	$(PY) -m devtools.run
@@ -25,11 +25,19 @@ setup: system-deps $(VENV)/.installed $(VENV)/.embeddings browser-assets
 system-deps:
 	@bash devtools/system-deps.sh
 
-# Reinstalled whenever requirements.txt changes.
-$(VENV)/.installed: requirements.txt
+# The services' packages and the tools of the tests and checks (requirements-dev.txt holds
+# both; a production host installs requirements.txt only). Reinstalled when either changes.
+$(VENV)/.installed: requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	touch $@
+
+# The pinned files, generated from pyproject.toml (never edited by hand). The shared pins
+# of the dev file follow the runtime and embedding files, so the three install together.
+UV_COMPILE := $(VENV)/bin/uv pip compile pyproject.toml --python-version 3.11 --quiet --custom-compile-command "make lock"
+lock: $(VENV)/.installed
+	$(UV_COMPILE) -o requirements.txt
+	$(UV_COMPILE) --group pyproject.toml:dev -c requirements.txt -c requirements-embeddings.txt -o requirements-dev.txt
 
 # The notebook's local embedding model (torch's CPU build, on disk on these machines):
 # a file of its own, installed here and, in production, only where a playbook variable asks.

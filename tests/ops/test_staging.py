@@ -172,6 +172,20 @@ def test_no_secret_is_printed_by_the_playbook(stage):
         assert value not in stage.first_pull
 
 
+def test_the_box_installs_only_what_the_services_run(stage):
+    """requirements.txt and nothing of the tests' and checks' tools (requirements-dev.txt)."""
+    installed = stage.box.run("/opt/bundle/.venv/bin/pip", "list", "--format=freeze",
+                              "--disable-pip-version-check").stdout
+    def names_in(text):
+        return {re.sub(r"[-_.]+", "-", line.split("==")[0]).lower() for line in text.splitlines()
+                if "==" in line and not line.startswith("#")}
+
+    names, pinned = names_in(installed), names_in((ROOT / "requirements.txt").read_text())
+    assert pinned <= names, f"missing in the box: {sorted(pinned - names)}"
+    tools = {"pytest", "playwright", "schemathesis", "hypothesis", "ansible-lint", "ruff", "uv", "yamllint"}
+    assert not names & tools, f"test tools on a production host: {sorted(names & tools)}"
+
+
 def test_acceptance_suite_passes_through_the_box(stage):
     options = ["--insecure"]
     for service in stage.services:

@@ -30,7 +30,7 @@ SECRETS = OPS / "roles/base/files/bundle_secrets.py"
 
 def _tool(name):
     path = BIN / name
-    assert path.exists(), f"{name} is missing from the venv: it comes with requirements.txt"
+    assert path.exists(), f"{name} is missing from the venv: it comes with requirements-dev.txt"
     return str(path)
 
 
