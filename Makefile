@@ -3,13 +3,17 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: run test lock setup system-deps browser-assets bench clean
+.PHONY: run test lint lock setup system-deps browser-assets bench clean
 
 run: setup
 	$(PY) -m devtools.run
 
-test: setup
+test: setup lint
 	$(PY) -m pytest
+
+# The linter's settings are in pyproject.toml; the suite runs only on clean code.
+lint: setup
+	$(VENV)/bin/ruff check .
 
 bench: setup
 	$(PY) -m bench.decks

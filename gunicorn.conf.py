@@ -14,7 +14,9 @@ _service = os.environ.get("SERVICE", "").strip()
 if _service not in DEFAULT_PORTS:
     sys.exit(f"error: SERVICE must be one of {' '.join(DEFAULT_PORTS)} (got {_service!r})")
 
-bind = f"{os.environ.get('HOST', '').strip() or '127.0.0.1'}:{os.environ.get('PORT', '').strip() or DEFAULT_PORTS[_service]}"
+_host = os.environ.get("HOST", "").strip() or "127.0.0.1"
+_port = os.environ.get("PORT", "").strip() or DEFAULT_PORTS[_service]
+bind = f"{_host}:{_port}"
 # gunicorn's gevent worker, with the first request of a connection given `timeout`
 # rather than `keepalive` (gunicorn_worker.py says why).
 worker_class = "gunicorn_worker.Worker"

@@ -84,11 +84,31 @@ if str(ROOT) not in sys.path:  # run as `python bench/audio.py`
     sys.path.insert(0, str(ROOT))
 
 from app.audio import mp3  # noqa: E402
-from devtools import nginx as devnginx  # noqa: E402
 from bench.common import (  # noqa: E402
-    DISTURBED, HOST, REQUEST_TIMEOUT_S, CpuMeter, HttpError, KeepAliveClient, Service, exit_on_sigterm,
-    fmt_ms, log_tails, machine_busy_seconds, percentile, print_targets, proc_cpu, raise_nofile, read_response,
-    run_header, self_cpu_seconds, start_nginx, stop_nginx, timed_answers, verdict)
+    DISTURBED,
+    HOST,
+    REQUEST_TIMEOUT_S,
+    CpuMeter,
+    HttpError,
+    KeepAliveClient,
+    Service,
+    exit_on_sigterm,
+    fmt_ms,
+    log_tails,
+    machine_busy_seconds,
+    percentile,
+    print_targets,
+    proc_cpu,
+    raise_nofile,
+    read_response,
+    run_header,
+    self_cpu_seconds,
+    start_nginx,
+    stop_nginx,
+    timed_answers,
+    verdict,
+)
+from devtools import nginx as devnginx  # noqa: E402
 
 ORIGIN = "https://audio.bench.example"  # AUDIO_PUBLIC_ORIGIN; the requests send no Origin
 VOICE = "en-us"
@@ -897,11 +917,11 @@ def main(argv=None):
                      + f"; all 200: {'yes' if all_answered(ready) else 'NO'}", goal_p99, ok))
         rows.append(("probes, direct", fmt_probes(ready) + f" (interval {ready['interval']:g} s)", goal_probes,
                      probes_ok(ready)))
-        verdicts.append((f"TARGET /ready p99 <= {TARGET_READY_P99_S * 1000:.0f} ms with {ready['connections']} "
+        verdicts.append(f"TARGET /ready p99 <= {TARGET_READY_P99_S * 1000:.0f} ms with {ready['connections']} "
                          f"concurrent calls, straight to gunicorn (ONE gevent worker on this shared {ncpu}-core "
                          f"machine, the bench client on the same cores): {verdict(ok)} (worst round {fmt_ms(worst)})"
                          + ("" if ready["connections"] >= TARGET_READY_CONNECTIONS
-                            else " (fewer calls than the target)")))
+                            else " (fewer calls than the target)"))
     if proxied:
         worst = worst_p99(proxied)
         ok = worst is not None and worst <= TARGET_READY_P99_S and all_answered(proxied)
@@ -921,11 +941,11 @@ def main(argv=None):
                      + " /ready requests per round", "(figure only)", None))
         rows.append(("probes, via nginx", fmt_probes(proxied) + f" (interval {proxied['interval']:g} s)",
                      goal_probes, probes_ok(proxied)))
-        verdicts.append((f"TARGET /ready p99 <= {TARGET_READY_P99_S * 1000:.0f} ms with {proxied['connections']} "
+        verdicts.append(f"TARGET /ready p99 <= {TARGET_READY_P99_S * 1000:.0f} ms with {proxied['connections']} "
                          f"concurrent calls through nginx (how users reach it): {verdict(ok)} (worst round "
                          f"{fmt_ms(worst)}; round 1, on nginx's empty cache: {fmt_ms(proxied['rounds'][0]['p99'])}"
                          + (f"; later rounds, entry cached (fresh or stale): {fmt_ms(cached)}, {verdict(cached_ok)}"
-                            if cached is not None else "") + ")"))
+                            if cached is not None else "") + ")")
     print_targets(rows)
     for line in verdicts:
         print(line)

@@ -50,10 +50,26 @@ if str(ROOT) not in sys.path:  # run as `python bench/decks.py`
     sys.path.insert(0, str(ROOT))
 
 from bench.common import (  # noqa: E402
+    HOST,
+    REQUEST_TIMEOUT_S,
+    STOP_TIMEOUT_S,
     ChunkedBody,
-    HOST, REQUEST_TIMEOUT_S, STOP_TIMEOUT_S, CpuMeter, HttpError, KeepAliveClient, Service, exit_on_sigterm,
-    fmt_ms, machine_busy_seconds, percentile, print_targets, proc_cpu_seconds, raise_nofile, run_header,
-    self_cpu_seconds, timed_answers, verdict)
+    CpuMeter,
+    HttpError,
+    KeepAliveClient,
+    Service,
+    exit_on_sigterm,
+    fmt_ms,
+    machine_busy_seconds,
+    percentile,
+    print_targets,
+    proc_cpu_seconds,
+    raise_nofile,
+    run_header,
+    self_cpu_seconds,
+    timed_answers,
+    verdict,
+)
 
 SAMPLE_DECK = ROOT / "samples" / "decks" / "welcome"
 
@@ -458,8 +474,8 @@ def print_fanout(r, ncpu):
     if r["kb_per_stream"] is not None:
         print(f"   RSS growth per stream: {r['kb_per_stream']:.1f} kB")
     stop = r["stop_seconds"]
-    print(f"   SIGTERM with {r['live_at_stop']} streams open: service exited in "
-          f"{'killed after %.0f s' % STOP_TIMEOUT_S if stop == float('inf') else '%.2f s' % stop}; "
+    stop_text = f"killed after {STOP_TIMEOUT_S:.0f} s" if stop == float("inf") else f"{stop:.2f} s"
+    print(f"   SIGTERM with {r['live_at_stop']} streams open: service exited in {stop_text}; "
           f"{r['ended_cleanly']} streams got the ': closed' comment")
 
 
@@ -531,7 +547,7 @@ def run_appends(args, root):
                 elif len(bad_answers) < 20:
                     bad_answers[f"{status}: {content[:200]!r}"] += 1
 
-        for index in range(args.posters):
+        for _index in range(args.posters):
             client = KeepAliveClient(service.port)
             client.connect()
             clients.append(client)

@@ -53,8 +53,17 @@ if str(ROOT) not in sys.path:  # run as `python bench/notebook.py`
     sys.path.insert(0, str(ROOT))
 
 from bench.common import (  # noqa: E402
-    STOP_TIMEOUT_S, CpuMeter, HttpError, KeepAliveClient, Service, exit_on_sigterm, fmt_ms, percentile,
-    print_targets, run_header)
+    STOP_TIMEOUT_S,
+    CpuMeter,
+    HttpError,
+    KeepAliveClient,
+    Service,
+    exit_on_sigterm,
+    fmt_ms,
+    percentile,
+    print_targets,
+    run_header,
+)
 
 PASSWORD = "bench-password"
 AUTH = {"Authorization": f"Bearer {PASSWORD}"}

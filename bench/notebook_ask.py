@@ -55,8 +55,17 @@ if str(ROOT) not in sys.path:  # run as `python bench/notebook_ask.py`
     sys.path.insert(0, str(ROOT))
 
 from bench.common import (  # noqa: E402
-    STOP_TIMEOUT_S, CpuMeter, Service, exit_on_sigterm, fmt_ms, percentile, print_targets, proc_cpu_seconds,
-    raise_nofile, run_header)
+    STOP_TIMEOUT_S,
+    CpuMeter,
+    Service,
+    exit_on_sigterm,
+    fmt_ms,
+    percentile,
+    print_targets,
+    proc_cpu_seconds,
+    raise_nofile,
+    run_header,
+)
 from devtools.services import free_port, terminate, wait_healthy  # noqa: E402
 
 PASSWORD = "bench-password"

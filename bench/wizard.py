@@ -75,13 +75,30 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as `python bench/wizard.py`
     sys.path.insert(0, str(ROOT))
 
-from devtools import nginx as devnginx  # noqa: E402
 from bench.common import (  # noqa: E402
+    HOST,
+    REQUEST_TIMEOUT_S,
     ChunkedBody,
+    CpuMeter,
+    HttpError,
+    KeepAliveClient,
+    Service,
+    build_request,
+    child_pids,
+    exit_on_sigterm,
+    fmt_ms,
+    log_tails,
+    machine_busy_seconds,
     merge_rounds,
-    HOST, REQUEST_TIMEOUT_S, CpuMeter, HttpError, KeepAliveClient, Service, build_request, child_pids,
-    exit_on_sigterm, fmt_ms, log_tails, machine_busy_seconds, percentile, print_targets, raise_nofile,
-    run_header, stop_nginx, timed_answers, verdict)
+    percentile,
+    print_targets,
+    raise_nofile,
+    run_header,
+    stop_nginx,
+    timed_answers,
+    verdict,
+)
+from devtools import nginx as devnginx  # noqa: E402
 
 LIST = "/api/collections/blueprints"
 EVENTS = "/api/events"
@@ -663,8 +680,8 @@ def run_fanout(args, root):
         fan.open(args.streams)
         meter.stop()
         open_cpu = meter
-        print(f"   opened {fan.opened_count}/{args.streams} streams in {open_cpu.seconds:.1f} s (failed: {fan.failed}); "
-              f"time to ': stream open' p50 {fmt_ms(percentile(fan.open_times, 50))}, p99 "
+        print(f"   opened {fan.opened_count}/{args.streams} streams in {open_cpu.seconds:.1f} s "
+              f"(failed: {fan.failed}); time to ': stream open' p50 {fmt_ms(percentile(fan.open_times, 50))}, p99 "
               f"{fmt_ms(percentile(fan.open_times, 99))}; CPU: worker {open_cpu.worker:.2f} s, nginx "
               f"{open_cpu.proxy:.2f} s, client {open_cpu.client:.2f} s", flush=True)
         for error, count in fan.errors().most_common(5):
@@ -718,7 +735,8 @@ def run_fanout(args, root):
 def print_fanout(r, args, ncpu):
     print(f"\n-- Fan-out results (client, nginx and service share this {ncpu}-CPU machine) --")
     print(f"   streams opened:       {r['opened']}/{r['streams_wanted']} (failed {r['failed']}) in "
-          f"{r['open_seconds']:.1f} s; time to ': stream open' p50 {fmt_ms(r['open_p50'])}, p99 {fmt_ms(r['open_p99'])}")
+          f"{r['open_seconds']:.1f} s; time to ': stream open' p50 {fmt_ms(r['open_p50'])}, "
+          f"p99 {fmt_ms(r['open_p99'])}")
     print(f"   writes:               {len(r['writes'])} ({args.gap:g} s apart)")
     print(f"   deliveries:           {r['received']}/{r['expected']} (duplicates {r['duplicates']}, records of "
           f"other collections {r['others']}; streams that ended or failed after opening {r['ended_early']})")

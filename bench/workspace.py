@@ -72,12 +72,28 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as `python bench/workspace.py`
     sys.path.insert(0, str(ROOT))
 
-from devtools import nginx as devnginx  # noqa: E402
 from bench.common import (  # noqa: E402
+    HOST,
+    REQUEST_TIMEOUT_S,
+    CpuMeter,
+    KeepAliveClient,
+    Service,
+    build_request,
+    exit_on_sigterm,
+    fmt_ms,
+    log_tails,
+    machine_busy_seconds,
     merge_rounds,
-    HOST, REQUEST_TIMEOUT_S, CpuMeter, KeepAliveClient, Service, build_request, exit_on_sigterm,
-    fmt_ms, log_tails, machine_busy_seconds, percentile, print_targets, raise_nofile, run_header, start_nginx,
-    stop_nginx, timed_answers, verdict)
+    percentile,
+    print_targets,
+    raise_nofile,
+    run_header,
+    start_nginx,
+    stop_nginx,
+    timed_answers,
+    verdict,
+)
+from devtools import nginx as devnginx  # noqa: E402
 
 FIRST_USER = {"email": "owner@example.com", "username": "owner", "password": "correct horse battery"}
 LOGIN = {"email": FIRST_USER["email"], "password": FIRST_USER["password"]}
@@ -270,8 +286,9 @@ def run_auth(args, root, spy):
             port, host = stack.routes[way]
             raws = {BARE: build_request("GET", BARE, host),
                     ME: build_request("GET", ME, host, {TOKEN_HEADER: token})}
-            # Warm-up (not counted): first-request costs, the connection pools (the database's, nginx's upstream keepalive).
-            for path, raw in raws.items():
+            # Warm-up (not counted): first-request costs, the connection pools (the database's,
+            # nginx's upstream keepalive).
+            for _path, raw in raws.items():
                 run_clients(port, raw, args.clients, min(1.0, args.seconds), stack.meter(way))
             segments = {BARE: [], ME: []}
             for r in range(args.rounds):
@@ -396,14 +413,14 @@ def run_logins(args, root, spy):
             # then in flight finish afterwards, unsampled).
             sampled, probe_greenlet = {}, []
 
-            def sampler(port=port, probe=probe):
+            def sampler(port=port, probe=probe, sampled=sampled):
                 sampled["result"] = sample(port, probe, args.storm_seconds, args.probe_gap)
 
             storm = run_clients(
                 port, login, args.logins, args.storm_seconds, stack.meter(way),
                 setup=lambda way=way: spy.start(stack.worker_pids[0], args.storm_seconds, f"logins-{way}-storm",
                                                  f"logins-{way}-storm"),
-                started=lambda: probe_greenlet.append(gevent.spawn(sampler)))
+                started=lambda probe_greenlet=probe_greenlet: probe_greenlet.append(gevent.spawn(sampler)))
             if probe_greenlet:
                 probe_greenlet[0].join(timeout=REQUEST_TIMEOUT_S + 5)
                 probe_greenlet[0].kill(timeout=5)

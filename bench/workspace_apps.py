@@ -49,8 +49,19 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import (HOST, CpuMeter, KeepAliveClient, Service, build_request, exit_on_sigterm,  # noqa: E402
-                          fmt_ms, merge_rounds, print_targets, raise_nofile, run_header)
+from bench.common import (  # noqa: E402
+    HOST,
+    CpuMeter,
+    KeepAliveClient,
+    Service,
+    build_request,
+    exit_on_sigterm,
+    fmt_ms,
+    merge_rounds,
+    print_targets,
+    raise_nofile,
+    run_header,
+)
 from bench.workspace import TOKEN_HEADER, create_first_user, run_clients  # noqa: E402
 from devtools.services import free_port, terminate, wait_healthy  # noqa: E402
 
@@ -237,7 +248,8 @@ def main():
     print("\n== Summary ==")
     print_targets([
         ("small GET req/s, platform / app", f"{ratio:.2f} ({small['platform']['rate']:.0f} / "
-                                            f"{small['app']['rate']:.0f})", f">= {TARGET_RATIO}", ratio >= TARGET_RATIO),
+                                            f"{small['app']['rate']:.0f})",
+         f">= {TARGET_RATIO}", ratio >= TARGET_RATIO),
         ("small GET p99, platform / app", f"{fmt_ms(small['platform']['p99'])} / {fmt_ms(small['app']['p99'])}", "-",
          None),
         ("100 MB download, platform / app", f"{bulk_ratio:.2f} ({bulk['platform']:.0f} / {bulk['app']:.0f} MB/s)",

@@ -481,7 +481,8 @@ LOGIN_PAGE = """<!doctype html>
 {% if message %}<p role="alert">{{ message }}</p>{% endif %}
 <form method="post" action="{{ action }}">
   <label for="username">Username</label> <input id="username" name="username" autocomplete="username" required>
-  <label for="password">Password</label> <input id="password" name="password" type="password" autocomplete="current-password" required>
+  <label for="password">Password</label>
+  <input id="password" name="password" type="password" autocomplete="current-password" required>
   <button type="submit">Sign in</button>
 </form>
 </body></html>

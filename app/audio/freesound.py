@@ -28,8 +28,7 @@ import gevent
 import requests
 import urllib3
 
-from app.audio.providers import (PREVIEW_ROUTE, ProviderFailed, SoundLibrary, TooLarge, Unavailable,
-                                 read_capped)
+from app.audio.providers import PREVIEW_ROUTE, ProviderFailed, SoundLibrary, TooLarge, Unavailable, read_capped
 
 SEARCH_FIELDS = "id,name,tags,duration,license,previews"
 SOUND_FIELDS = "id,name,previews"

@@ -53,7 +53,7 @@ def seed(directory, espeak_binary="espeak-ng"):
     os.makedirs(directory, exist_ok=True)
     written = []
     for name, (make, tags) in SOUNDS.items():
-        if _write(directory, name, lambda: mp3.encode(_pcm(make()), RATE), tags):
+        if _write(directory, name, lambda make=make: mp3.encode(_pcm(make()), RATE), tags):
             written.append(name)
     if shutil.which(espeak_binary):
         def spoken():

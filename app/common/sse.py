@@ -34,7 +34,7 @@ def format_record(data, record_id=None, event=None):
 
 
 def comment(text):
-    return f": {text}\n\n".encode("utf-8")
+    return f": {text}\n\n".encode()
 
 
 def _records(replay, subscription, seq_of, after, keepalive, path):

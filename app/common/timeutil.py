@@ -1,6 +1,6 @@
 """Timestamps as the bundle writes them: ISO 8601 in UTC with a `Z`."""
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 
 def utc_timestamp(timespec="seconds"):
-    return datetime.now(timezone.utc).isoformat(timespec=timespec).replace("+00:00", "Z")
+    return datetime.now(UTC).isoformat(timespec=timespec).replace("+00:00", "Z")

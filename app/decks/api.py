@@ -8,8 +8,7 @@ from app.common.errors import ApiError
 from app.common.offload import blocking
 from app.common.sse import stream_response
 from app.decks import MAX_BODY_BYTES, bp, decks, importer, layout, scribbles, sessions
-from app.decks.schemas import (EVENT_SCHEMAS, EVENT_TYPES, ImportSchema, ScribbleSchema,
-                               SessionCreateSchema)
+from app.decks.schemas import EVENT_SCHEMAS, EVENT_TYPES, ImportSchema, ScribbleSchema, SessionCreateSchema
 
 JSON_BODY_BYTES = 1024 * 1024
 MAX_PAGE = 1000

@@ -19,8 +19,8 @@ import uuid
 from urllib.parse import quote, unquote, urlsplit
 
 from app.common.errors import ApiError
-from app.common.timeutil import utc_timestamp
 from app.common.fsutil import atomic_write, is_within, swap_into_place
+from app.common.timeutil import utc_timestamp
 from app.decks import layout
 from app.decks.parse import DeckSyntaxError, parse_deck
 

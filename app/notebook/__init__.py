@@ -20,9 +20,23 @@ def error_body(status, message, extra):
 
 
 def init_app(app):
-    from app.notebook import (ask, chat, commands, credentials, docs, model_config, notebooks,  # noqa: F401
-                              notes, podcasts, search, sources, system, transformations, web)
     from app.common.db import bind_to_requests
+    from app.notebook import (  # noqa: F401
+        ask,
+        chat,
+        commands,
+        credentials,
+        docs,
+        model_config,
+        notebooks,
+        notes,
+        podcasts,
+        search,
+        sources,
+        system,
+        transformations,
+        web,
+    )
     from app.notebook.jobs import JobQueue
     from app.notebook.models import database, open_database
     from app.notebook.settings import NotebookSettings

@@ -7,8 +7,17 @@ from app.common.errors import ApiError
 from app.notebook import bp, llm, model_config, streams, views
 from app.notebook.http import body, query, settings
 from app.notebook.ids import key_of, new_key, public
-from app.notebook.models import (ChatMessage, ChatSession, Insight, Note, Source, SourceNotebook, database,
-                                 now, write_transaction)
+from app.notebook.models import (
+    ChatMessage,
+    ChatSession,
+    Insight,
+    Note,
+    Source,
+    SourceNotebook,
+    database,
+    now,
+    write_transaction,
+)
 from app.notebook.notebooks import get_notebook
 from app.notebook.schemas import ChatContextRequest, ChatExecute, ChatSessionCreate, ChatSessionQuery, ChatSessionUpdate
 

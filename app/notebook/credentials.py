@@ -14,8 +14,13 @@ from app.notebook import bp, llm, views
 from app.notebook.http import body, query, settings
 from app.notebook.ids import key_of, new_key, public
 from app.notebook.models import Credential, DefaultModel, LanguageModel, now, write_transaction
-from app.notebook.schemas import (CredentialCreate, CredentialDeleteQuery, CredentialListQuery, CredentialUpdate,
-                                  RegisterModels)
+from app.notebook.schemas import (
+    CredentialCreate,
+    CredentialDeleteQuery,
+    CredentialListQuery,
+    CredentialUpdate,
+    RegisterModels,
+)
 
 log = logging.getLogger("bundle.notebook")
 

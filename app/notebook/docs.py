@@ -10,7 +10,8 @@ from flask import Response, send_from_directory
 
 from app.common.config import PROJECT_ROOT
 from app.common.errors import ApiError
-from app.notebook import bp, schemas as s
+from app.notebook import bp
+from app.notebook import schemas as s
 from app.notebook.http import settings
 
 VERSION = (PROJECT_ROOT / "VERSION").read_text().strip()

@@ -156,7 +156,8 @@ def create_model():
         raise ApiError(400, f"type: provider {data['provider']} has no {data['type']} models", field="type")
     with write_transaction():
         if credentials.find_model(data["name"], data["provider"], data["type"], credential_key):
-            raise ApiError(409, f"the {data['type']} model {data['name']!r} of {data['provider']} is already registered")
+            raise ApiError(409, f"the {data['type']} model {data['name']!r} of {data['provider']} "
+                                "is already registered")
         record = LanguageModel.create(id=new_key(), name=data["name"], provider=data["provider"],
                                       type=data["type"], credential=credential_key)
     return views.model(record), 201

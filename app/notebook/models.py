@@ -4,10 +4,21 @@ chunks with embeddings, notes, commands (background jobs) and the full-text inde
 Primary keys are random 20-character strings; the API shows them as
 `<table>:<key>` (see ids.py). Timestamps are naive UTC.
 """
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
-from peewee import (AutoField, BlobField, BooleanField, CharField, DatabaseProxy, DateTimeField,
-                    ForeignKeyField, IntegerField, Model, SqliteDatabase, TextField)
+from peewee import (
+    AutoField,
+    BlobField,
+    BooleanField,
+    CharField,
+    DatabaseProxy,
+    DateTimeField,
+    ForeignKeyField,
+    IntegerField,
+    Model,
+    SqliteDatabase,
+    TextField,
+)
 from playhouse.sqlite_ext import JSONField
 
 from app.common.db import connect_database
@@ -17,7 +28,7 @@ database = DatabaseProxy()
 
 
 def now():
-    return datetime.now(timezone.utc).replace(tzinfo=None)
+    return datetime.now(UTC).replace(tzinfo=None)
 
 
 class BaseModel(Model):

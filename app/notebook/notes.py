@@ -18,7 +18,7 @@ def get_note(public_id):
 
 def default_title(content):
     """The first non-blank line, shortened: a title the list can show."""
-    line = next((l.strip() for l in content.splitlines() if l.strip()), "Untitled note")
+    line = next((text.strip() for text in content.splitlines() if text.strip()), "Untitled note")
     return line if len(line) <= 80 else line[:79].rstrip() + "…"
 
 

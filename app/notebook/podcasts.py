@@ -36,7 +36,8 @@ def get_episode(public_id):
 
 
 def _view(record):
-    status = Command.select(Command.status).where(Command.id == record.command_id).scalar() if record.command_id else None
+    status = (Command.select(Command.status).where(Command.id == record.command_id).scalar()
+              if record.command_id else None)
     return views.episode(record, status)
 
 

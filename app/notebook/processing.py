@@ -13,8 +13,18 @@ import os
 from app.common.errors import ApiError
 from app.notebook import chunking, embeddings, extract, index, llm, ssrf
 from app.notebook.ids import new_key, public
-from app.notebook.models import (Chunk, Command, Insight, InsightRequest, Note, Source, Transformation,
-                                 bump_vectors, now, write_transaction)
+from app.notebook.models import (
+    Chunk,
+    Command,
+    Insight,
+    InsightRequest,
+    Note,
+    Source,
+    Transformation,
+    bump_vectors,
+    now,
+    write_transaction,
+)
 
 log = logging.getLogger("bundle.notebook.worker")
 _settings = None

@@ -1,8 +1,8 @@
 """POST /search: full-text (FTS5, BM25) or vector (cosine similarity with the
 configured embedding model) over sources and notes, one hit per parent with its
 best score, optionally within one notebook."""
-from app.common.errors import ApiError
 from app.common import offload
+from app.common.errors import ApiError
 from app.common.offload import blocking
 from app.notebook import bp, embeddings
 from app.notebook.http import body, settings

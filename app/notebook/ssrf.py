@@ -103,7 +103,8 @@ def fetch(url, allowlist, timeout, max_bytes):
             remaining = max(0.1, deadline - time.monotonic())
             try:
                 response = session.get(url, stream=True, allow_redirects=False, timeout=(min(5, remaining), remaining),
-                                       headers={"User-Agent": USER_AGENT, "Accept": "text/html,application/pdf,text/*;q=0.9,*/*;q=0.5"})
+                                       headers={"User-Agent": USER_AGENT,
+                                                "Accept": "text/html,application/pdf,text/*;q=0.9,*/*;q=0.5"})
             except requests.RequestException as exc:
                 raise LinkRefused(f"the link could not be fetched: {type(exc).__name__}") from None
             with response:

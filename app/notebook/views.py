@@ -50,7 +50,8 @@ def source(record, links=None, embedded=None, file_available=None, detail=False)
                       "url": record.url},
             "status": record.status, "command_id": public("command", record.command_id),
             "error_message": record.error_message, "embedded": count > 0, "embedded_chunks": count,
-            "insights_count": Insight.select().where(Insight.source == record.id).count(), "notebooks": sorted(links.get(record.id, [])),
+            "insights_count": Insight.select().where(Insight.source == record.id).count(),
+            "notebooks": sorted(links.get(record.id, [])),
             "file_available": bool(record.file_name) if file_available is None else file_available,
             "created": timestamp(record.created), "updated": timestamp(record.updated)}
     if detail:

@@ -63,7 +63,8 @@ def _visible(model, name, who: Identity):
     if name in PRIVATE:
         return query.where(model.user_id == who.id)
     if name in SHARED_OR_OWN:
-        return query.where(model.user_id.is_null() | (model.is_public == True) | (model.user_id == who.id))  # noqa: E712
+        shared = model.user_id.is_null() | (model.is_public == True)  # noqa: E712 (peewee builds SQL from ==)
+        return query.where(shared | (model.user_id == who.id))
     raise ApiError(403, f"{name} is readable by administrators only")
 
 

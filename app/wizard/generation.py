@@ -14,8 +14,9 @@ Rules (spec 002, issue 3):
   repair and download; passing it is GenerationFailed(504).
 - JSON mode: strict parse; invalid → local repair (json_output: JSON the model wrote, never
   structure made from prose) → still invalid → one rerun of the generation (the same steps)
-  → still invalid → GenerationFailed(502). Nothing is made up, and `kind == "ideas"` must be `{ideas: [...]}` with 5 or 6 entries each with a
-  non-empty string title and description, checked on the whole batch (nothing trimmed).
+  → still invalid → GenerationFailed(502). Nothing is made up, and `kind == "ideas"` must be
+  `{ideas: [...]}` with 5 or 6 entries each with a non-empty string title and description,
+  checked on the whole batch (nothing trimmed).
 - Provider HTTP errors, unreachable providers and malformed answers are GenerationFailed(502)
   with a message that names the provider's status but never the API key.
 - CPU work (large JSON parses, json-repair on big outputs, Pillow) runs in gevent's threadpool

@@ -6,10 +6,9 @@ rows newest first without ties; `id` is the public identifier.
 """
 import json
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
-from peewee import (AutoField, BooleanField, CharField, DatabaseProxy, IntegerField, Model,
-                    TextField)
+from peewee import AutoField, BooleanField, CharField, DatabaseProxy, IntegerField, Model, TextField
 
 from app.common.db import connect_database
 
@@ -22,7 +21,7 @@ def new_id():
 
 def now_text():
     """UTC, ISO 8601 with milliseconds: sorts as text and reads in any client."""
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class CompactJSONField(TextField):

@@ -37,7 +37,8 @@ def _identified(template, admin_only=False, **context):
         return _refusal(403, "Administrators only",
                         "The admin pages are for members of the groups admins or wiz-admins. "
                         + ("You are not signed in: sign in with an administrator account."
-                           if who.is_public else f"You are signed in as {who.username}, who is not one of them."), who=who)
+                           if who.is_public else f"You are signed in as {who.username}, who is not one of them."),
+                        who=who)
     return _page(template, who=who, **context)
 
 

@@ -21,7 +21,8 @@ from app.wizard.settings import UPLOAD_LIMIT
 EXTENSIONS = {"PNG": "png", "JPEG": "jpg", "WEBP": "webp"}
 # A stored name is the UUID's canonical text (8-4-4-4-12), what a client matching
 # `<uuid>` expects; names of 32 bare hex digits, which earlier releases wrote, keep working.
-_STORED_NAME = re.compile(r"^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{32})\.(png|jpg|webp)$")
+_STORED_NAME = re.compile(r"^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{32})"
+                          r"\.(png|jpg|webp)$")
 
 
 def image_format(data):

@@ -30,8 +30,17 @@ def error_body(status, message, extra):
 
 
 def init_app(app):
-    from app.workspace import (agents, api, apps, oidc, pages, relay, terminal,  # noqa: F401  (routes register on bp)
-                               workspaces)
+    # Importing the route modules registers their routes on bp.
+    from app.workspace import (  # noqa: F401
+        agents,
+        api,
+        apps,
+        oidc,
+        pages,
+        relay,
+        terminal,
+        workspaces,
+    )
     from app.workspace.models import database, open_database
     from app.workspace.settings import WorkspaceSettings
 

@@ -2,8 +2,7 @@
 from peewee import IntegrityError
 
 from app.common.errors import ApiError
-from app.workspace.models import (DEFAULT_ORGANIZATION, Membership, Organization, Singleton, User, audit,
-                                  database, now)
+from app.workspace.models import DEFAULT_ORGANIZATION, Membership, Organization, Singleton, User, audit, database, now
 from app.workspace.passwords import hash_password, weakness
 
 ADMIN_ROLES = {"owner", "user-admin"}

@@ -49,8 +49,16 @@ from urllib.parse import urlencode, urlsplit  # noqa: E402
 import gevent  # noqa: E402
 import gevent.os  # noqa: E402
 from gevent.lock import Semaphore  # noqa: E402
-from app.workspace.mux import (MAX_DATA, VERSION_REFUSED, Mux, StreamClosed, relay_mux, splice,  # noqa: E402
-                                version_mismatch)
+
+from app.workspace.mux import (  # noqa: E402
+    MAX_DATA,
+    VERSION_REFUSED,
+    Mux,
+    StreamClosed,
+    relay_mux,
+    splice,
+    version_mismatch,
+)
 from app.workspace.websocket import HandshakeRefused, connect_frames  # noqa: E402
 
 RPC_PATH = "/api/v2/workspaceagents/me/rpc"

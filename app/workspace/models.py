@@ -1,11 +1,10 @@
 """The platform's data (peewee): organizations, users, memberships, session
-tokens, OIDC links, an audit log, and workspaces with their agents and apps. The schema is created, and later migrated, at
-start-up, idempotently."""
+tokens, OIDC links, an audit log, and workspaces with their agents and apps.
+The schema is created, and later migrated, at start-up, idempotently."""
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
-from peewee import (BooleanField, CharField, DatabaseProxy, DateTimeField, ForeignKeyField, Model,
-                    TextField, UUIDField)
+from peewee import BooleanField, CharField, DatabaseProxy, DateTimeField, ForeignKeyField, Model, TextField, UUIDField
 from playhouse.sqlite_ext import JSONField
 
 from app.common.db import connect_database
@@ -14,7 +13,7 @@ database = DatabaseProxy()
 
 
 def now():
-    return datetime.now(timezone.utc).replace(tzinfo=None)  # stored as naive UTC
+    return datetime.now(UTC).replace(tzinfo=None)  # stored as naive UTC
 
 
 class BaseModel(Model):

@@ -37,7 +37,8 @@ from urllib.parse import urlsplit
 import numpy
 from flask import Response, request
 from gevent.lock import Semaphore
-from simple_websocket import ConnectionClosed, ConnectionError as HandshakeRefused, Server
+from simple_websocket import ConnectionClosed, Server
+from simple_websocket import ConnectionError as HandshakeRefused
 from wsproto.events import BytesMessage, TextMessage
 
 from app.common.errors import ApiError

@@ -39,7 +39,7 @@ def check_app_url(value):
     if parts.scheme != "http" or not parts.hostname or parts.path not in ("", "/") or parts.query:
         raise ValidationError("must be http://<host>:<port> of the app inside the workspace")
     try:
-        parts.port
+        _ = parts.port  # reading it raises ValueError for a port that is not a number in 0-65535
     except ValueError:
         raise ValidationError("has an invalid port") from None
 

@@ -248,7 +248,8 @@ def test_an_undeclared_oversized_preview_stops_at_the_cap(fake):
 
 def test_a_preview_on_another_host_is_refused_and_never_fetched(fake, library):
     with FakeFreesound(key=KEY) as elsewhere:
-        fake.add_sound(3001, "Elsewhere", ["x"], 1.0, previews={"preview-hq-mp3": f"{elsewhere.base_url}/previews/1001-hq.mp3"})
+        fake.add_sound(3001, "Elsewhere", ["x"], 1.0, previews={
+            "preview-hq-mp3": f"{elsewhere.base_url}/previews/1001-hq.mp3"})
         fake.add_sound(3002, "Redirected", ["x"], 1.0, previews={
             "preview-hq-mp3": f"{fake.base_url}/redirect?to={elsewhere.base_url}/previews/1001-hq.mp3"})
         fake.add_sound(3003, "Same port, other name", ["x"], 1.0, previews={
@@ -256,7 +257,7 @@ def test_a_preview_on_another_host_is_refused_and_never_fetched(fake, library):
         fake.add_sound(3004, "With credentials", ["x"], 1.0, previews={
             "preview-hq-mp3": f"http://user:pw@127.0.0.1:{fake.port}/previews/1001-hq.mp3"})
         for sound_id in ("3001", "3002", "3003", "3004"):
-            exc = failure(lambda: library.preview(sound_id), ProviderFailed)
+            exc = failure(lambda sound_id=sound_id: library.preview(sound_id), ProviderFailed)
             assert "not allowed" in str(exc)
         assert elsewhere.requests == []
         assert fake.count("/previews/") == 0

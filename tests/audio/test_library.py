@@ -14,9 +14,11 @@ def test_search_by_name_and_tag_words(audio):
     assert set(bell) == {"id", "name", "tags", "duration", "license", "preview_url"}
     assert bell["id"] == "local:bell.mp3" and bell["preview_url"] == "/api/audio/soundlib/preview/local:bell.mp3"
     assert 1.9 < bell["duration"] < 2.2 and "ring" in bell["tags"]
-    assert [r["name"] for r in audio.get("/soundlib/search", params={"q": "rain weather"}).json()["results"]] == ["rain"]
+    results = audio.get("/soundlib/search", params={"q": "rain weather"}).json()["results"]
+    assert [r["name"] for r in results] == ["rain"]
     assert audio.get("/soundlib/search", params={"q": "rain bell"}).json()["results"] == []
-    assert [r["name"] for r in audio.get("/soundlib/search", params={"q": "SPOK"}).json()["results"]] == ["spoken welcome"]
+    results = audio.get("/soundlib/search", params={"q": "SPOK"}).json()["results"]
+    assert [r["name"] for r in results] == ["spoken welcome"]
 
 
 def test_preview_answers_the_file_with_its_identity(audio):

@@ -15,8 +15,8 @@ from PIL import Image
 from playwright.sync_api import expect
 
 from devtools.fake_openai import FakeOpenAI
-from tests.browser.conftest import ARTIFACTS
 from devtools.oidc_provider import SESSION_COOKIE, portal_session
+from tests.browser.conftest import ARTIFACTS
 from tests.conftest import FORWARD_AUTH_PASSWORD
 
 KEY = "sk-test-wizard-pages-0123456789"
@@ -280,7 +280,8 @@ def test_check_7_the_database_viewer_shows_the_seven_collections(site, context, 
     expect(page.locator("#rows tbody")).to_contain_text("Answer with JSON ideas, five of them.")
 
     # An AI call shows in the logs and timings with requested and resolved model.
-    answer = page.evaluate("""() => fetch('/api/ai/text', {method: 'POST', headers: {'Content-Type': 'application/json'},
+    answer = page.evaluate("""() => fetch('/api/ai/text', {method: 'POST',
+        headers: {'Content-Type': 'application/json'},
         body: JSON.stringify({messages: [{role: 'user', content: 'ideas please'}], json: true, kind: 'ideas',
                               templateKey: 'test.ideas'})}).then(r => r.status)""")
     assert answer == 200

@@ -13,7 +13,8 @@ OWNER = {"email": "owner@example.com", "username": "owner", "password": "Tr1cky-
 def _platform_with_workspace(site):
     running = site("workspace", env={"WORKSPACE_AGENT_PING_SECONDS": "1"})
     token = requests.post(running.api + "/api/v2/users/first", json=OWNER, timeout=10).json()["session_token"]
-    created = requests.post(running.api + "/api/v2/users/me/workspaces", json={"name": "dev", "agents": [{"name": "main"}]},
+    created = requests.post(running.api + "/api/v2/users/me/workspaces",
+                            json={"name": "dev", "agents": [{"name": "main"}]},
                             headers={"Workspace-Session-Token": token}, timeout=10)
     assert created.status_code == 201, created.text
     return running, created.json()["agents"][0]

@@ -137,6 +137,7 @@ def test_keepalive_comment_every_25_seconds(shared_decks_server):
 
 def test_a_gone_client_is_noticed_on_the_next_write(start_service, tmp_path):
     import socket
+
     from tests.conftest import copy_sample_deck
     data = tmp_path / "data"
     data.mkdir()

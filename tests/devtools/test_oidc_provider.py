@@ -20,7 +20,12 @@ from joserfc.errors import BadSignatureError
 from joserfc.jwk import KeySet
 
 from devtools.oidc_provider import (
-    OidcProvider, parse_pbkdf2_sha512, pbkdf2_sha512_digest, sign_in, verify_pbkdf2_sha512)
+    OidcProvider,
+    parse_pbkdf2_sha512,
+    pbkdf2_sha512_digest,
+    sign_in,
+    verify_pbkdf2_sha512,
+)
 from devtools.services import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,8 +12,15 @@ import pytest
 import requests
 
 from devtools import nginx
-from tests.notebook.conftest import (AUTH, ENCRYPTION_KEY, LLM_TIMEOUT, PROVIDER_HOST, notebook_env, start_stack,
-                                     stop_stack)
+from tests.notebook.conftest import (
+    AUTH,
+    ENCRYPTION_KEY,
+    LLM_TIMEOUT,
+    PROVIDER_HOST,
+    notebook_env,
+    start_stack,
+    stop_stack,
+)
 from tests.notebook.test_llm_setup import credential, model
 
 MAX_TEXT = 64 * 1024

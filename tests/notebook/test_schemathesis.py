@@ -6,8 +6,12 @@ content types and schemas. Bounded: a few examples per operation (< 60 s).
 operation's hypothesis strategy is driven here directly.)"""
 import schemathesis
 from hypothesis import HealthCheck, given, settings
-from schemathesis.checks import (content_type_conformance, not_a_server_error, response_schema_conformance,
-                                 status_code_conformance)
+from schemathesis.checks import (
+    content_type_conformance,
+    not_a_server_error,
+    response_schema_conformance,
+    status_code_conformance,
+)
 
 from tests.notebook.conftest import AUTH
 

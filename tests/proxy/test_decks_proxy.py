@@ -196,7 +196,7 @@ def test_stream_is_not_buffered(deck_session, nginx_for):
         reader = SSEReader(response)
         # The 15-byte opening comment arrives alone: a buffering proxy would hold it.
         assert reader.next_record()["comment"] == "stream open"
-        for n, text in enumerate(["first through nginx", "second through nginx"], start=1):
+        for _n, text in enumerate(["first through nginx", "second through nginx"], start=1):
             posted = requests.post(events_url, headers=headers, timeout=10,
                                    json={"type": "note", "slide": 0, "text": text})
             assert posted.status_code == 201, posted.text

@@ -48,7 +48,8 @@ def auth_proxy(wizard_backend, forward_auth_provider, tmp_path_factory):
 def provider_session(forward_auth_provider, username):
     """The provider's session cookie after a portal sign-in (the browser would send it
     to the wizard's host too: Authelia's cookie covers the parent domain)."""
-    return {"Cookie": f"{SESSION_COOKIE}={portal_session(forward_auth_provider.issuer, username, FORWARD_AUTH_PASSWORD)}"}
+    session = portal_session(forward_auth_provider.issuer, username, FORWARD_AUTH_PASSWORD)
+    return {"Cookie": f"{SESSION_COOKIE}={session}"}
 
 
 def me(proxy, **headers):

@@ -14,8 +14,15 @@ import pytest
 from PIL import Image
 
 from app.common.config import ConfigError
-from app.wizard.generation import (DEFAULT_IMAGE_SYSTEM, SIZES, GenerationFailed,
-                                   GenerationUnavailable, Generator, ImageOutcome, TextOutcome)
+from app.wizard.generation import (
+    DEFAULT_IMAGE_SYSTEM,
+    SIZES,
+    GenerationFailed,
+    GenerationUnavailable,
+    Generator,
+    ImageOutcome,
+    TextOutcome,
+)
 from devtools.fake_openai import FakeOpenAI
 
 KEY = "sk-test-0123456789abcdef"
@@ -240,7 +247,9 @@ def run_parallel(calls):
 
 def test_calls_queue_behind_the_concurrency_limit(fake):
     gen = generator(fake, concurrency=1)
-    call = lambda: gen.text(HELLO, json_mode=True, model="fake-slow")
+    def call():
+        return gen.text(HELLO, json_mode=True, model="fake-slow")
+
     first, second = sorted(run_parallel([call, call]), key=lambda o: o.timing["queueMs"])
     assert first.timing["queueMs"] < 100
     assert second.timing["queueMs"] >= SLOW * 1000 * 0.8   # it really waited for the first
@@ -249,7 +258,9 @@ def test_calls_queue_behind_the_concurrency_limit(fake):
 
 def test_waiting_in_the_queue_counts_toward_the_time_out(fake):
     gen = generator(fake, concurrency=1, timeout=SLOW * 1.5)
-    call = lambda: gen.text(HELLO, json_mode=True, model="fake-slow")
+    def call():
+        return gen.text(HELLO, json_mode=True, model="fake-slow")
+
     results = run_parallel([call, call])
     done = [r for r in results if isinstance(r, TextOutcome)]
     failed = [r for r in results if isinstance(r, GenerationFailed)]

@@ -6,7 +6,6 @@ import re
 import pytest
 from PIL import Image
 
-
 CANONICAL_UUID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 
 
@@ -43,11 +42,12 @@ def test_anything_but_png_jpeg_webp_is_400(wizard, wizard_server, name, data, de
         data = image_bytes("GIF")
     elif data == "truncated":
         data = image_bytes("PNG", (64, 64))[:60]
-    before = sorted((wizard_server.data_dir / "uploads").glob("*")) if (wizard_server.data_dir / "uploads").exists() else []
+    uploads = wizard_server.data_dir / "uploads"
+    before = sorted(uploads.glob("*")) if uploads.exists() else []
     response = wizard.post("/api/uploads", files={"file": (name, data, declared)})
     assert response.status_code == 400
     assert "PNG, JPEG or WebP" in response.json()["error"]
-    after = sorted((wizard_server.data_dir / "uploads").glob("*")) if (wizard_server.data_dir / "uploads").exists() else []
+    after = sorted(uploads.glob("*")) if uploads.exists() else []
     assert after == before
 
 

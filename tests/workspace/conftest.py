@@ -155,9 +155,9 @@ def connected(start_module_service, local_app, tmp_path_factory):
     setup.agent_process = AgentProcess(tmp_path_factory.mktemp("agent"), ws.url, setup.agent["token"])
     try:
         wait_status(ws, setup.owner, setup.agent["id"], "connected")
-    except AssertionError:
+    except AssertionError as exc:
         setup.agent_process.stop()
-        raise AssertionError(setup.agent_process.log())
+        raise AssertionError(setup.agent_process.log()) from exc
     setup.app_url = f"{ws.url}/@owner/dev.main/apps/echo"
     yield setup
     setup.agent_process.stop()

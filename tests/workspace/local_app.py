@@ -71,7 +71,8 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         route = urlsplit(self.path).path
         handler = {"/hello": self._hello, "/headers": self._headers, "/stream": self._stream,
-                   "/bytes": self._bytes, "/random": self._random, "/ws": self._websocket, "/slow": self._slow}.get(route)
+                   "/bytes": self._bytes, "/random": self._random, "/ws": self._websocket,
+                   "/slow": self._slow}.get(route)
         if handler is None:
             self._answer(404, {"error": f"no route {route}"})
         else:

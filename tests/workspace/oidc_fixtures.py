@@ -160,7 +160,8 @@ def as_uuid(value):
 @contextmanager
 def stack_factory(start_service):
     """The body of test_oidc.py's `oidc_stack` fixture (`start_service`: the
-    fixture of tests/conftest.py). Yields make(env=None, users=PROVIDER_USERS, secret_at_platform=None, oidc=True) -> Stack:
+    fixture of tests/conftest.py). Yields
+    make(env=None, users=PROVIDER_USERS, secret_at_platform=None, oidc=True) -> Stack:
     a provider (started) and a workspace service with the Owner and bob created.
     `env`: more environment for the service, or a function of the provider that
     returns it."""

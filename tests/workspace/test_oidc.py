@@ -10,8 +10,20 @@ import pytest
 import requests
 from joserfc.jwk import RSAKey
 
-from tests.workspace.oidc_fixtures import (BOB, CALLBACK, CLIENT_ID, OWNER, PASSWORD, SIGN_IN_TEXT, TIMEOUT,
-                                           as_uuid, flow_cookies, query_of, set_cookie_headers, stack_factory)
+from tests.workspace.oidc_fixtures import (
+    BOB,
+    CALLBACK,
+    CLIENT_ID,
+    OWNER,
+    PASSWORD,
+    SIGN_IN_TEXT,
+    TIMEOUT,
+    as_uuid,
+    flow_cookies,
+    query_of,
+    set_cookie_headers,
+    stack_factory,
+)
 
 
 @pytest.fixture

@@ -14,15 +14,17 @@ def _other_user(ws, owner):
 def test_create_returns_each_token_once_and_stores_only_a_hash(owned):
     ws, owner = owned
     created = create_workspace(ws, owner, "api-one", [{"name": "main"}, {"name": "gpu", "apps": [
-        {"slug": "code", "display_name": "VS Code", "url": "http://127.0.0.1:8080", "sharing_level": "authenticated"}]}])
+        {"slug": "code", "display_name": "VS Code", "url": "http://127.0.0.1:8080",
+         "sharing_level": "authenticated"}]}])
     assert [agent["name"] for agent in created["agents"]] == ["gpu", "main"]
     gpu = created["agents"][0]
     assert gpu["status"] == "connecting" and gpu["token"]
     assert gpu["apps"] == [{"slug": "code", "display_name": "VS Code", "url": "http://127.0.0.1:8080",
                             "sharing_level": "authenticated", "path": "/@owner/api-one.gpu/apps/code/"}]
     with ws.db() as db:
-        stored = db.execute("select token_hash from workspaceagent where id = ?", (gpu["id"].replace("-", ""),)).fetchone() \
-            or db.execute("select token_hash from workspaceagent where id = ?", (gpu["id"],)).fetchone()
+        query = "select token_hash from workspaceagent where id = ?"
+        stored = (db.execute(query, (gpu["id"].replace("-", ""),)).fetchone()
+                  or db.execute(query, (gpu["id"],)).fetchone())
     assert stored and gpu["token"][11:] not in stored[0]
     again = requests.get(f"{ws.api}/workspaces/{created['id']}", headers=ws.as_user(owner), timeout=10).json()
     assert "token" not in again["agents"][0]
@@ -39,7 +41,8 @@ def test_bad_input_is_400_and_changes_nothing(owned):
                         ({"name": "ok", "agents": [{"name": "main", "apps": [{"slug": "x", "url": "ftp://h"}]}]},
                          "agents.0.apps.0.url"),
                         ({"name": "ok", "agents": [{"name": "main", "apps": [
-                            {"slug": "x", "url": "http://h:1", "sharing_level": "public"}]}]}, "agents.0.apps.0.sharing_level"),
+                            {"slug": "x", "url": "http://h:1", "sharing_level": "public"}]}]},
+                         "agents.0.apps.0.sharing_level"),
                         ({"name": "ok", "agents": [{"name": "main"}], "extra": 1}, "extra")]:
         response = requests.post(f"{ws.api}/users/me/workspaces", json=body, headers=ws.as_user(owner), timeout=10)
         assert response.status_code == 400, (body, response.text)
@@ -64,7 +67,8 @@ def test_someone_elses_workspace_is_404_but_an_admin_sees_it(owned):
                  "/users/owner/workspaces"):
         response = requests.get(ws.api + path, headers=ws.as_user(other), timeout=10)
         assert response.status_code == 404, path
-    assert requests.delete(f"{ws.api}/workspaces/{mine['id']}", headers=ws.as_user(other), timeout=10).status_code == 404
+    assert requests.delete(f"{ws.api}/workspaces/{mine['id']}", headers=ws.as_user(other),
+                           timeout=10).status_code == 404
     assert requests.post(f"{ws.api}/workspaceagents/{mine['agents'][0]['id']}/token", headers=ws.as_user(other),
                          timeout=10).status_code == 404
     theirs = create_workspace(ws, other, "theirs", [{"name": "main"}])
@@ -80,9 +84,10 @@ def test_delete_removes_the_workspace_and_its_agents(owned):
     created = create_workspace(ws, owner, "gone", [{"name": "main"}])
     response = requests.delete(f"{ws.api}/workspaces/{created['id']}", headers=ws.as_user(owner), timeout=10)
     assert response.status_code == 204
-    assert requests.get(f"{ws.api}/workspaces/{created['id']}", headers=ws.as_user(owner), timeout=10).status_code == 404
-    rpc = requests.get(f"{ws.api}/workspaceagents/me/rpc", headers={"Workspace-Session-Token": created["agents"][0]["token"]},
-                       timeout=10)
+    assert requests.get(f"{ws.api}/workspaces/{created['id']}", headers=ws.as_user(owner),
+                        timeout=10).status_code == 404
+    rpc = requests.get(f"{ws.api}/workspaceagents/me/rpc",
+                       headers={"Workspace-Session-Token": created["agents"][0]["token"]}, timeout=10)
     assert rpc.status_code == 401 and rpc.json()["detail"] == "the agent token is not valid"
 
 

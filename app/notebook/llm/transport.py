@@ -17,7 +17,8 @@ by the web worker's greenlets (or the job worker's threads), with a pool large
 enough for hundreds of concurrent calls (beyond it, extra connections are opened
 and closed, never waited for): a new TCP connection and Session per call cost more
 CPU than the rest of the call. (A call from a gevent threadpool thread still makes
-its own Session: a gevent socket belongs to the loop of the thread that made it.) A call is a PreparedRequest (requests' default headers and ours)
+its own Session: a gevent socket belongs to the loop of the thread that made it.)
+A call is a PreparedRequest (requests' default headers and ours)
 handed to the session's transport adapter, which owns the pool: the Session's own
 per-call merging of settings, cookies and hooks would be a third of a call's CPU,
 and this way no proxy from the environment and no cookie ever joins a call, so one
