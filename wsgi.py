@@ -11,7 +11,7 @@ from app.common.config import ConfigError
 
 try:
     app = create_app(os.environ.get("SERVICE", "").strip())
-except (UnknownService, ConfigError) as exc:
+except (UnknownService, ConfigError) as exc:  # a schema newer than the code (SchemaTooNew) too
     sys.stderr.write(f"error: {exc}\n")
     sys.exit(3)  # gunicorn's arbiter stops instead of respawning the worker forever
 

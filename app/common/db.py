@@ -1,7 +1,7 @@
 """The relational database of a service (peewee): one URL, one connection per request.
 
     database = DatabaseProxy()           # in the service's models module
-    db = connect_database(database, url, MODELS)
+    db = connect_database(database, url, HISTORY)   # HISTORY: app/<service>/schema.py
     bind_to_requests(app, database)
 
 `sqlite:///path` opens a pooled SQLite database in WAL mode; any other URL
@@ -12,11 +12,13 @@ import os
 from peewee import SqliteDatabase
 from playhouse.db_url import connect
 
+from app.common.migrations import bring_up_to_date
 
-def connect_database(proxy, url, models, pool=True):
-    """Connect `proxy` to `url` and create the tables of `models` that are missing.
-    `pool`: pooled SQLite connections, for a web worker (a job worker's threads keep
-    one connection each)."""
+
+def connect_database(proxy, url, history, pool=True):
+    """Connect `proxy` to `url` and bring its schema up to date with `history`
+    (app.common.migrations). `pool`: pooled SQLite connections, for a web worker (a
+    job worker's threads keep one connection each)."""
     if url.startswith("sqlite:///"):
         os.makedirs(os.path.dirname(url[len("sqlite:///"):]) or ".", exist_ok=True)
         # Pooled: each request runs in a greenlet of its own, and opening a connection
@@ -30,8 +32,7 @@ def connect_database(proxy, url, models, pool=True):
     else:
         db = connect(url)
     proxy.initialize(db)
-    with db.connection_context():
-        db.create_tables(models, safe=True)
+    bring_up_to_date(db, history)
     return db
 
 

@@ -38,7 +38,8 @@ def init_app(app):
         web,
     )
     from app.notebook.jobs import JobQueue
-    from app.notebook.models import database, open_database
+    from app.notebook.models import database
+    from app.notebook.schema import open_database
     from app.notebook.settings import NotebookSettings
 
     settings = NotebookSettings.from_env(app.config["DATA_DIR"])

@@ -37,7 +37,7 @@ def _preload_model(settings):
 def worker(args):
     from app.notebook import processing
     from app.notebook.jobs import JobQueue
-    from app.notebook.models import open_database
+    from app.notebook.schema import open_database
     from app.notebook.settings import NotebookSettings
 
     configure_logging()
@@ -66,7 +66,8 @@ def reembed(args):
     from app.notebook import embeddings
     from app.notebook.ids import public
     from app.notebook.jobs import JobQueue
-    from app.notebook.models import Chunk, Note, Source, open_database, write_transaction
+    from app.notebook.models import Chunk, Note, Source, write_transaction
+    from app.notebook.schema import open_database
     from app.notebook.settings import NotebookSettings
 
     settings = NotebookSettings.from_env(config.data_dir("notebook"), serving=False)

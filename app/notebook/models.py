@@ -21,7 +21,6 @@ from peewee import (
 )
 from playhouse.sqlite_ext import JSONField
 
-from app.common.db import connect_database
 from app.common.db import write_transaction as common_write_transaction
 
 database = DatabaseProxy()
@@ -254,24 +253,3 @@ def is_sqlite():
 def write_transaction():
     """This database's immediate write transaction (see app.common.db.write_transaction)."""
     return common_write_transaction(database)
-
-
-def open_database(url, pool=True):
-    """Connect the models to `url` and create what is missing, the full-text index too.
-    `pool`: pooled connections, for the web worker where each request is a greenlet."""
-    db = connect_database(database, url, MODELS, pool=pool)
-    if is_sqlite():
-        with db.connection_context():
-            _create_search_index(db)
-    return db
-
-
-def _create_search_index(db):
-    """The full-text table and its rank, written only when missing. Writing FTS5's
-    configuration again, even with the same value, changes it under every other
-    process's open statements: their next search failed ("SQL logic error") each
-    time a job worker or a web worker started."""
-    with db.atomic("IMMEDIATE"):  # two processes starting together write it once
-        db.execute_sql(FTS_DDL)
-        if db.execute_sql("SELECT 1 FROM search_fts_config WHERE k = 'rank'").fetchone() is None:
-            db.execute_sql(FTS_RANK)

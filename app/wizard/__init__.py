@@ -18,7 +18,8 @@ def init_app(app):
     from app.common.db import bind_to_requests
     from app.wizard import ai, api, pages, uploads  # noqa: F401  (routes register on bp)
     from app.wizard.generation import Generator
-    from app.wizard.models import database, open_database
+    from app.wizard.models import database
+    from app.wizard.schema import open_database
     from app.wizard.seed import seed_global_wizards
     from app.wizard.settings import UPLOAD_LIMIT, WizardSettings
 

@@ -10,8 +10,6 @@ from datetime import UTC, datetime
 
 from peewee import AutoField, BooleanField, CharField, DatabaseProxy, IntegerField, Model, TextField
 
-from app.common.db import connect_database
-
 database = DatabaseProxy()
 
 
@@ -140,10 +138,3 @@ COLLECTIONS = {
 }
 MODELS = [*COLLECTIONS.values(), LlmTiming, CollectionVersion, Marker]
 
-
-def open_database(url):
-    db = connect_database(database, url, MODELS)
-    with db.connection_context():
-        for name in COLLECTIONS:
-            CollectionVersion.get_or_create(name=name)
-    return db

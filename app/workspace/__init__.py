@@ -41,7 +41,8 @@ def init_app(app):
         terminal,
         workspaces,
     )
-    from app.workspace.models import database, open_database
+    from app.workspace.models import database
+    from app.workspace.schema import open_database
     from app.workspace.settings import WorkspaceSettings
 
     settings = WorkspaceSettings.from_env(app.config["DATA_DIR"])

@@ -17,8 +17,9 @@ from flask import Flask
 from app.common import config
 from app.common.errors import ApiError
 from app.workspace import accounts, sessions
-from app.workspace.models import User, database, open_database
+from app.workspace.models import User, database
 from app.workspace.passwords import weakness
+from app.workspace.schema import open_database
 from app.workspace.settings import WorkspaceSettings
 
 

@@ -1,13 +1,11 @@
 """The platform's data (peewee): organizations, users, memberships, session
 tokens, OIDC links, an audit log, and workspaces with their agents and apps.
-The schema is created, and later migrated, at start-up, idempotently."""
+The schema is made and migrated at start-up (app/workspace/schema.py)."""
 import uuid
 from datetime import UTC, datetime
 
 from peewee import BooleanField, CharField, DatabaseProxy, DateTimeField, ForeignKeyField, Model, TextField, UUIDField
 from playhouse.sqlite_ext import JSONField
-
-from app.common.db import connect_database
 
 database = DatabaseProxy()
 
@@ -132,15 +130,6 @@ class WorkspaceApp(BaseModel):
 MODELS = [Organization, User, Membership, ApiKey, OidcLink, AuditLog, Singleton, Workspace, WorkspaceAgent,
           WorkspaceApp]
 DEFAULT_ORGANIZATION = "default"
-
-
-def open_database(url):
-    """Connect the models to `url` and bring the schema up to date."""
-    db = connect_database(database, url, MODELS)
-    with db.connection_context():
-        if not Organization.select().where(Organization.is_default).exists():
-            Organization.get_or_create(name=DEFAULT_ORGANIZATION, defaults={"is_default": True})
-    return db
 
 
 def audit(action, user=None, actor="", **detail):
