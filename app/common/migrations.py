@@ -13,7 +13,11 @@ lock held by the transaction), so each step runs exactly once:
 - a database with the service's tables and no history is release 0.1.0's: recorded
   at version 1, then brought forward;
 - otherwise every step newer than the recorded version runs, in order, inside the
-  transaction that records it (DDL is transactional on SQLite and PostgreSQL);
+  transaction that records it (DDL is transactional on SQLite and PostgreSQL). On
+  SQLite the steps run with foreign keys off, as SQLite's procedure for schema
+  changes says: playhouse.migrate rebuilds a table to change a column, and dropping
+  the old table would otherwise fire ON DELETE actions on the rows that refer to it
+  (SET NULL, CASCADE). The keys are checked before the commit instead;
 - a database recorded at a version newer than the code refuses the start with one
   line (SchemaTooNew): an older release must not write to a schema it does not know.
 
@@ -68,7 +72,7 @@ class History:
 
 def bring_up_to_date(db, history):
     """Apply what `history` has that the database lacks; returns the version it is at."""
-    with db.connection_context(), _locked(db, history.service):
+    with db.connection_context(), _foreign_keys_deferred(db), _locked(db, history.service):
         db.execute_sql(f"CREATE TABLE IF NOT EXISTS {HISTORY_TABLE} (version INTEGER PRIMARY KEY, "
                        "name VARCHAR(200) NOT NULL, applied_at VARCHAR(40) NOT NULL)")
         current = db.execute_sql(f"SELECT MAX(version) FROM {HISTORY_TABLE}").fetchone()[0]
@@ -87,6 +91,7 @@ def bring_up_to_date(db, history):
         for step in history.steps[current:]:
             step.apply(db, migrator)
             _record(db, step)
+        _check_foreign_keys(db)
         return history.newest
 
 
@@ -123,6 +128,29 @@ def _locked(db, service):
         if isinstance(db, PostgresqlDatabase):
             db.execute_sql("SELECT pg_advisory_xact_lock(%s)", (_lock_key(service),))
         yield
+
+
+@contextmanager
+def _foreign_keys_deferred(db):
+    """SQLite: foreign keys off for the migration's transaction (the pragma is a no-op
+    inside one, so it is set before it begins), on again after."""
+    if not isinstance(db, SqliteDatabase):
+        yield
+        return
+    enabled = db.execute_sql("PRAGMA foreign_keys").fetchone()[0]
+    db.execute_sql("PRAGMA foreign_keys = OFF")
+    try:
+        yield
+    finally:
+        db.execute_sql(f"PRAGMA foreign_keys = {'ON' if enabled else 'OFF'}")
+
+
+def _check_foreign_keys(db):
+    """SQLite: a step must leave no row referring to a missing one (else it rolls back)."""
+    if isinstance(db, SqliteDatabase):
+        broken = db.execute_sql("PRAGMA foreign_key_check").fetchall()
+        if broken:
+            raise RuntimeError(f"a schema step left rows whose foreign keys point nowhere: {broken[:5]}")
 
 
 @contextmanager

@@ -173,3 +173,31 @@ def test_a_service_refuses_to_start_on_a_newer_database_with_one_line(tmp_path):
     errors = [line for line in started.stderr.splitlines() if line.startswith("error:")]
     assert errors == [f"error: the wizard database is at schema version {WIZARD.newest + 1}, newer than this "
                       f"code's {WIZARD.newest}: run the release that migrated it, or a newer one"], started.stderr
+
+
+def test_a_step_that_rebuilds_a_referenced_table_keeps_the_references(tmp_path):
+    """playhouse.migrate rebuilds a SQLite table to change a column; with foreign keys
+    on, dropping the old table would null (or delete) the rows that refer to it."""
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as conn:
+        conn.executescript("""
+            CREATE TABLE owners (id INTEGER NOT NULL PRIMARY KEY, name VARCHAR(255));
+            CREATE TABLE pets (id INTEGER NOT NULL PRIMARY KEY, name VARCHAR(255) NOT NULL,
+                               owner_id INTEGER REFERENCES owners (id) ON DELETE SET NULL);
+            INSERT INTO owners VALUES (1, 'ann');
+            INSERT INTO pets VALUES (1, 'rex', 1);
+        """)
+
+    def names_required(db, migrator):
+        migrate(migrator.add_not_null("owners", "name"))  # a table rebuild on SQLite
+
+    history = History("pets", [Pet], [Step(1, "release 0.1.0"), Step(2, "owners need names", names_required)])
+    db = SqliteDatabase(str(path), pragmas={"foreign_keys": 1, "busy_timeout": 10000})
+    proxy.initialize(db)
+    assert bring_up_to_date(db, history) == 2
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT owner_id FROM pets").fetchall() == [(1,)]
+        required = conn.execute("SELECT \"notnull\" FROM pragma_table_info('owners') WHERE name = 'name'")
+        assert required.fetchone() == (1,)
+    with db.connection_context():
+        assert db.execute_sql("PRAGMA foreign_keys").fetchone() == (1,)  # on again for the process's work
