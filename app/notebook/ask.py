@@ -4,9 +4,11 @@ as SSE records:
     {"type": "strategy", "reasoning", "searches": [{term, instructions}]}   (at most five)
     {"type": "answer", "term", "instructions", "content", "sources", "cited"}  (one per search with results)
     {"type": "final_answer", "content", "sources"}
-    {"type": "complete"}
+    {"type": "complete", "final_answer"}          (the final answer's content again)
 
-or, when something fails on the way, an `error` record that ends the stream. The
+or, when something fails on the way, an `error` record ({message, detail, status})
+that ends the stream. `/search/ask` (Open Notebook's path) is the same stream, and
+`/search/ask/simple` answers `{answer, question}` at once. The
 models are resolved (override, else the default chat model) before the stream
 starts, so a missing one is a plain 400/404. Searches are full-text (BM25) over
 the notebook (or everything); answers cite what they use by id."""
@@ -40,7 +42,26 @@ _REQUEST = AskRequest()  # made once: a schema keeps no state between loads
 
 
 @bp.post("/ask")
+@bp.post("/search/ask")  # Open Notebook's path for the same stream
 def ask():
+    return streams.sse(_records(*_prepared()))
+
+
+@bp.post("/search/ask/simple")
+def ask_simple():
+    """The same work without a stream: the final answer once it is written (Open
+    Notebook's `ask_simple`). A failure on the way is that failure's status."""
+    question, notebook_key, models = _prepared()
+    try:
+        final = next(r["content"] for r in _records(question, notebook_key, models) if r["type"] == "final_answer")
+    except llm.ProviderError as exc:
+        raise ApiError(exc.status, exc.message) from None
+    return {"answer": final, "question": question}
+
+
+def _prepared():
+    """(question, notebook key or None, {field: resolved model}) of the request; the
+    models are resolved before any stream starts, so a missing one is a plain 400/404."""
     data = body(_REQUEST)
     notebook_key = _notebook_key(data["notebook_id"]) if data.get("notebook_id") else None
     config = settings()
@@ -51,7 +72,7 @@ def ask():
         if override not in resolved:
             resolved[override] = model_config.resolve(config, "chat", override, field)
         models[field] = resolved[override]
-    return streams.sse(_records(data["question"], notebook_key, models))
+    return data["question"], notebook_key, models
 
 
 def _notebook_key(public_id):
@@ -81,8 +102,9 @@ def _records(question, notebook_key, models):
                   "content": content, "sources": ids, "cited": _cited(content, ids)}
         answers.append(answer)
         yield answer
-    yield _final(question, answers, models["final_answer_model"])
-    yield {"type": "complete"}
+    final = _final(question, answers, models["final_answer_model"])
+    yield final
+    yield {"type": "complete", "final_answer": final["content"]}
 
 
 def _final(question, answers, model):

@@ -45,20 +45,22 @@ def delete_note(record):
     record.delete_instance()
 
 
-def delete_notebook(record, uploads):
-    """Notes of the notebook go; sources only in this notebook go; sources shared
-    with other notebooks are unlinked and stay. Returns the counts and the files to
-    remove once the transaction commits."""
+def delete_notebook(record, uploads, delete_exclusive_sources):
+    """Notes of the notebook go; sources shared with other notebooks are unlinked and
+    stay; sources only in this notebook go when `delete_exclusive_sources`, else they
+    stay in no notebook. Returns the counts and the files to remove once the
+    transaction commits."""
     notes = list(Note.select(Note.id).where(Note.notebook == record.id))
     for note in notes:
         delete_note(note)
-    deleted, unlinked, files = 0, 0, []
+    deleted, unlinked, kept, files = 0, 0, 0, []
     for link in list(SourceNotebook.select().where(SourceNotebook.notebook == record.id)):
         others = SourceNotebook.select().where((SourceNotebook.source == link.source_id)
                                                & (SourceNotebook.notebook != record.id)).count()
-        if others:
+        if others or not delete_exclusive_sources:
             link.delete_instance()
-            unlinked += 1
+            unlinked += bool(others)
+            kept += not others
         else:
             _, _, path = delete_source(Source.get_by_id(link.source_id), uploads)
             deleted += 1
@@ -66,7 +68,7 @@ def delete_notebook(record, uploads):
                 files.append(path)
     record.delete_instance()
     return {"deleted_notes": len(notes), "deleted_sources": deleted, "unlinked_sources": unlinked,
-            "files": files}
+            "kept_sources": kept, "files": files}
 
 
 def remove_files(paths):

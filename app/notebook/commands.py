@@ -28,6 +28,7 @@ def list_commands():
 
 
 @bp.get("/commands/<command_id>")
+@bp.get("/commands/jobs/<command_id>")  # Open Notebook's path; the same answer
 def read_command(command_id):
     return views.command(get_command(command_id))
 

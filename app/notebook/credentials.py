@@ -2,6 +2,7 @@
 key encrypted at rest with Fernet (NOTEBOOK_ENCRYPTION_KEY), never answered
 (`has_api_key`). Also where a call's Target comes from: a model's credential, else
 the provider's newest credential, else the provider's environment variables."""
+import json
 import logging
 import os
 from urllib.parse import unquote, urlsplit
@@ -50,12 +51,13 @@ def decrypt(config, credential):
         raise DecryptionError("it was encrypted with another NOTEBOOK_ENCRYPTION_KEY") from None
 
 
-def decryption_failed(config, credential):
+def decryption_error(config, credential):
+    """Why the stored key of `credential` cannot be decrypted, or None when it can (or has none)."""
     try:
         decrypt(config, credential)
-        return False
-    except DecryptionError:
-        return True
+        return None
+    except DecryptionError as exc:
+        return f"the stored API key cannot be decrypted: {exc}"
 
 
 # --------------------------------------------------------------------------- targets
@@ -121,7 +123,7 @@ def get_credential(public_id):
 def _view(record, model_counts=None):
     if model_counts is None:
         model_counts = {record.id: LanguageModel.select().where(LanguageModel.credential == record.id).count()}
-    return views.credential(record, decryption_failed(settings(), record), model_counts.get(record.id, 0))
+    return views.credential(record, decryption_error(settings(), record), model_counts.get(record.id, 0))
 
 
 # --------------------------------------------------------------------------- CRUD
@@ -141,7 +143,8 @@ def list_credentials():
 def create_credential():
     data = body(CredentialCreate())
     record = Credential(id=new_key(), name=data["name"], provider=data["provider"],
-                        base_url=_checked_base_url(data.get("base_url")))
+                        base_url=_checked_base_url(data.get("base_url")),
+                        modalities=json.dumps(data.get("modalities") or []))
     if data.get("api_key"):
         record.api_key_encrypted = encrypt(settings(), data["api_key"])
     with write_transaction():
@@ -168,6 +171,8 @@ def update_credential(credential_id):
         changes["base_url"] = _checked_base_url(data["base_url"]) or None
     if "api_key" in data:
         changes["api_key_encrypted"] = encrypt(settings(), data["api_key"]) if data["api_key"] else None
+    if "modalities" in data:
+        changes["modalities"] = json.dumps(data["modalities"])
     with write_transaction():
         if "name" in data:
             _unique_name(data["name"], record.id)

@@ -10,19 +10,11 @@ import os
 
 from huey import SqliteHuey
 
-from app.notebook import embeddings
-from app.notebook.ids import new_key, public
-from app.notebook.models import Command
+from app.notebook import embeddings, processing
+from app.notebook.command_state import new_command
+from app.notebook.ids import public
 
 log = logging.getLogger("bundle.notebook")
-
-
-def new_command(kind, target):
-    """A new command row (call inside the transaction that makes its target)."""
-    command = Command(id=new_key(), kind=kind, target=target, status="new",
-                      progress={"stage": "queued", "percent": 0})
-    command.save(force_insert=True)
-    return command
 
 
 class JobQueue:
@@ -32,7 +24,6 @@ class JobQueue:
         # strict_fifo: jobs run in the order they were queued (sources in the order added).
         self.huey = SqliteHuey(name="notebook", filename=settings.jobs_path, results=False,
                                strict_fifo=True, timeout=10)
-        from app.notebook import processing
         # No retries: a job that fails is `failed`; POST /sources/{id}/retry starts it again.
         self._tasks = {
             "process_source": self.huey.task(name="process_source", retries=0)(processing.run),

@@ -17,7 +17,9 @@ from app.notebook.schemas import DEFAULT_KEYS, DefaultsUpdate, ModelCreate, Mode
 DEFAULT_TYPES = {"default_chat_model": "language", "default_transformation_model": "language",
                  "large_context_model": "language", "default_embedding_model": "embedding",
                  "default_text_to_speech_model": "text_to_speech",
-                 "default_speech_to_text_model": "speech_to_text"}
+                 "default_speech_to_text_model": "speech_to_text",
+                 # Kept for Open Notebook's clients (its agents' tool calls); nothing here uses it yet.
+                 "default_tools_model": "language"}
 # Each use's defaults, first found wins.
 FALLBACKS = {"chat": ("default_chat_model",),
              "transformation": ("default_transformation_model", "default_chat_model"),

@@ -144,6 +144,7 @@ class Credential(BaseModel):
     provider = CharField(max_length=30, index=True)
     base_url = TextField(null=True)
     api_key_encrypted = TextField(null=True)
+    modalities = TextField(null=True)      # a JSON list: language, embedding, ... (null: none; schema step 2)
     created = DateTimeField(default=now, index=True)
     updated = DateTimeField(default=now)
 
@@ -176,6 +177,8 @@ class Transformation(BaseModel):
     description = TextField(default="")
     prompt = TextField()                         # data sent to the model, never rendered as a template
     apply_default = BooleanField(default=False)
+    # The model that runs it when a request names none (schema step 2); else the default.
+    model = ForeignKeyField(LanguageModel, null=True, on_delete="SET NULL")
     created = DateTimeField(default=now, index=True)
     updated = DateTimeField(default=now)
 

@@ -6,7 +6,7 @@ from app.notebook import bp, cleanup, views
 from app.notebook.http import body, query, settings
 from app.notebook.ids import key_of, new_key, public
 from app.notebook.models import Notebook, now, write_transaction
-from app.notebook.schemas import NotebookCreate, NotebookListQuery, NotebookUpdate
+from app.notebook.schemas import NotebookCreate, NotebookDeleteQuery, NotebookListQuery, NotebookUpdate
 
 _ORDER = {"updated": Notebook.updated, "created": Notebook.created, "name": Notebook.name_key}
 
@@ -25,8 +25,8 @@ def _name_taken(name):
 @bp.get("/notebooks")
 def list_notebooks():
     args = query(NotebookListQuery)
-    field, direction = args["order_by"].split()
-    order = _ORDER[field].desc() if direction == "desc" else _ORDER[field].asc()
+    field, *direction = args["order_by"].lower().split()
+    order = _ORDER[field].desc() if direction == ["desc"] else _ORDER[field].asc()
     selection = Notebook.select().order_by(order)
     if "archived" in args:
         selection = selection.where(Notebook.archived == args["archived"])
@@ -70,8 +70,17 @@ def update_notebook(notebook_id):
 
 @bp.delete("/notebooks/<notebook_id>")
 def delete_notebook(notebook_id):
+    """Its notes go. Sources only it holds are kept (in no notebook) unless the caller
+    asks to delete them (`delete_exclusive_sources=true`); shared ones are unlinked.
+    The answer says what happened to each."""
+    args = query(NotebookDeleteQuery)
     record = get_notebook(notebook_id)
     with write_transaction():
-        removed = cleanup.delete_notebook(record, settings().uploads_dir)
+        removed = cleanup.delete_notebook(record, settings().uploads_dir, args["delete_exclusive_sources"])
     cleanup.remove_files(removed.pop("files"))
-    return {"deleted": public("notebook", record.id), **removed}
+    kept = removed["kept_sources"]
+    message = (f"Notebook deleted; {removed['deleted_notes']} note(s) and {removed['deleted_sources']} "
+               f"source(s) deleted, {removed['unlinked_sources']} shared source(s) unlinked"
+               + (f", {kept} source(s) that only it held kept (delete_exclusive_sources=true deletes them)"
+                  if kept else ""))
+    return {"message": message, "deleted": public("notebook", record.id), **removed}

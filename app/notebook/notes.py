@@ -42,10 +42,10 @@ def list_notes():
 @bp.post("/notes")
 def create_note():
     data = body(NoteCreate())
-    notebook = get_notebook(data["notebook_id"])
+    notebook_key = get_notebook(data["notebook_id"]).id if data.get("notebook_id") else None
     with write_transaction():
         record = Note(id=new_key(), title=data.get("title") or default_title(data["content"]),
-                      content=data["content"], note_type=data["note_type"], notebook=notebook.id)
+                      content=data["content"], note_type=data["note_type"], notebook=notebook_key)
         record.save(force_insert=True)
         _reindex(record)
         command = jobs().note_command(record)

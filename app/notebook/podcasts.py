@@ -10,6 +10,7 @@ from flask import send_file
 from app.common import tts
 from app.common.errors import ApiError
 from app.notebook import bp, chat, llm, model_config, views
+from app.notebook.command_state import Canceled, complete, ensure_running, progress
 from app.notebook.http import body, jobs, settings
 from app.notebook.ids import key_of, new_key, public
 from app.notebook.models import Command, Episode, now, write_transaction
@@ -101,18 +102,17 @@ def delete_episode(episode_id):
 # --------------------------------------------------------------------------- the job (worker)
 
 def make_episode(command, config):
-    from app.notebook import processing
     record = Episode.get_or_none(Episode.id == command.target.split(":", 1)[1])
     if record is None:
-        raise processing.Canceled(f"{command.target} was deleted")
+        raise Canceled(f"{command.target} was deleted")
     resolved = model_config.resolve(config, "chat", record.model_id)
     names = SPEAKER_NAMES[:record.speakers]
     material = chat.render_context(chat.build_context(record.notebook_id, {}, config.context_max_chars))
-    processing.progress(command, "writing the script", 10)
+    progress(command, "writing the script", 10)
     prompt = DIALOGUE_PROMPT.format(turns=TURNS[record.length], names=", ".join(names))
     turns = parse_turns(llm.chat(resolved.target, resolved.name, [{"role": "system", "content": prompt},
                                                                   {"role": "user", "content": material}]), names)
-    processing.progress(command, "speaking", 40)
+    progress(command, "speaking", 40)
     audio = _speak(turns, names, config)
     os.makedirs(config.podcasts_dir, exist_ok=True)
     name = f"{record.id}.mp3"
@@ -121,10 +121,10 @@ def make_episode(command, config):
         with open(partial, "wb") as f:
             f.write(audio)
         with write_transaction():
-            processing.ensure_running(command)
+            ensure_running(command)
             os.replace(partial, os.path.join(config.podcasts_dir, name))
             Episode.update(transcript=turns, audio_file=name, updated=now()).where(Episode.id == record.id).execute()
-            processing._complete(command, {"episode_id": command.target, "turns": len(turns),
+            complete(command, {"episode_id": command.target, "turns": len(turns),
                                            "bytes": len(audio), "model_id": resolved.id}, vectors_changed=False)
     finally:
         if os.path.exists(partial):  # canceled (the episode deleted) or failed: no half file stays

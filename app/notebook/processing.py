@@ -11,7 +11,8 @@ import logging
 import os
 
 from app.common.errors import ApiError
-from app.notebook import chunking, embeddings, extract, index, llm, ssrf
+from app.notebook import chunking, embeddings, extract, index, llm, model_config, podcasts, ssrf, transformations
+from app.notebook.command_state import Canceled, claim, complete, ensure_running, fail, new_command, progress, stop
 from app.notebook.ids import new_key, public
 from app.notebook.models import (
     Chunk,
@@ -21,7 +22,6 @@ from app.notebook.models import (
     Note,
     Source,
     Transformation,
-    bump_vectors,
     now,
     write_transaction,
 )
@@ -32,10 +32,6 @@ _queue = None
 EMBED_BATCH = 32
 
 
-class Canceled(Exception):
-    """The command was canceled, or what it works on was deleted."""
-
-
 def configure(settings, queue=None):
     """Called once by the worker process before it consumes jobs; `queue` takes the
     jobs that jobs start (a processed source's insights)."""
@@ -43,57 +39,9 @@ def configure(settings, queue=None):
     _settings, _queue = settings, queue
 
 
-# --------------------------------------------------------------------------- command state
-
-def _claim(command_key):
-    claimed = (Command.update(status="running", updated=now(), progress={"stage": "starting", "percent": 0})
-               .where((Command.id == command_key) & (Command.status == "new")).execute())
-    return Command.get_by_id(command_key) if claimed else None
-
-
-def ensure_running(command):
-    status = Command.select(Command.status).where(Command.id == command.id).scalar()
-    if status != "running":
-        raise Canceled(f"command {command.id} is {status or 'gone'}")
-
-
-def progress(command, stage, percent):
-    (Command.update(progress={"stage": stage, "percent": percent}, updated=now())
-     .where((Command.id == command.id) & (Command.status == "running")).execute())
-    ensure_running(command)
-
-
-def _complete(command, result, vectors_changed=True):
-    """Inside the job's final transaction: only a command still running completes."""
-    if vectors_changed:
-        bump_vectors()
-    done = (Command.update(status="completed", result=result, progress={"stage": "done", "percent": 100},
-                           updated=now())
-            .where((Command.id == command.id) & (Command.status == "running")).execute())
-    if not done:
-        raise Canceled(f"command {command.id} was canceled before it could complete")
-
-
-def _fail(command, message):
-    with write_transaction():
-        failed = (Command.update(status="failed", error_message=message, updated=now())
-                  .where((Command.id == command.id) & (Command.status == "running")).execute())
-        if failed and command.kind == "process_source":
-            (Source.update(status="failed", error_message=message, updated=now())
-             .where(Source.command_id == command.id).execute())
-
-
-def _stop(command, reason):
-    """A command stopped because what it works on went away is `canceled`, not left
-    `running` (one canceled through the API is already; this changes nothing then)."""
-    with write_transaction():
-        (Command.update(status="canceled", error_message=reason, updated=now())
-         .where((Command.id == command.id) & (Command.status == "running")).execute())
-
-
 def run(command_key):
     """The huey task: run one command to its end (completed, failed or canceled)."""
-    command = _claim(command_key)
+    command = claim(command_key)
     if command is None:
         log.info("command %s skipped: it is no longer queued", command_key)
         return
@@ -102,17 +50,17 @@ def run(command_key):
         handler(command)
     except Canceled as exc:
         log.info("command %s stopped: %s", command.id, exc)
-        _stop(command, str(exc))
+        stop(command, str(exc))
     except (extract.ExtractionError, ssrf.LinkRefused, embeddings.EmbeddingUnavailable,
             llm.ProviderError) as exc:
         log.info("command %s failed: %s", command.id, exc)
-        _fail(command, str(exc))
+        fail(command, str(exc))
     except ApiError as exc:  # what a route would answer: no model configured, an unknown override
         log.info("command %s failed: %s", command.id, exc.message)
-        _fail(command, exc.message)
+        fail(command, exc.message)
     except Exception as exc:  # a bug or an unexpected library error: failed, with its kind, logged
         log.exception("command %s failed unexpectedly", command.id)
-        _fail(command, f"processing failed: {type(exc).__name__}: {str(exc)[:300]}")
+        fail(command, f"processing failed: {type(exc).__name__}: {str(exc)[:300]}")
 
 
 def recover_interrupted():
@@ -120,7 +68,7 @@ def recover_interrupted():
     it is failed (retry starts it again), not left running forever."""
     keys = [c.id for c in Command.select(Command.id).where(Command.status == "running")]
     for key in keys:
-        _fail(Command.get_by_id(key), "the worker stopped while this job ran; retry it")
+        fail(Command.get_by_id(key), "the worker stopped while this job ran; retry it")
     return len(keys)
 
 
@@ -217,7 +165,7 @@ def process_source(command):
                   "embedding_model": model if embedded else None}
         if not embedded:
             result["embedding"] = model  # why not: not requested, or no model available
-        _complete(command, result)
+        complete(command, result)
         insight_commands = _queue_requested_insights(source.id)
     if source.delete_file and source.file_name:
         _drop_file(source)
@@ -228,7 +176,6 @@ def process_source(command):
 def _queue_requested_insights(source_key):
     """Commands for the transformations the source asked for at its creation (in the
     transaction that completes its processing; enqueued after it commits)."""
-    from app.notebook.jobs import new_command
     commands = []
     for request in InsightRequest.select().where((InsightRequest.source == source_key)
                                                  & InsightRequest.command_id.is_null()):
@@ -262,7 +209,7 @@ def embed_source(command):
         for chunk, vector in zip(stale, vectors):
             (Chunk.update(embedding=embeddings.to_blob(vector), embedding_model=model.name,
                           embedding_dim=len(vector)).where(Chunk.id == chunk.id).execute())
-        _complete(command, {"source_id": command.target, "embedded_chunks": len(stale),
+        complete(command, {"source_id": command.target, "embedded_chunks": len(stale),
                             "embedding_model": model.name})
 
 
@@ -283,7 +230,7 @@ def embed_note(command):
         (Note.update(embedding=embeddings.to_blob(vector), embedding_model=model.name,
                      embedding_dim=len(vector))
          .where((Note.id == key) & (Note.content == note.content) & (Note.title == note.title)).execute())
-        _complete(command, {"note_id": command.target, "embedding_model": model.name,
+        complete(command, {"note_id": command.target, "embedding_model": model.name,
                             "dimensions": len(vector)})
 
 
@@ -291,13 +238,13 @@ def embed_note(command):
 
 def insight(command):
     """Apply a transformation to a source with the language model; store the insight."""
-    from app.notebook import model_config, transformations
     request = InsightRequest.get_or_none(InsightRequest.command_id == command.id)
     source = Source.get_or_none(Source.id == request.source_id) if request else None
     transformation = Transformation.get_or_none(Transformation.id == request.transformation_id) if request else None
     if source is None or transformation is None:
         raise Canceled(f"the source or the transformation of {command.id} was deleted")
-    resolved = model_config.resolve(_settings, "transformation", request.model_id)
+    resolved = model_config.resolve(_settings, "transformation",
+                                    transformations.model_override(transformation, request.model_id))
     progress(command, "asking the model", 20)
     output = llm.chat(resolved.target, resolved.name,
                       transformations.messages_for(transformation.prompt, source.full_text,
@@ -307,13 +254,12 @@ def insight(command):
         record = Insight.create(id=new_key(), source=source.id, transformation=transformation.id,
                                 insight_type=transformation.title or transformation.name, content=output,
                                 model_name=resolved.name)
-        _complete(command, {"insight_id": public("insight", record.id), "source_id": command.target,
+        complete(command, {"insight_id": public("insight", record.id), "source_id": command.target,
                             "transformation_id": public("transformation", transformation.id),
                             "model_id": resolved.id}, vectors_changed=False)
 
 
 def podcast(command):
-    from app.notebook import podcasts
     podcasts.make_episode(command, _settings)
 
 

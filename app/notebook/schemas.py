@@ -7,7 +7,7 @@ from marshmallow import Schema, ValidationError, fields, pre_load, validate, val
 
 SOURCE_TYPES = ("upload", "link", "text")
 STATUSES = ("new", "running", "completed", "failed", "canceled")
-SORT_FIELDS = ("created", "updated", "title", "type")
+SORT_FIELDS = ("created", "updated", "title", "type", "insights_count", "embedded")
 NOTE_TYPES = ("human", "ai")
 
 _id = fields.String(validate=validate.Length(min=1, max=100))
@@ -42,10 +42,27 @@ class NotebookUpdate(_Strict):
             raise ValidationError("give at least one of name, description, archived")
 
 
+NOTEBOOK_ORDER_FIELDS = ("updated", "created", "name")
+
+
 class NotebookListQuery(Schema):
     archived = fields.Boolean(metadata={"description": "only archived (true) or active (false) notebooks"})
-    order_by = fields.String(load_default="updated desc", validate=validate.OneOf(
-        ("updated desc", "updated asc", "created desc", "created asc", "name asc", "name desc")))
+    order_by = fields.String(load_default="updated desc", metadata={
+        "description": "a field (updated, created, name) and a direction (asc, desc; asc when left out)"})
+
+    @validates_schema
+    def known_order(self, data, **kwargs):
+        words = data.get("order_by", "updated desc").lower().split()
+        if not 1 <= len(words) <= 2 or words[0] not in NOTEBOOK_ORDER_FIELDS or words[1:] not in ([], ["asc"],
+                                                                                                  ["desc"]):
+            raise ValidationError("must be a field (updated, created, name) optionally followed by asc or desc",
+                                  "order_by")
+
+
+class NotebookDeleteQuery(Schema):
+    delete_exclusive_sources = fields.Boolean(load_default=False, metadata={
+        "description": "also delete the sources that belong to this notebook only (else they are kept, "
+                       "in no notebook)"})
 
 
 class SourceCreate(_Strict):
@@ -59,6 +76,7 @@ class SourceCreate(_Strict):
     embed = fields.Boolean(load_default=True)
     delete_source = fields.Boolean(load_default=False,
                                    metadata={"description": "delete the uploaded file once processed"})
+    file_path = fields.String(metadata={"description": "not taken: upload the file itself (multipart `file`)"})
     transformations = fields.List(fields.String(validate=validate.Length(min=1, max=100)), load_default=list,
                                   validate=validate.Length(max=20),
                                   metadata={"description": "transformation ids applied once the source is "
@@ -87,6 +105,9 @@ class SourceCreate(_Strict):
             raise ValidationError("is required for a link source", "url")
         if kind == "text" and not data.get("content"):
             raise ValidationError("is required for a text source", "content")
+        if "file_path" in data:
+            raise ValidationError("this server does not read files from its own disk: upload the file as "
+                                  "multipart/form-data (field `file`) to POST /sources", "file_path")
 
 
 class SourceUpdate(_Strict):
@@ -111,7 +132,8 @@ class NoteCreate(_Strict):
     title = fields.String(validate=validate.Length(max=500))
     content = fields.String(required=True, validate=validate.Length(min=1))
     note_type = fields.String(load_default="human", validate=validate.OneOf(NOTE_TYPES))
-    notebook_id = fields.String(required=True, validate=validate.Length(min=1, max=100))
+    notebook_id = fields.String(allow_none=True, validate=validate.Length(min=1, max=100),
+                                metadata={"description": "the notebook it belongs to; a note may belong to none"})
 
     @validates_schema
     def has_text(self, data, **kwargs):
@@ -177,14 +199,18 @@ class NotebookOut(Schema):
 
 
 class NotebookDeleted(Schema):
+    message = fields.String(required=True)
     deleted = fields.String(required=True)
     deleted_notes = fields.Integer(required=True)
     deleted_sources = fields.Integer(required=True)
     unlinked_sources = fields.Integer(required=True)
+    kept_sources = fields.Integer(required=True, metadata={
+        "description": "sources that belonged to this notebook only and were kept (in no notebook now)"})
 
 
 class Asset(Schema):
-    file_name = fields.String(allow_none=True)
+    file_path = fields.String(allow_none=True, metadata={"description": "the uploaded file's name"})
+    file_name = fields.String(allow_none=True, metadata={"description": "the same (earlier name of the field)"})
     url = fields.String(allow_none=True)
 
 
@@ -193,9 +219,11 @@ class SourceOut(Schema):
     title = fields.String(required=True)
     type = fields.String(required=True)
     topics = fields.List(fields.String(), required=True)
-    asset = fields.Nested(Asset, required=True)
-    status = fields.String(required=True)
-    command_id = fields.String(allow_none=True, required=True)
+    asset = fields.Nested(Asset, allow_none=True, required=True, metadata={"description": "null for a text source"})
+    status = fields.String(allow_none=True, required=True, metadata={
+        "description": "new, running, completed, failed, canceled; null in the answer of a synchronous add"})
+    command_id = fields.String(allow_none=True, required=True, metadata={
+        "description": "its processing job; null in the answer of a synchronous add"})
     error_message = fields.String(allow_none=True, required=True)
     embedded = fields.Boolean(required=True)
     embedded_chunks = fields.Integer(required=True)
@@ -207,15 +235,8 @@ class SourceOut(Schema):
 
 
 class SourceDetail(SourceOut):
-    full_text = fields.String(required=True)
+    full_text = fields.String(allow_none=True, required=True)
     chunk_count = fields.Integer(required=True)
-
-
-class SourceQueued(Schema):
-    id = fields.String(required=True)
-    command_id = fields.String(required=True)
-    status = fields.String(required=True)
-    title = fields.String()
 
 
 class SourceStatus(Schema):
@@ -288,10 +309,16 @@ class SearchResponse(Schema):
 PROVIDERS = ("openai", "openai_compatible", "ollama", "anthropic")
 MODEL_TYPES = ("language", "embedding", "text_to_speech", "speech_to_text")
 DEFAULT_KEYS = ("default_chat_model", "default_transformation_model", "large_context_model",
-                "default_embedding_model", "default_text_to_speech_model", "default_speech_to_text_model")
+                "default_embedding_model", "default_text_to_speech_model", "default_speech_to_text_model",
+                "default_tools_model")
 _url = fields.String(validate=[validate.Length(max=2048), validate.URL(schemes={"http", "https"}, require_tld=False)])
 _model_ref = fields.String(allow_none=True, validate=validate.Length(min=1, max=100),
                            metadata={"description": "a model id (model:<key>) that overrides the default"})
+
+
+_modalities = fields.List(fields.String(validate=validate.OneOf(MODEL_TYPES)), validate=validate.Length(max=4),
+                          metadata={"description": "what the credential is for: language, embedding, "
+                                                   "text_to_speech, speech_to_text"})
 
 
 class CredentialCreate(_Strict):
@@ -299,6 +326,7 @@ class CredentialCreate(_Strict):
     provider = fields.String(required=True, validate=validate.OneOf(PROVIDERS))
     api_key = fields.String(validate=validate.Length(min=1, max=2000))
     base_url = _url
+    modalities = _modalities
 
     @validates_schema
     def compatible_needs_url(self, data, **kwargs):
@@ -312,11 +340,12 @@ class CredentialUpdate(_Strict):
                             metadata={"description": "null removes the stored key"})
     base_url = fields.String(allow_none=True, validate=[validate.Length(max=2048),
                                                         validate.URL(schemes={"http", "https"}, require_tld=False)])
+    modalities = _modalities
 
     @validates_schema
     def not_empty(self, data, **kwargs):
         if not data:
-            raise ValidationError("give at least one of name, api_key, base_url")
+            raise ValidationError("give at least one of name, api_key, base_url, modalities")
 
 
 class CredentialListQuery(Schema):
@@ -356,6 +385,7 @@ class DefaultsUpdate(_Strict):
     default_embedding_model = _model_ref
     default_text_to_speech_model = _model_ref
     default_speech_to_text_model = _model_ref
+    default_tools_model = _model_ref
 
     @validates_schema
     def not_empty(self, data, **kwargs):
@@ -368,8 +398,10 @@ class CredentialOut(Schema):
     name = fields.String(required=True)
     provider = fields.String(required=True)
     base_url = fields.String(allow_none=True, required=True)
+    modalities = fields.List(fields.String(), required=True)
     has_api_key = fields.Boolean(required=True)
-    decryption_error = fields.Boolean(required=True)
+    decryption_error = fields.String(allow_none=True, required=True, metadata={
+        "description": "why the stored key cannot be decrypted (another NOTEBOOK_ENCRYPTION_KEY), else null"})
     model_count = fields.Integer(required=True)
     created = fields.String(required=True)
     updated = fields.String(required=True)
@@ -444,6 +476,7 @@ class Defaults(Schema):
     default_embedding_model = fields.String(allow_none=True, required=True)
     default_text_to_speech_model = fields.String(allow_none=True, required=True)
     default_speech_to_text_model = fields.String(allow_none=True, required=True)
+    default_tools_model = fields.String(allow_none=True, required=True)
 
 
 # --------------------------------------------------------------------------- transformations, insights
@@ -455,6 +488,7 @@ class TransformationCreate(_Strict):
     prompt = fields.String(required=True, validate=validate.Length(min=1, max=100_000),
                            metadata={"description": "sent to the model as it is (never a template)"})
     apply_default = fields.Boolean(load_default=False)
+    model_id = _model_ref
 
 
 class TransformationUpdate(_Strict):
@@ -463,11 +497,13 @@ class TransformationUpdate(_Strict):
     description = fields.String(validate=validate.Length(max=10000))
     prompt = fields.String(validate=validate.Length(min=1, max=100_000))
     apply_default = fields.Boolean()
+    model_id = fields.String(allow_none=True, validate=validate.Length(min=1, max=100),
+                             metadata={"description": "the model that runs it; null: the default"})
 
     @validates_schema
     def not_empty(self, data, **kwargs):
         if not data:
-            raise ValidationError("give at least one of name, title, description, prompt, apply_default")
+            raise ValidationError("give at least one of name, title, description, prompt, apply_default, model_id")
 
 
 class TransformationExecute(_Strict):
@@ -488,6 +524,7 @@ class TransformationOut(Schema):
     description = fields.String(required=True)
     prompt = fields.String(required=True)
     apply_default = fields.Boolean(required=True)
+    model_id = fields.String(allow_none=True, required=True)
     created = fields.String(required=True)
     updated = fields.String(required=True)
 
@@ -575,6 +612,11 @@ class ChatExecute(_Strict):
     def has_text(self, data, **kwargs):
         if not data.get("message", "").strip():
             raise ValidationError("must not be blank", "message")
+
+
+class AskAnswer(Schema):
+    answer = fields.String(required=True)
+    question = fields.String(required=True)
 
 
 class AskRequest(_Strict):

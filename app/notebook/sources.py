@@ -10,26 +10,22 @@ from werkzeug.exceptions import RequestEntityTooLarge
 from app.common.body import validated
 from app.common.errors import ApiError
 from app.common.offload import blocking
-from app.notebook import bp, cleanup, extract, index, ssrf, uploads, views
+from app.notebook import bp, cleanup, extract, index, ssrf, transformations, uploads, views
 from app.notebook.http import body, jobs, query, settings
-from app.notebook.ids import key_of, new_key, public
-from app.notebook.models import Command, Source, SourceNotebook, database, now, write_transaction
+from app.notebook.ids import new_key, public
+from app.notebook.models import Chunk, Command, Insight, Source, SourceNotebook, database, now, write_transaction
 from app.notebook.notebooks import get_notebook
+from app.notebook.records import get_source
 from app.notebook.schemas import SourceCreate, SourceListQuery, SourceUpdate
 
 # Room for the multipart envelope and the form's other fields beside the file.
 FORM_OVERHEAD = 1024 * 1024
 _SORT = {"created": Source.created, "updated": Source.updated, "title": fn.LOWER(Source.title),
-         "type": Source.kind}
+         "type": Source.kind,
+         "insights_count": fn.COALESCE(Insight.select(fn.COUNT(Insight.id)).where(Insight.source == Source.id), 0),
+         "embedded": fn.EXISTS(Chunk.select(Chunk.id).where((Chunk.source == Source.id)
+                                                            & Chunk.embedding.is_null(False)))}
 _LIST_FIELDS = [f for name, f in Source._meta.fields.items() if name != "full_text"]
-
-
-def get_source(public_id, fields=None):
-    selection = Source.select(*(fields or []))
-    record = selection.where(Source.id == key_of("source", public_id)).first()
-    if record is None:
-        raise ApiError(404, f"source {public_id[:80]!r} not found")
-    return record
 
 
 # --------------------------------------------------------------------------- list, read
@@ -172,6 +168,7 @@ def _wait_finished(command_key, timeout):
 
 
 @bp.post("/sources")
+@bp.post("/sources/json")  # Open Notebook's clients post JSON here; the same add
 def create_source():
     data, upload = _incoming()
     notebook_keys = _notebooks_of(data)
@@ -186,23 +183,29 @@ def create_source():
                 SourceNotebook.create(source=source.id, notebook=key)
             if source.title:  # findable by its title while it is processed
                 index.put(public("source", source.id), source.title, "")
-            from app.notebook.transformations import request_insights  # (it imports this module)
-            request_insights(source.id, data["transformations"], None)
+            transformations.request_insights(source.id, data["transformations"], None)
     except BaseException:
         if source.file_name:
             cleanup.remove_files([os.path.join(settings().uploads_dir, source.file_name)])
         raise
     jobs().enqueue(command)
-    queued = {"id": public("source", source.id), "command_id": public("command", command.id), "status": "new"}
     if data["async_processing"]:
-        return queued, 202
-    return _answer_sync(source, command, queued)
+        return _queued(source.id), 202
+    return _answer_sync(source, command)
 
 
-def _answer_sync(source, command, queued):
+def _queued(source_key):
+    """The answer of an add or a retry that runs in the background: the whole source,
+    with the command to poll and the status `new`."""
+    return views.source(get_source(source_key), detail=True)
+
+
+def _answer_sync(source, command):
     status = _wait_finished(command.id, settings().sync_timeout)
     if status == "completed":
-        return views.source(get_source(source.id), detail=True), 201
+        # Done: no job to follow (Open Notebook's clients read a command_id or a status
+        # here as a job still running). GET /sources/{id} shows both.
+        return {**views.source(get_source(source.id), detail=True), "command_id": None, "status": None}, 201
     if status in ("failed", "canceled"):
         # A synchronous add that did not work changes nothing: the source goes again.
         error = Command.get_by_id(command.id).error_message or status
@@ -213,7 +216,7 @@ def _answer_sync(source, command, queued):
             cleanup.remove_files([path] if path else [])
         raise ApiError(400 if status == "failed" else 409, f"the source could not be processed: {error}")
     # Still queued or running past NOTEBOOK_SYNC_TIMEOUT: the client polls like an async add.
-    return {**queued, "status": status or "new"}, 202
+    return _queued(source.id), 202
 
 
 # --------------------------------------------------------------------------- update, delete, retry
@@ -227,7 +230,7 @@ def update_source(source_id):
         Source.update(**changes).where(Source.id == record.id).execute()
         if "title" in data:
             index.set_title(public("source", record.id), data["title"])
-    return views.source(get_source(record.id, _LIST_FIELDS))
+    return views.source(get_source(record.id), detail=True)
 
 
 @bp.delete("/sources/<source_id>")
@@ -255,4 +258,4 @@ def retry_source(source_id):
             current = Source.select(Source.status).where(Source.id == record.id).scalar()
             raise ApiError(400, f"only a failed or canceled source can be retried; this one is {current}")
     jobs().enqueue(command)
-    return {"id": public("source", record.id), "command_id": public("command", command.id), "status": "new"}, 202
+    return _queued(record.id), 202

@@ -62,9 +62,10 @@ _EXPECTED = _expected()
 
 
 def error_record(exc):
-    """The `error` record of a failure (its message, never a traceback)."""
+    """The `error` record of a failure: its message (as `message`, what Open Notebook's
+    clients read, and `detail`, the service's error field) and status, never a traceback."""
     message = getattr(exc, "message", None) or "internal error"
-    return {"type": "error", "detail": message, "status": getattr(exc, "status", 500)}
+    return {"type": "error", "message": message, "detail": message, "status": getattr(exc, "status", 500)}
 
 
 def sse(records):

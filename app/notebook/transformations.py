@@ -10,8 +10,8 @@ from app.notebook import bp, model_config, views
 from app.notebook.http import body, jobs, settings
 from app.notebook.ids import key_of, new_key, public
 from app.notebook.models import Insight, InsightRequest, Transformation, now, write_transaction
+from app.notebook.records import get_source, get_transformation
 from app.notebook.schemas import InsightCreate, TransformationCreate, TransformationExecute, TransformationUpdate
-from app.notebook.sources import get_source
 
 TRUNCATED = "\n\n[… the rest of the text was cut: it is longer than NOTEBOOK_CONTEXT_MAX_CHARS]"
 
@@ -23,12 +23,16 @@ def messages_for(prompt, text, max_chars):
     return [{"role": "system", "content": prompt}, {"role": "user", "content": text}]
 
 
-def get_transformation(public_id, field=None):
-    record = Transformation.get_or_none(Transformation.id == key_of("transformation", public_id))
-    if record is None:
-        prefix = f"{field}: " if field else ""
-        raise ApiError(404, f"{prefix}transformation {public_id[:80]!r} not found", field=field)
-    return record
+def model_override(record, requested):
+    """The model a run of `record` uses: the request's, else the transformation's own,
+    else None (the default transformation model)."""
+    return requested or public("model", record.model_id)
+
+
+def _model_field(data):
+    """`model_id` of a create or update as the column's value (checked: a language model)."""
+    model_id = data.pop("model_id")
+    return model_config.choose("transformation", model_id, "model_id").id if model_id else None
 
 
 def _unique_name(name, except_key=None):
@@ -47,6 +51,7 @@ def list_transformations():
 @bp.post("/transformations")
 def create_transformation():
     data = body(TransformationCreate())
+    data["model"] = _model_field(data) if "model_id" in data else None
     with write_transaction():
         _unique_name(data["name"])
         record = Transformation.create(id=new_key(), **data)
@@ -62,6 +67,8 @@ def read_transformation(transformation_id):
 def update_transformation(transformation_id):
     record = get_transformation(transformation_id)
     data = body(TransformationUpdate())
+    if "model_id" in data:  # null clears it
+        data["model"] = _model_field(data)
     with write_transaction():
         if "name" in data:
             _unique_name(data["name"], record.id)
@@ -81,7 +88,7 @@ def delete_transformation(transformation_id):
 def execute_transformation():
     data = body(TransformationExecute())
     record = get_transformation(data["transformation_id"], "transformation_id")
-    resolved = model_config.resolve(settings(), "transformation", data.get("model_id"))
+    resolved = model_config.resolve(settings(), "transformation", model_override(record, data.get("model_id")))
     output = model_config.complete(resolved, messages_for(record.prompt, data["input_text"],
                                                           settings().context_max_chars))
     return {"output": output, "transformation_id": public("transformation", record.id), "model_id": resolved.id}
@@ -93,11 +100,10 @@ def request_insights(source_key, transformation_ids, model_id):
     """At a source's creation (inside its transaction): the transformations it asks
     for, checked now (unknown ones are a 404 that creates nothing), queued once the
     source is processed."""
-    if not transformation_ids:
-        return
-    model_config.choose("transformation", model_id)  # no model: the 400 comes now, not as a failed job
     for public_id in transformation_ids:
         transformation = get_transformation(public_id, "transformations")
+        # No usable model: the 400 comes now, not as a failed job.
+        model_config.choose("transformation", model_override(transformation, model_id))
         InsightRequest.create(source=source_key, transformation=transformation.id, model_id=model_id)
 
 
@@ -106,7 +112,8 @@ def create_insight(source_id):
     source = get_source(source_id)
     data = body(InsightCreate())
     transformation = get_transformation(data["transformation_id"], "transformation_id")
-    resolved = model_config.resolve(settings(), "transformation", data.get("model_id"))
+    resolved = model_config.resolve(settings(), "transformation",
+                                    model_override(transformation, data.get("model_id")))
     if not (source.full_text or "").strip():
         raise ApiError(400, f"{public('source', source.id)} has no text yet (status {source.status}): "
                             "transformations apply to processed sources")

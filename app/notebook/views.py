@@ -1,4 +1,6 @@
 """Records as the API shows them (the shapes of the response schemas)."""
+import json
+
 from peewee import fn
 
 from app.notebook.ids import public
@@ -40,14 +42,21 @@ def source_extras(keys):
     return links, embedded
 
 
+def asset(record):
+    """Where a source came from: the uploaded file's name or the link; null for a text.
+    (`file_path` is the field Open Notebook's clients read; `file_name` the same.)"""
+    if record.kind == "text":
+        return None
+    name = record.original_name if record.kind == "upload" else None
+    return {"file_path": name, "file_name": name, "url": record.url}
+
+
 def source(record, links=None, embedded=None, file_available=None, detail=False):
     if links is None or embedded is None:
         links, embedded = source_extras([record.id])
     count = embedded.get(record.id, 0)
     body = {"id": public("source", record.id), "title": record.title, "type": record.kind,
-            "topics": list(record.topics or []),
-            "asset": {"file_name": record.original_name if record.kind == "upload" else None,
-                      "url": record.url},
+            "topics": list(record.topics or []), "asset": asset(record),
             "status": record.status, "command_id": public("command", record.command_id),
             "error_message": record.error_message, "embedded": count > 0, "embedded_chunks": count,
             "insights_count": Insight.select().where(Insight.source == record.id).count(),
@@ -55,7 +64,7 @@ def source(record, links=None, embedded=None, file_available=None, detail=False)
             "file_available": bool(record.file_name) if file_available is None else file_available,
             "created": timestamp(record.created), "updated": timestamp(record.updated)}
     if detail:
-        body["full_text"] = record.full_text or ""
+        body["full_text"] = record.full_text
         body["chunk_count"] = Chunk.select().where(Chunk.source == record.id).count()
     return body
 
@@ -76,7 +85,8 @@ def command(record):
 
 def credential(record, decryption_error, model_count):
     return {"id": public("credential", record.id), "name": record.name, "provider": record.provider,
-            "base_url": record.base_url, "has_api_key": bool(record.api_key_encrypted),
+            "base_url": record.base_url, "modalities": json.loads(record.modalities or "[]"),
+            "has_api_key": bool(record.api_key_encrypted),
             "decryption_error": decryption_error, "model_count": model_count,
             "created": timestamp(record.created), "updated": timestamp(record.updated)}
 
@@ -90,6 +100,7 @@ def model(record):
 def transformation(record):
     return {"id": public("transformation", record.id), "name": record.name, "title": record.title,
             "description": record.description, "prompt": record.prompt, "apply_default": record.apply_default,
+            "model_id": public("model", record.model_id),
             "created": timestamp(record.created), "updated": timestamp(record.updated)}
 
 

@@ -26,7 +26,8 @@ def test_without_the_model_packages_vector_search_says_so(stack_without_torch):
     added = nb.post("/sources", json={"type": "text", "notebook_id": notebook, "content": "Comets have tails."})
     assert added.status_code == 201, added.text  # processed all the same, without embeddings
     assert added.json()["embedded"] is False
-    command = nb.get(f"/commands/{added.json()['command_id']}").json()
+    command_id = nb.get(f"/sources/{added.json()['id']}").json()["command_id"]
+    command = nb.get(f"/commands/{command_id}").json()
     assert command["status"] == "completed" and "not installed" in command["result"]["embedding"]
     vector = nb.post("/search", json={"query": "comets", "type": "vector"})
     assert vector.status_code == 400
@@ -59,7 +60,8 @@ def test_openai_compatible_endpoint(openai_stack):
     for response in (volcano, tides):
         assert response.status_code == 201, response.text
         assert response.json()["embedded_chunks"] == 1
-    command = nb.get(f"/commands/{volcano.json()['command_id']}").json()
+    command_id = nb.get(f"/sources/{volcano.json()['id']}").json()["command_id"]
+    command = nb.get(f"/commands/{command_id}").json()
     assert command["result"]["embedding_model"] == "fake-embed-1"
     hits = nb.post("/search", json={"query": "lava and ash", "type": "vector", "notebook_id": notebook,
                                     "minimum_score": 0.2}).json()["results"]

@@ -18,11 +18,14 @@ def test_typical_flow(nb, notebook_id):
                     files={"file": ("cell biology.pdf", pdf, "application/pdf")})
     assert added.status_code == 201, added.text
     pdf_source = added.json()
-    assert pdf_source["status"] == "completed"
+    assert pdf_source["status"] is None and pdf_source["command_id"] is None  # done: no job to follow
     assert "powerhouse of the cell" in pdf_source["full_text"]
     assert pdf_source["embedded"] and pdf_source["embedded_chunks"] >= 1
     assert pdf_source["notebooks"] == [notebook_id]
-    assert pdf_source["id"].startswith("source:") and pdf_source["command_id"].startswith("command:")
+    assert pdf_source["asset"] == {"file_path": "cell biology.pdf", "file_name": "cell biology.pdf", "url": None}
+    stored = nb.get(f"/sources/{pdf_source['id']}").json()
+    assert pdf_source["id"].startswith("source:") and stored["command_id"].startswith("command:")
+    assert stored["status"] == "completed"
 
     # A text and a link, asynchronously (JSON body): answered at once with the command.
     text = nb.post("/sources", json={"type": "text", "notebooks": [notebook_id], "title": "Plants",
@@ -31,7 +34,8 @@ def test_typical_flow(nb, notebook_id):
                                          "url": nb.links.base_url + "/article.html", "async_processing": True})
     for response in (text, link):
         assert response.status_code == 202, response.text
-        assert set(response.json()) == {"id", "command_id", "status"} and response.json()["status"] == "new"
+        assert response.json()["status"] == "new" and response.json()["command_id"].startswith("command:")
+        assert response.json()["id"].startswith("source:") and "full_text" in response.json()
     for response in (text, link):
         command = nb.wait_command(response.json()["command_id"])
         assert command["status"] == "completed", command
@@ -136,10 +140,23 @@ def test_notebook_crud_and_delete_semantics(nb):
     nb.post("/notes", json={"content": "a note", "notebook_id": first})
     deleted = nb.delete(f"/notebooks/{first}")
     assert deleted.status_code == 200
-    assert deleted.json() == {"deleted": first, "deleted_notes": 1, "deleted_sources": 1, "unlinked_sources": 1}
-    assert nb.get(f"/sources/{own['id']}").status_code == 404
+    # By default a source that only this notebook held is kept (in no notebook), and the answer says so.
+    body = deleted.json()
+    assert {k: v for k, v in body.items() if k != "message"} == {
+        "deleted": first, "deleted_notes": 1, "deleted_sources": 0, "unlinked_sources": 1, "kept_sources": 1}
+    assert "1 source(s) that only it held kept" in body["message"]
+    assert nb.get(f"/sources/{own['id']}").json()["notebooks"] == []
     assert nb.get(f"/sources/{shared['id']}").json()["notebooks"] == [second]
     assert nb.get(f"/notebooks/{first}").status_code == 404
+    # Asked to, it deletes them.
+    third = nb.notebook()
+    mine = nb.post("/sources", json={"type": "text", "notebook_id": third, "content": "Mine only.",
+                                     "embed": False}).json()
+    gone = nb.delete(f"/notebooks/{third}", params={"delete_exclusive_sources": "true"}).json()
+    assert (gone["deleted_sources"], gone["kept_sources"], gone["unlinked_sources"]) == (1, 0, 0)
+    assert nb.get(f"/sources/{mine['id']}").status_code == 404
+    assert nb.delete(f"/notebooks/{second}", params={"delete_exclusive_sources": "maybe"}).status_code == 400
+    assert nb.get(f"/notebooks/{second}").status_code == 200  # a bad parameter changes nothing
 
 
 def test_api_prefix_serves_the_same_routes(nb, notebook_id):

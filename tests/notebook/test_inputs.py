@@ -120,9 +120,11 @@ def test_bad_json_bodies(nb, notebook_id):
         ("/sources", {"type": "link", "notebook_id": notebook_id}, 400),
         ("/sources", {"type": "text", "content": "x", "async_processing": "maybe"}, 400),
         ("/sources", {"type": "text", "content": "x", "notebook_id": "notebook:missing"}, 404),
-        ("/sources", {"type": "text", "content": "x", "transformations": ["summary"]}, 400),
+        ("/sources", {"type": "text", "content": "x", "transformations": ["summary"]}, 404),  # no such id
+        ("/sources", {"type": "upload", "file_path": "/etc/passwd", "notebook_id": notebook_id}, 400),
+        ("/sources/json", {"type": "upload", "file_path": "/etc/passwd"}, 400),
         ("/sources", {"type": "upload", "notebook_id": notebook_id}, 400),
-        ("/notes", {"content": "x"}, 400), ("/notes", {"content": " ", "notebook_id": notebook_id}, 400),
+        ("/notes", {"content": " ", "notebook_id": notebook_id}, 400),
         ("/notes", {"content": "x", "notebook_id": notebook_id, "note_type": "robot"}, 400),
         ("/search", {"query": ""}, 400), ("/search", {"query": "x", "limit": 0}, 400),
         ("/search", {"query": "x", "limit": 1001}, 400), ("/search", {"query": "x", "type": "fuzzy"}, 400),

@@ -26,6 +26,9 @@ def test_failed_stays_failed_and_retry_processes_again(nb, notebook_id):
     retried = nb.post(f"/sources/{added['id']}/retry")
     assert retried.status_code == 202, retried.text
     assert retried.json()["id"] == added["id"] and retried.json()["command_id"] != added["command_id"]
+    # The whole source, as an asynchronous add answers it: queued again, with its new command.
+    assert retried.json()["status"] == "new" and retried.json()["asset"]["url"].endswith("/flaky")
+    assert retried.json()["notebooks"] == [notebook_id] and "full_text" in retried.json()
     # While it is queued or running, a second retry is refused: one job per source at a time.
     again = nb.post(f"/sources/{added['id']}/retry")
     final = nb.wait_command(retried.json()["command_id"])
@@ -114,4 +117,7 @@ def test_delete_removes_file_chunks_and_index(nb, notebook_id):
 def test_sync_text_source(nb, notebook_id):
     added = nb.post("/sources", json={"type": "text", "notebook_id": notebook_id, "content": documents.TEXT_BODY})
     assert added.status_code == 201, added.text
-    assert added.json()["status"] == "completed" and added.json()["embedded_chunks"] == 1
+    # Done when answered: no job to follow in the answer; the source itself says it completed.
+    assert added.json()["status"] is None and added.json()["command_id"] is None
+    assert added.json()["embedded_chunks"] == 1
+    assert nb.get(f"/sources/{added.json()['id']}").json()["status"] == "completed"

@@ -44,7 +44,7 @@ def test_a_key_is_stored_encrypted_and_never_answered(llm_nb):
     nb = llm_nb
     secret = "sk-good"
     created = credential(nb, "openai", key=secret)
-    assert created["has_api_key"] is True and created["decryption_error"] is False
+    assert created["has_api_key"] is True and created["decryption_error"] is None
     assert secret not in str(nb.get("/credentials").json()) and "api_key" not in created
     stored = nb.data_dir / "notebook.db"
     with sqlite3.connect(stored) as db:

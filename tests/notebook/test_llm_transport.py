@@ -87,7 +87,7 @@ def test_the_fake_thinks_until_the_moment_asked(fake):
     reply = llm.chat(target(fake), "fake-chat", question)
     assert "fake: answer" not in reply
     (entry,) = fake.seen
-    assert entry["first_byte"] >= moment and entry["received"] < moment
+    assert entry["first_byte"] >= moment  # never before the moment, however soon the request arrived
     started = time.monotonic()
     llm.chat(target(fake), "fake-think-300", MESSAGES)
     assert time.monotonic() - started >= 0.3
