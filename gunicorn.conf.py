@@ -3,12 +3,15 @@
 Never import app code here: the gevent worker must monkey-patch before the app is
 imported. HOST and PORT are read here, by the server adapter, not by the app.
 """
+import json
 import os
 import resource
 import sys
+from pathlib import Path
 
-# Each service's loopback port (DESIGN.md).
-DEFAULT_PORTS = {"workspace": 7080, "decks": 7081, "notebook": 5055, "audio": 7083, "wizard": 7084}
+# Each service's loopback port: ports.json, the one list that the dev runner, the tests
+# and the playbook read too.
+DEFAULT_PORTS = json.loads((Path(__file__).resolve().parent / "ports.json").read_text())
 
 _service = os.environ.get("SERVICE", "").strip()
 if _service not in DEFAULT_PORTS:

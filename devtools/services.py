@@ -4,6 +4,7 @@
 
 Used by the dev runner, the test fixtures and the benchmarks.
 """
+import json
 import os
 import signal
 import socket
@@ -16,7 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 GUNICORN = ROOT / ".venv" / "bin" / "gunicorn"
-PORTS = {"workspace": 7080, "decks": 7081, "notebook": 5055, "audio": 7083, "wizard": 7084}
+PORTS = json.loads((ROOT / "ports.json").read_text())  # each service's loopback port, as gunicorn.conf.py
 HEALTH_PATHS = {"decks": "/healthz", "audio": "/api/audio/health", "workspace": "/healthz", "notebook": "/health"}
 
 
