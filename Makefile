@@ -11,9 +11,11 @@ run: setup
 test: setup lint
 	$(PY) -m pytest
 
-# The linter's settings are in pyproject.toml; the suite runs only on clean code.
+# The linter's settings and the import contracts are in pyproject.toml; the suite runs
+# only on clean code.
 lint: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports --no-cache
 
 bench: setup
 	$(PY) -m bench.decks

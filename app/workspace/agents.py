@@ -24,7 +24,7 @@ from flask import current_app, request
 from app.common import lifecycle
 from app.common.broker import broker
 from app.common.errors import ApiError
-from app.workspace import bp, websocket
+from app.workspace import bp, schemas, websocket
 from app.workspace.models import WorkspaceAgent, WorkspaceApp, database, now
 from app.workspace.mux import MAX_DATA, VERSION_REFUSED, Mux, StreamClosed, version_mismatch
 from app.workspace.sessions import HEADER, TOKEN_SHAPE, new_token, secret_matches
@@ -192,13 +192,12 @@ def _update(agent_id, **values):
 def _record_apps(agent_id, info):
     """Apps the agent reports (`--app slug=url`): a declared app's URL follows the
     agent's; a new one is added, shared with its owner only."""
-    from app.workspace.workspaces import valid_app_report  # the one place names and URLs are checked
     apps = info.get("apps")
     if not isinstance(apps, list):
         return
     with database.connection_context():
         for app in apps[:32]:
-            slug, url = valid_app_report(app)
+            slug, url = schemas.valid_app_report(app)  # the one place names and URLs are checked
             if slug is None:
                 continue
             updated = WorkspaceApp.update(url=url).where(

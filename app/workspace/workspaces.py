@@ -10,78 +10,18 @@
 `<user>` is a username or `me`. Administrators (site roles owner, user-admin) see
 and manage every workspace; anyone else only their own, and someone else's is 404.
 """
-import re
 import uuid
-from urllib.parse import urlsplit
 
 from flask import current_app, jsonify
-from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 from peewee import IntegrityError
 
 from app.common.body import json_object, validated
 from app.common.errors import ApiError
 from app.workspace import accounts, agents, bp, sessions
 from app.workspace.models import User, Workspace, WorkspaceAgent, WorkspaceApp, audit, database
+from app.workspace.schemas import CreateWorkspaceSchema
 
 BODY_LIMIT = 64 * 1024
-# DNS-label-like: workspace, agent and app names appear in paths as `<workspace>.<agent>`.
-NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?$")
-NAME_RULE = "must be 1 to 32 lower-case letters, digits or hyphens, not starting or ending with a hyphen"
-SHARING_LEVELS = ("owner", "authenticated")
-
-
-def _name():
-    return fields.String(required=True, validate=validate.Regexp(NAME, error=NAME_RULE))
-
-
-def check_app_url(value):
-    parts = urlsplit(value)
-    if parts.scheme != "http" or not parts.hostname or parts.path not in ("", "/") or parts.query:
-        raise ValidationError("must be http://<host>:<port> of the app inside the workspace")
-    try:
-        _ = parts.port  # reading it raises ValueError for a port that is not a number in 0-65535
-    except ValueError:
-        raise ValidationError("has an invalid port") from None
-
-
-def _unique(items, key, field):
-    names = [item[key] for item in items]
-    if len(names) != len(set(names)):
-        raise ValidationError(f"each {key} must be unique", field)
-
-
-class AppSchema(Schema):
-    slug = _name()
-    display_name = fields.String(load_default=None, validate=validate.Length(min=1, max=64))
-    url = fields.String(required=True, validate=[validate.Length(max=256), check_app_url])
-    sharing_level = fields.String(load_default="owner", validate=validate.OneOf(SHARING_LEVELS))
-
-
-class AgentSchema(Schema):
-    name = _name()
-    apps = fields.List(fields.Nested(AppSchema), load_default=list, validate=validate.Length(max=32))
-
-    @validates_schema
-    def distinct_slugs(self, data, **kwargs):
-        _unique(data["apps"], "slug", "apps")
-
-
-class CreateWorkspaceSchema(Schema):
-    name = _name()
-    agents = fields.List(fields.Nested(AgentSchema), required=True, validate=validate.Length(min=1, max=8))
-
-    @validates_schema
-    def distinct_agents(self, data, **kwargs):
-        _unique(data["agents"], "name", "agents")
-
-
-def valid_app_report(app):
-    """(slug, url) of an app the agent reports, or (None, None) when it is not valid."""
-    try:
-        data = AppSchema().load({"slug": app.get("slug"), "url": app.get("url")})
-    except (ValidationError, AttributeError):
-        return None, None
-    return data["slug"], data["url"].rstrip("/")
 
 
 # --------------------------------------------------------------------------- access
