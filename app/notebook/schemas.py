@@ -547,6 +547,8 @@ class InsightOut(Schema):
 
 
 class InsightQueued(Schema):
+    status = fields.String(required=True, metadata={"description": "pending (as Open Notebook answers)"})
+    message = fields.String(required=True)
     command_id = fields.String(required=True)
     source_id = fields.String(required=True)
     transformation_id = fields.String(required=True)

@@ -122,7 +122,8 @@ def create_insight(source_id):
         InsightRequest.create(source=source.id, transformation=transformation.id, model_id=data.get("model_id"),
                               command_id=command.id)
     jobs().enqueue(command)
-    return {"command_id": public("command", command.id), "source_id": public("source", source.id),
+    return {"status": "pending", "message": "Insight generation started",
+            "command_id": public("command", command.id), "source_id": public("source", source.id),
             "transformation_id": public("transformation", transformation.id), "model_id": resolved.id}, 202
 
 

@@ -276,7 +276,8 @@ def test_sources_as_their_client_creates_reads_updates_and_sorts_them(client, ch
     assert {s["title"] for s in listed} == {"Fjords", "Moraine ridges"}
     transformation = client.create_transformation(f"keywords {time.monotonic_ns()}", "Keywords", "",
                                                   "List the keywords.")
-    client.create_source_insight(read["id"], transformation["id"])
+    started = client.create_source_insight(read["id"], transformation["id"])
+    assert started["status"] == "pending" and started["command_id"].startswith("command:")
     deadline = time.monotonic() + JOB_DEADLINE
     while not client.get_source_insights(read["id"]):
         assert time.monotonic() < deadline, "the insight never came"
