@@ -1,5 +1,7 @@
-"""The client side of our SSE streams, for command-line tools and tests: a record
-parser over a streaming `requests` response, and the reconnect backoff."""
+"""The client side of server-sent events, written once: a sans-IO parser (bytes in,
+in whatever pieces they arrive; records out), used for our own streams by command-line
+tools and tests, and for the model providers' streams by the wizard and the notebook.
+Also the reconnect backoff."""
 import json
 
 
@@ -11,27 +13,70 @@ class Record:
         return json.loads(self.data)
 
 
-def iter_records(response, include_comments=False):
-    """Records of an SSE response as they arrive (comments too, if asked)."""
-    record_id, event, data = None, None, []
-    for raw in response.iter_lines(chunk_size=1, decode_unicode=False):
-        line = raw.decode("utf-8")
+class SseParser:
+    """`feed(bytes)` returns the records those bytes completed; `end()` the last one
+    when the stream stopped without the blank line that closes a record. Lines end
+    with LF or CRLF; data lines of one record are joined by newlines; a record with
+    no data is not one (SSE's rule); comments are records only when asked for."""
+
+    def __init__(self, include_comments=False):
+        self.include_comments = include_comments
+        self._pending = b""
+        self._id, self._event, self._data = None, None, []
+
+    def feed(self, chunk):
+        lines = (self._pending + chunk).split(b"\n")
+        self._pending = lines.pop()
+        records = []
+        for line in lines:
+            record = self._line(line.rstrip(b"\r").decode("utf-8", errors="replace"))
+            if record is not None:
+                records.append(record)
+        return records
+
+    def end(self):
+        records = self.feed(b"\n") if self._pending else []
+        if self._data:
+            records.append(self._dispatch())
+        return records
+
+    def _line(self, line):
         if not line:
-            if data:
-                yield Record(record_id, event, "\n".join(data), None)
-            record_id, event, data = None, None, []
-        elif line.startswith(":"):
-            if include_comments:
-                yield Record(None, None, None, line[1:].strip())
-        else:
-            name, _, value = line.partition(":")
-            value = value[1:] if value.startswith(" ") else value
-            if name == "id":
-                record_id = value
-            elif name == "event":
-                event = value
-            elif name == "data":
-                data.append(value)
+            return self._dispatch() if self._data else self._reset()
+        if line.startswith(":"):
+            return Record(None, None, None, line[1:].strip()) if self.include_comments else None
+        name, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if name == "id":
+            self._id = value
+        elif name == "event":
+            self._event = value
+        elif name == "data":
+            self._data.append(value)
+        return None
+
+    def _dispatch(self):
+        record = Record(self._id, self._event, "\n".join(self._data), None)
+        self._reset()
+        return record
+
+    def _reset(self):
+        self._id, self._event, self._data = None, None, []
+
+
+def records(chunks, include_comments=False):
+    """The records of a stream given as an iterable of byte chunks, as they complete."""
+    parser = SseParser(include_comments)
+    for chunk in chunks:
+        yield from parser.feed(chunk)
+    yield from parser.end()
+
+
+def iter_records(response, include_comments=False):
+    """Records of a streaming `requests` response as they arrive (comments too, if asked).
+    Lines are read one by one so that a record is handed over the moment it ends."""
+    lines = (line + b"\n" for line in response.iter_lines(chunk_size=1, decode_unicode=False))
+    return records(lines, include_comments)
 
 
 class Backoff:

@@ -47,6 +47,7 @@ from PIL import Image
 
 from app.common.config import ConfigError, env_int, env_seconds, env_str
 from app.common.offload import blocking
+from app.common.sse_client import records as sse_records
 from app.wizard import json_output
 
 log = logging.getLogger("bundle.wizard.generation")
@@ -508,7 +509,8 @@ def _is_event_stream(response):
 def _read_stream(clock, response, relay, reasoning):
     """Collects an SSE chat-completion stream: content deltas go to `relay` in order."""
     parts, model, finished, size = [], None, False, 0
-    for data in _sse_data(_chunks(clock, response)):
+    for record in sse_records(_chunks(clock, response)):
+        data = record.data
         if data.strip() == "[DONE]":
             finished = True
             break
@@ -535,27 +537,6 @@ def _read_stream(clock, response, relay, reasoning):
     if not finished:
         raise GenerationFailed(502, "the AI provider's stream ended before it was complete")
     return _Answer("".join(parts), model)
-
-
-def _sse_data(chunks):
-    """The `data` of each server-sent event (multi-line data joined by newlines)."""
-    buffer, data = b"", []
-    for chunk in chunks:
-        buffer += chunk
-        *lines, buffer = buffer.split(b"\n")
-        for line in lines:
-            line = line.rstrip(b"\r").decode("utf-8", "replace")
-            if not line:
-                if data:
-                    yield "\n".join(data)
-                data = []
-            elif line.startswith("data:"):
-                data.append(line[5:].removeprefix(" "))
-    tail = buffer.rstrip(b"\r").decode("utf-8", "replace")
-    if tail.startswith("data:"):
-        data.append(tail[5:].removeprefix(" "))
-    if data:
-        yield "\n".join(data)
 
 
 def _delta(event):

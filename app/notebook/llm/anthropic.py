@@ -3,7 +3,7 @@ message_start, content_block_delta with text_delta, message_stop) and GET
 /v1/models; the key in `x-api-key`, the version in `anthropic-version`."""
 import json
 
-from app.notebook.llm.transport import call_json, malformed, stream_lines
+from app.notebook.llm.transport import call_json, malformed, stream_records
 
 NAME = "Anthropic"
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -48,12 +48,10 @@ def chat(target, model, messages):
 
 
 def chat_stream(target, model, messages):
-    lines = stream_lines(target, NAME, "POST", "/v1/messages", _headers(target), _body(model, messages, True))
-    for line in lines:
-        if not line.startswith("data:"):
-            continue  # `event:` names repeat the data's `type`
+    stream = stream_records(target, NAME, "POST", "/v1/messages", _headers(target), _body(model, messages, True))
+    for record in stream:  # (each record's `event:` name repeats its data's `type`)
         try:
-            event = json.loads(line[5:])
+            event = json.loads(record.data)
             kind = event["type"]
         except (ValueError, KeyError, TypeError):
             raise malformed(NAME, "a stream event is not JSON with a type") from None

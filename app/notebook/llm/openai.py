@@ -3,7 +3,7 @@ Studio, OpenRouter): base URL ending in /v1. Chat completions (streamed as SSE
 `data: {...}` records ended by `data: [DONE]`), models, embeddings and speech."""
 import json
 
-from app.notebook.llm.transport import ProviderError, call_bytes, call_json, malformed, stream_lines
+from app.notebook.llm.transport import ProviderError, call_bytes, call_json, malformed, stream_records
 
 NAME = "the OpenAI-compatible provider"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -29,10 +29,8 @@ def chat(target, model, messages):
 def chat_stream(target, model, messages):
     """The reply's text deltas as the provider sends them."""
     body = {"model": model, "messages": messages, "stream": True}
-    for line in stream_lines(target, NAME, "POST", "/chat/completions", _headers(target), body):
-        if not line.startswith("data:"):
-            continue  # blank separators, comments, `event:` lines
-        data = line[5:].strip()
+    for record in stream_records(target, NAME, "POST", "/chat/completions", _headers(target), body):
+        data = record.data.strip()
         if data == "[DONE]":
             return
         try:

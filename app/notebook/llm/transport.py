@@ -37,6 +37,7 @@ import requests
 from gevent import monkey
 from requests.adapters import HTTPAdapter
 
+from app.common.sse_client import records as sse_records
 from app.notebook import ssrf
 
 READ_SIZE = 64 * 1024
@@ -268,6 +269,16 @@ def stream_lines(target, name, method, path, headers, body):
     exchange = Exchange(target, name).open(method, path, headers, body)
     try:
         yield from exchange.lines()
+    finally:
+        exchange.close()
+
+
+def stream_records(target, name, method, path, headers, body):
+    """The answer's server-sent events as they come (app.common.sse_client's parser);
+    the connection is closed when done or dropped."""
+    exchange = Exchange(target, name).open(method, path, headers, body)
+    try:
+        yield from sse_records(exchange.chunks())
     finally:
         exchange.close()
 
