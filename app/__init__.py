@@ -7,9 +7,7 @@
 import importlib
 import importlib.util
 
-from flask import Flask
-
-from app.common import config, errors, requestlog
+from app.common import config
 
 # Every service the bundle will have, with its loopback port (DESIGN.md).
 SERVICES = ("workspace", "decks", "notebook", "audio", "wizard")
@@ -33,6 +31,11 @@ def create_app(service, overrides=None):
         raise UnknownService(
             f"SERVICE {service!r} is not built in this checkout: "
             f"available are {', '.join(built_services())}")
+    # Flask is imported here, not with the package: a job worker imports app.<service>
+    # modules without it.
+    from flask import Flask
+
+    from app.common import errors, requestlog
     module = importlib.import_module(f"app.{service}")
     # Static files are served by each service's blueprint, not by the app itself.
     flask_app = Flask(module.__name__, static_folder=None)

@@ -6,7 +6,7 @@ from app.audio.middleware import MAX_BODY_BYTES
 from app.audio.providers import ProviderFailed, Unavailable
 from app.audio.schemas import SpeechSchema
 from app.common.body import json_object, query_int, query_text, validated
-from app.common.errors import ApiError
+from app.common.failures import ApiError
 
 
 def _providers():

@@ -13,7 +13,7 @@ Every response then carries `X-Content-Type-Options: nosniff` and
 from flask import current_app, request
 
 from app.common.body import read_body
-from app.common.errors import ApiError
+from app.common.failures import ApiError
 
 MAX_BODY_BYTES = 8192
 APP_ONLY = ("voices", "speech", "soundlib/search", "soundlib/preview")

@@ -10,7 +10,7 @@ from flask import request
 from marshmallow import ValidationError, fields
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from app.common.errors import ApiError
+from app.common.failures import ApiError
 from app.common.offload import blocking
 
 # Parsing a body this large runs in the threadpool, off the gevent loop.

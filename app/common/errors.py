@@ -1,27 +1,18 @@
 """JSON errors: every failure of a service, 404 and 405 included, answers with that
 service's error body and a real non-2xx status.
 
-A service names its body shape with `error_body(status, message, extra)`; routes
-raise `ApiError` (or any werkzeug HTTPException) and never build error responses
-by hand.
+A service names its body shape with `error_body(status, message, extra)`; routes and
+the Flask-free modules below them raise `ApiError` (app.common.failures) or any
+werkzeug HTTPException, and never build error responses by hand.
 """
 import logging
 
 from flask import jsonify, request
 from werkzeug.exceptions import HTTPException
 
+from app.common.failures import ApiError
+
 log = logging.getLogger("bundle.errors")
-
-
-class ApiError(Exception):
-    """An error a route wants to answer with: status, message and optional extras
-    (for example `fields` for validation errors)."""
-
-    def __init__(self, status, message, **extra):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.extra = extra
 
 
 def error_with_field(status, message, extra):

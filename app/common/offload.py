@@ -1,7 +1,8 @@
 """Blocking work (file I/O that may stall, fsync, CPU-heavy parsing) runs in gevent's
 threadpool so that the worker's loop keeps serving other greenlets."""
+import sys
+
 import gevent
-from flask import current_app, has_app_context
 
 
 class _Raised:
@@ -13,7 +14,7 @@ def blocking(fn, *args, **kwargs):
     """Run `fn` in the threadpool and return its result, or raise its exception here
     (caught in the thread, so the hub does not print it as a crash). The Flask app
     context, if any, goes along, so `current_app` works there too."""
-    app = current_app._get_current_object() if has_app_context() else None
+    app = _current_app()
 
     def call():
         try:
@@ -39,3 +40,10 @@ def native_lock():
         return monkey.get_original("threading", "Lock")()
     import threading
     return threading.Lock()
+
+
+def _current_app():
+    """The Flask app of the running request or command, or None; Flask is not imported
+    here, so a job worker that never loads it can use this module."""
+    flask = sys.modules.get("flask")
+    return flask.current_app._get_current_object() if flask is not None and flask.has_app_context() else None

@@ -2,24 +2,15 @@
 request id. The query string is left out on purpose: it may carry tokens."""
 import logging
 import re
-import sys
 import time
 import uuid
 
 from flask import g, request
 
+from app.common.logsetup import configure_logging
+
 log = logging.getLogger("bundle.request")
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
-
-
-def configure_logging():
-    root = logging.getLogger()
-    if not any(getattr(h, "_bundle", False) for h in root.handlers):
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
-        handler._bundle = True
-        root.addHandler(handler)
-    root.setLevel(logging.INFO)
 
 
 def register(app):

@@ -4,7 +4,7 @@ import os
 from flask import jsonify, request, send_from_directory
 
 from app.common.body import json_object, query_int, validated
-from app.common.errors import ApiError
+from app.common.failures import ApiError
 from app.common.offload import blocking
 from app.common.sse import stream_response
 from app.decks import MAX_BODY_BYTES, bp, decks, importer, layout, scribbles, sessions

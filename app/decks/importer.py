@@ -18,7 +18,7 @@ import stat
 import uuid
 from urllib.parse import quote, unquote, urlsplit
 
-from app.common.errors import ApiError
+from app.common.failures import ApiError
 from app.common.fsutil import atomic_write, is_within, swap_into_place
 from app.common.timeutil import utc_timestamp
 from app.decks import layout

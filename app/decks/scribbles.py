@@ -7,7 +7,7 @@ import struct
 import uuid
 import zlib
 
-from app.common.errors import ApiError
+from app.common.failures import ApiError
 from app.common.fsutil import atomic_write
 from app.decks import layout
 

@@ -3,7 +3,7 @@ import json
 import os
 import uuid
 
-from app.common.errors import ApiError
+from app.common.failures import ApiError
 from app.common.fsutil import atomic_write, read_json
 from app.common.offload import blocking
 from app.common.timeutil import utc_timestamp

@@ -1,12 +1,13 @@
 """Research notebook (spec 001, part A): notebooks, sources processed by background
 jobs (extraction, chunking, embeddings), notes, commands, full-text and vector
 search, and interactive documentation. Modelled on Open Notebook: every route is
-served at the spec's path and again under /api."""
+served at the spec's path and again under /api.
+
+The routes are in the modules that register on `app.notebook.blueprint.bp`; the job
+worker's modules (processing, jobs, and the Flask-free ones they use) import no Flask
+and no route module (an import contract in pyproject.toml checks it)."""
 import logging
 
-from flask import Blueprint
-
-bp = Blueprint("notebook", __name__, static_folder="static", static_url_path="/docs/assets")
 log = logging.getLogger("bundle.notebook")
 
 
@@ -21,7 +22,7 @@ def error_body(status, message, extra):
 
 def init_app(app):
     from app.common.db import bind_to_requests
-    from app.notebook import (  # noqa: F401
+    from app.notebook import (  # noqa: F401  (importing a route module registers its routes)
         ask,
         chat,
         commands,
@@ -37,6 +38,7 @@ def init_app(app):
         transformations,
         web,
     )
+    from app.notebook.blueprint import bp
     from app.notebook.jobs import JobQueue
     from app.notebook.models import database
     from app.notebook.schema import open_database

@@ -15,8 +15,9 @@ the notebook (or everything); answers cite what they use by id."""
 import json
 import re
 
-from app.common.errors import ApiError
-from app.notebook import bp, llm, model_config, streams
+from app.common.failures import ApiError
+from app.notebook import llm, model_choice, streams
+from app.notebook.blueprint import bp
 from app.notebook.http import body, settings
 from app.notebook.ids import key_of
 from app.notebook.models import Notebook, database
@@ -70,7 +71,7 @@ def _prepared():
     for field in ("strategy_model", "answer_model", "final_answer_model"):
         override = data.get(field)
         if override not in resolved:
-            resolved[override] = model_config.resolve(config, "chat", override, field)
+            resolved[override] = model_choice.resolve(config, "chat", override, field)
         models[field] = resolved[override]
     return data["question"], notebook_key, models
 

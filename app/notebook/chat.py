@@ -3,17 +3,15 @@ built from a notebook's sources and notes, and `POST /chat/execute` answering
 with the model's reply and the history (or as SSE with `stream: true`).
 
 A turn is stored only once the model answered: a failed call changes nothing."""
-from app.common.errors import ApiError
-from app.notebook import bp, llm, model_config, streams, views
+from app.common.failures import ApiError
+from app.notebook import llm, model_choice, streams, views
+from app.notebook.blueprint import bp
+from app.notebook.context import MODES, build_context, render_context, sizes
 from app.notebook.http import body, query, settings
 from app.notebook.ids import key_of, new_key, public
 from app.notebook.models import (
     ChatMessage,
     ChatSession,
-    Insight,
-    Note,
-    Source,
-    SourceNotebook,
     database,
     now,
     write_transaction,
@@ -24,7 +22,6 @@ from app.notebook.schemas import ChatContextRequest, ChatExecute, ChatSessionCre
 SYSTEM_PROMPT = ("You are a research assistant. Answer from the context below when it helps; when you use a "
                  "source or note, cite it by its id in brackets, for example [source:<id>]. Say so when the "
                  "context does not hold the answer.")
-CHARS_PER_TOKEN = 4  # a rough estimate, said to be one in the answer
 HISTORY_TURNS = 50   # the most recent messages sent back to the model
 
 
@@ -49,7 +46,7 @@ def _session_view(record, with_messages=False):
 def _model_key(model_id, field="model_override"):
     if not model_id:
         return None
-    return model_config.choose("chat", model_id, field).id
+    return model_choice.choose("chat", model_id, field).id
 
 
 # --------------------------------------------------------------------------- sessions
@@ -99,48 +96,6 @@ def delete_session(session_id):
 
 # --------------------------------------------------------------------------- context
 
-MODES = ("full content", "insights", "not in context")
-
-
-def _source_text(source, mode):
-    if mode == "insights":
-        return "\n\n".join(f"{i.insight_type}: {i.content}" for i in
-                           Insight.select().where(Insight.source == source.id).order_by(Insight.created))
-    return source.full_text or ""
-
-
-def build_context(notebook_key, config, max_chars):
-    """{sources: [...], notes: [...]} of the notebook, each item with its size;
-    `config` maps ids to a mode (default: full content); the whole is cut at `max_chars`."""
-    wanted_sources, wanted_notes = config.get("sources") or {}, config.get("notes") or {}
-    source_rows = (Source.select().join(SourceNotebook).where(SourceNotebook.notebook == notebook_key)
-                   .order_by(Source.created, Source.id))
-    note_rows = Note.select().where(Note.notebook == notebook_key).order_by(Note.created, Note.id)
-    budget = [max_chars]
-    context = {"sources": [], "notes": []}
-    for row in source_rows:
-        mode = wanted_sources.get(public("source", row.id), "full content")
-        if mode != "not in context":
-            context["sources"].append(_item(public("source", row.id), row.title, _source_text(row, mode), mode, budget))
-    for row in note_rows:
-        mode = wanted_notes.get(public("note", row.id), "full content")
-        if mode != "not in context":
-            context["notes"].append(_item(public("note", row.id), row.title, row.content, mode, budget))
-    return context
-
-
-def _item(item_id, title, text, mode, budget):
-    kept = text[:max(0, budget[0])]
-    budget[0] -= len(kept)
-    return {"id": item_id, "title": title or "", "mode": mode, "content": kept, "chars": len(kept),
-            "truncated": len(kept) < len(text)}
-
-
-def sizes(context):
-    chars = sum(item["chars"] for part in ("sources", "notes") for item in context.get(part, []))
-    return {"char_count": chars, "token_count": -(-chars // CHARS_PER_TOKEN)}
-
-
 @bp.post("/chat/context/build")
 @bp.post("/chat/context")
 def context_route():
@@ -154,12 +109,6 @@ def context_route():
                                field=f"context_config.{part}")
     context = build_context(notebook.id, config, settings().context_max_chars)
     return {"notebook_id": public("notebook", notebook.id), "context": context, **sizes(context)}
-
-
-def render_context(context):
-    blocks = [f"[{item.get('id')}] {item.get('title') or ''}\n{item.get('content') or ''}"
-              for part in ("sources", "notes") for item in (context.get(part) or []) if isinstance(item, dict)]
-    return "\n\n".join(blocks)
 
 
 # --------------------------------------------------------------------------- execute
@@ -187,14 +136,14 @@ def execute():
     session = get_session(data["session_id"])
     # The request's override, else the session's, else the default chat model.
     override = data.get("model_override") or public("model", session.model_override)
-    resolved = model_config.resolve(settings(), "chat", override, "model_override")
+    resolved = model_choice.resolve(settings(), "chat", override, "model_override")
     context = data.get("context")
     if context is None and session.notebook_id:
         context = build_context(session.notebook_id, {}, settings().context_max_chars)
     messages = _messages(session, context, data["message"])
     if data["stream"]:
         return streams.sse(_streamed_reply(session, data["message"], resolved, messages))
-    reply = model_config.complete(resolved, messages)
+    reply = model_choice.complete(resolved, messages)
     _store_turn(session, data["message"], reply)
     return {"session_id": public("chat_session", session.id), "model_id": resolved.id,
             "messages": [views.chat_message(m) for m in _history(session.id)]}

@@ -14,7 +14,7 @@ import sys
 import threading
 
 from app.common import config
-from app.common.requestlog import configure_logging
+from app.common.logsetup import configure_logging
 
 log = logging.getLogger("bundle.notebook.worker")
 

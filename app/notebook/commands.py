@@ -1,6 +1,7 @@
 """Commands: the background jobs, polled by clients (no push)."""
-from app.common.errors import ApiError
-from app.notebook import bp, views
+from app.common.failures import ApiError
+from app.notebook import views
+from app.notebook.blueprint import bp
 from app.notebook.http import query
 from app.notebook.ids import key_of
 from app.notebook.models import Command, Source, now

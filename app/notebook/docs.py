@@ -9,9 +9,9 @@ from apispec.ext.marshmallow import MarshmallowPlugin
 from flask import Response, send_from_directory
 
 from app.common.config import PROJECT_ROOT
-from app.common.errors import ApiError
-from app.notebook import bp
+from app.common.failures import ApiError
 from app.notebook import schemas as s
+from app.notebook.blueprint import bp
 from app.notebook.http import settings
 
 VERSION = (PROJECT_ROOT / "VERSION").read_text().strip()

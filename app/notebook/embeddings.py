@@ -18,7 +18,7 @@ import logging
 import os
 
 from app.common import offload
-from app.notebook import llm
+from app.notebook import llm, provider_keys
 
 log = logging.getLogger("bundle.notebook")
 
@@ -165,10 +165,9 @@ def default_embedder(settings):
     if found is None:
         return None
     record, credential = found
-    from app.notebook import credentials
     from app.notebook.ids import public
     try:
-        target = credentials.target_for(settings, record.provider, credential)
+        target = provider_keys.target_for(settings, record.provider, credential)
     except llm.ProviderError as exc:
         raise EmbeddingUnavailable(f"the default embedding model {public('model', record.id)}: "
                                    f"{exc.message}") from None

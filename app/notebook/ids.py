@@ -4,7 +4,7 @@ import re
 import secrets
 import string
 
-from app.common.errors import ApiError
+from app.common.failures import ApiError
 
 _ALPHABET = string.ascii_lowercase + string.digits
 _KEY = re.compile(r"^[a-z0-9]{1,64}$")

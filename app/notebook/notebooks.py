@@ -1,8 +1,9 @@
 """Notebooks: list, create, read, update, delete."""
 from peewee import IntegrityError
 
-from app.common.errors import ApiError
-from app.notebook import bp, cleanup, views
+from app.common.failures import ApiError
+from app.notebook import cleanup, views
+from app.notebook.blueprint import bp
 from app.notebook.http import body, query, settings
 from app.notebook.ids import key_of, new_key, public
 from app.notebook.models import Notebook, now, write_transaction

@@ -1,7 +1,8 @@
 """Notes: written by people (`human`) or saved from AI answers (`ai`). A note is
 indexed for text search at once and embedded by the worker for vector search."""
-from app.common.errors import ApiError
-from app.notebook import bp, cleanup, index, views
+from app.common.failures import ApiError
+from app.notebook import cleanup, index, views
+from app.notebook.blueprint import bp
 from app.notebook.http import body, jobs, query
 from app.notebook.ids import key_of, new_key, public
 from app.notebook.models import Note, bump_vectors, now, write_transaction

@@ -10,8 +10,8 @@ result in the same transaction that checks once more. A job that raises is
 import logging
 import os
 
-from app.common.errors import ApiError
-from app.notebook import chunking, embeddings, extract, index, llm, model_config, podcasts, ssrf, transformations
+from app.common.failures import ApiError
+from app.notebook import chunking, embeddings, episodes, extract, index, llm, model_choice, ssrf, transform
 from app.notebook.command_state import Canceled, claim, complete, ensure_running, fail, new_command, progress, stop
 from app.notebook.ids import new_key, public
 from app.notebook.models import (
@@ -243,11 +243,11 @@ def insight(command):
     transformation = Transformation.get_or_none(Transformation.id == request.transformation_id) if request else None
     if source is None or transformation is None:
         raise Canceled(f"the source or the transformation of {command.id} was deleted")
-    resolved = model_config.resolve(_settings, "transformation",
-                                    transformations.model_override(transformation, request.model_id))
+    resolved = model_choice.resolve(_settings, "transformation",
+                                    transform.model_override(transformation, request.model_id))
     progress(command, "asking the model", 20)
     output = llm.chat(resolved.target, resolved.name,
-                      transformations.messages_for(transformation.prompt, source.full_text,
+                      transform.messages_for(transformation.prompt, source.full_text,
                                                    _settings.context_max_chars))
     with write_transaction():
         ensure_running(command)
@@ -260,7 +260,7 @@ def insight(command):
 
 
 def podcast(command):
-    podcasts.make_episode(command, _settings)
+    episodes.make_episode(command, _settings)
 
 
 HANDLERS = {"process_source": process_source, "embed_source": embed_source, "embed_note": embed_note,

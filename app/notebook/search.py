@@ -2,9 +2,10 @@
 configured embedding model) over sources and notes, one hit per parent with its
 best score, optionally within one notebook."""
 from app.common import offload
-from app.common.errors import ApiError
+from app.common.failures import ApiError
 from app.common.offload import blocking
-from app.notebook import bp, embeddings
+from app.notebook import embeddings
+from app.notebook.blueprint import bp
 from app.notebook.http import body, settings
 from app.notebook.index import match_expression
 from app.notebook.models import Chunk, Note, Source, SourceNotebook, database, is_sqlite, vectors_generation

@@ -8,9 +8,10 @@ from peewee import fn
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from app.common.body import validated
-from app.common.errors import ApiError
+from app.common.failures import ApiError
 from app.common.offload import blocking
-from app.notebook import bp, cleanup, extract, index, ssrf, transformations, uploads, views
+from app.notebook import cleanup, extract, index, ssrf, transformations, uploads, views
+from app.notebook.blueprint import bp
 from app.notebook.http import body, jobs, query, settings
 from app.notebook.ids import new_key, public
 from app.notebook.models import Chunk, Command, Insight, Source, SourceNotebook, database, now, write_transaction

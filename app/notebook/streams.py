@@ -53,7 +53,7 @@ class Feed:
 
 
 def _expected():
-    from app.common.errors import ApiError
+    from app.common.failures import ApiError
     from app.notebook.llm import ProviderError
     return (ApiError, ProviderError)
 

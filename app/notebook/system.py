@@ -3,7 +3,7 @@ import logging
 
 from peewee import PeeweeException
 
-from app.notebook import bp
+from app.notebook.blueprint import bp
 from app.notebook.models import database
 
 log = logging.getLogger("bundle.notebook")

@@ -5,34 +5,21 @@ runs as a background job (kind `insight`) that stores an insight on the source.
 The prompt is data: it goes to the model as the system message, exactly as the
 user wrote it, and is never rendered as a template (Open Notebook renders it with
 Jinja, so braces in a prompt break or, worse, evaluate)."""
-from app.common.errors import ApiError
-from app.notebook import bp, model_config, views
+from app.common.failures import ApiError
+from app.notebook import model_choice, views
+from app.notebook.blueprint import bp
 from app.notebook.http import body, jobs, settings
 from app.notebook.ids import key_of, new_key, public
 from app.notebook.models import Insight, InsightRequest, Transformation, now, write_transaction
 from app.notebook.records import get_source, get_transformation
 from app.notebook.schemas import InsightCreate, TransformationCreate, TransformationExecute, TransformationUpdate
-
-TRUNCATED = "\n\n[… the rest of the text was cut: it is longer than NOTEBOOK_CONTEXT_MAX_CHARS]"
-
-
-def messages_for(prompt, text, max_chars):
-    """The chat messages that apply `prompt` to `text` (cut at `max_chars`)."""
-    if len(text) > max_chars:
-        text = text[:max_chars] + TRUNCATED
-    return [{"role": "system", "content": prompt}, {"role": "user", "content": text}]
-
-
-def model_override(record, requested):
-    """The model a run of `record` uses: the request's, else the transformation's own,
-    else None (the default transformation model)."""
-    return requested or public("model", record.model_id)
+from app.notebook.transform import messages_for, model_override
 
 
 def _model_field(data):
     """`model_id` of a create or update as the column's value (checked: a language model)."""
     model_id = data.pop("model_id")
-    return model_config.choose("transformation", model_id, "model_id").id if model_id else None
+    return model_choice.choose("transformation", model_id, "model_id").id if model_id else None
 
 
 def _unique_name(name, except_key=None):
@@ -88,8 +75,8 @@ def delete_transformation(transformation_id):
 def execute_transformation():
     data = body(TransformationExecute())
     record = get_transformation(data["transformation_id"], "transformation_id")
-    resolved = model_config.resolve(settings(), "transformation", model_override(record, data.get("model_id")))
-    output = model_config.complete(resolved, messages_for(record.prompt, data["input_text"],
+    resolved = model_choice.resolve(settings(), "transformation", model_override(record, data.get("model_id")))
+    output = model_choice.complete(resolved, messages_for(record.prompt, data["input_text"],
                                                           settings().context_max_chars))
     return {"output": output, "transformation_id": public("transformation", record.id), "model_id": resolved.id}
 
@@ -103,7 +90,7 @@ def request_insights(source_key, transformation_ids, model_id):
     for public_id in transformation_ids:
         transformation = get_transformation(public_id, "transformations")
         # No usable model: the 400 comes now, not as a failed job.
-        model_config.choose("transformation", model_override(transformation, model_id))
+        model_choice.choose("transformation", model_override(transformation, model_id))
         InsightRequest.create(source=source_key, transformation=transformation.id, model_id=model_id)
 
 
@@ -112,7 +99,7 @@ def create_insight(source_id):
     source = get_source(source_id)
     data = body(InsightCreate())
     transformation = get_transformation(data["transformation_id"], "transformation_id")
-    resolved = model_config.resolve(settings(), "transformation",
+    resolved = model_choice.resolve(settings(), "transformation",
                                     model_override(transformation, data.get("model_id")))
     if not (source.full_text or "").strip():
         raise ApiError(400, f"{public('source', source.id)} has no text yet (status {source.status}): "

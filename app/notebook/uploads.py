@@ -5,7 +5,7 @@ import re
 import shutil
 import unicodedata
 
-from app.common.errors import ApiError
+from app.common.failures import ApiError
 from app.common.fsutil import fsync_dir, is_within
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")

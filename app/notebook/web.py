@@ -3,7 +3,7 @@ import hmac
 
 from flask import make_response, request
 
-from app.common.errors import ApiError
+from app.common.failures import ApiError
 
 # Routes anyone may read: the health check and the documentation.
 PUBLIC_ENDPOINTS = {"health", "healthz", "docs_page", "openapi_document", "docs_vendor", "static"}

@@ -15,7 +15,7 @@ from app.common import sse
 from app.common.body import StrictBoolean, json_object, validated
 from app.common.broker import broker
 from app.common.db import write_transaction
-from app.common.errors import ApiError
+from app.common.failures import ApiError
 from app.wizard import bp, cache, events, identity, uploads
 from app.wizard.generation import SIZES, GenerationFailed
 from app.wizard.models import LlmLog, LlmTiming, database

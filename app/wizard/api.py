@@ -5,7 +5,7 @@ from flask import Response, jsonify, request
 
 from app.common import sse
 from app.common.body import json_object
-from app.common.errors import ApiError
+from app.common.failures import ApiError
 from app.wizard import bp, collections, events, identity
 from app.wizard.models import LlmTiming
 

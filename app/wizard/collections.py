@@ -10,7 +10,7 @@ import json
 from peewee import SqliteDatabase, fn
 
 from app.common.db import write_transaction
-from app.common.errors import ApiError
+from app.common.failures import ApiError
 from app.wizard import cache, events
 from app.wizard.identity import Identity
 from app.wizard.models import COLLECTIONS, Blueprint, Like, database

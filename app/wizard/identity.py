@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from flask import current_app, g, request
 
 from app.common.clientaddr import is_loopback
-from app.common.errors import ApiError
+from app.common.failures import ApiError
 
 ADMIN_GROUPS = frozenset({"admins", "wiz-admins"})
 PUBLIC = "public"

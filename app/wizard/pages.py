@@ -8,7 +8,7 @@ and the admin page a 403 page to anyone who is not an administrator.
 """
 from flask import make_response, render_template
 
-from app.common.errors import ApiError
+from app.common.failures import ApiError
 from app.wizard import bp, identity
 from app.wizard.models import COLLECTIONS
 

@@ -12,7 +12,7 @@ import uuid
 from flask import current_app, request, send_from_directory
 from PIL import Image, UnidentifiedImageError
 
-from app.common.errors import ApiError
+from app.common.failures import ApiError
 from app.common.fsutil import atomic_write
 from app.common.offload import blocking
 from app.wizard import bp

@@ -1,7 +1,7 @@
 """Accounts: the first Owner, later accounts, and their public shape."""
 from peewee import IntegrityError
 
-from app.common.errors import ApiError
+from app.common.failures import ApiError
 from app.workspace.models import DEFAULT_ORGANIZATION, Membership, Organization, Singleton, User, audit, database, now
 from app.workspace.passwords import hash_password, weakness
 

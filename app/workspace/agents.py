@@ -23,7 +23,7 @@ from flask import current_app, request
 
 from app.common import lifecycle
 from app.common.broker import broker
-from app.common.errors import ApiError
+from app.common.failures import ApiError
 from app.workspace import bp, schemas, websocket
 from app.workspace.models import WorkspaceAgent, WorkspaceApp, database, now
 from app.workspace.mux import MAX_DATA, VERSION_REFUSED, Mux, StreamClosed, version_mismatch

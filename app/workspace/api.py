@@ -3,7 +3,7 @@ from flask import current_app, g, jsonify
 
 from app.common.body import json_object, validated
 from app.common.clientaddr import client_address
-from app.common.errors import ApiError
+from app.common.failures import ApiError
 from app.workspace import VERSION, accounts, bp, limits, sessions
 from app.workspace.models import User, audit
 from app.workspace.passwords import verify_password

@@ -30,7 +30,7 @@ from flask import Response, redirect, render_template, request
 from peewee import JOIN
 
 from app.common.clientaddr import client_address
-from app.common.errors import ApiError
+from app.common.failures import ApiError
 from app.workspace import agents, bp, sessions, websocket
 from app.workspace.models import User, Workspace, WorkspaceAgent, WorkspaceApp, database
 from app.workspace.mux import MAX_DATA, StreamClosed, splice

@@ -15,7 +15,7 @@ import sys
 from flask import Flask
 
 from app.common import config
-from app.common.errors import ApiError
+from app.common.failures import ApiError
 from app.workspace import accounts, sessions
 from app.workspace.models import User, database
 from app.workspace.passwords import weakness

@@ -1,5 +1,5 @@
 """Login attempts per client address and per account (sliding minute windows)."""
-from app.common.errors import ApiError
+from app.common.failures import ApiError
 from app.common.ratelimit import RateLimiter
 
 _limiters = {}

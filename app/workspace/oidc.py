@@ -39,7 +39,7 @@ from joserfc.jws import JWSRegistry
 from peewee import IntegrityError
 
 from app.common.clientaddr import client_address
-from app.common.errors import ApiError
+from app.common.failures import ApiError
 from app.workspace import accounts, bp, sessions
 from app.workspace.models import OidcLink, User, audit, database
 from app.workspace.pages import safe_redirect

@@ -5,7 +5,7 @@ from flask import current_app, g, redirect, render_template, request
 
 from app.common.body import validated
 from app.common.clientaddr import client_address
-from app.common.errors import ApiError
+from app.common.failures import ApiError
 from app.workspace import accounts, bp, limits, sessions
 from app.workspace.models import User, audit
 from app.workspace.passwords import verify_password

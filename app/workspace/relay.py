@@ -37,7 +37,7 @@ from gevent.event import Event
 from simple_websocket import ConnectionClosed
 
 from app.common import lifecycle
-from app.common.errors import ApiError
+from app.common.failures import ApiError
 from app.workspace import agents, bp, sessions, websocket
 from app.workspace.models import database
 from app.workspace.workspaces import visible_agent

@@ -14,7 +14,7 @@ from datetime import timedelta
 from flask import current_app, g, request
 from peewee import JOIN
 
-from app.common.errors import ApiError
+from app.common.failures import ApiError
 from app.workspace.models import ApiKey, Membership, Organization, User, database, now
 
 HEADER = "Workspace-Session-Token"

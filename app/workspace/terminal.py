@@ -19,7 +19,7 @@ from flask import render_template, request, send_from_directory
 from simple_websocket import ConnectionClosed
 
 from app.common.body import query_int, query_text
-from app.common.errors import ApiError
+from app.common.failures import ApiError
 from app.workspace import agents, bp, sessions, websocket
 from app.workspace.apps import find_agent, page_error
 from app.workspace.models import database

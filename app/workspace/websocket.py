@@ -41,7 +41,7 @@ from simple_websocket import ConnectionClosed, Server
 from simple_websocket import ConnectionError as HandshakeRefused
 from wsproto.events import BytesMessage, TextMessage
 
-from app.common.errors import ApiError
+from app.common.failures import ApiError
 
 RECEIVE_BYTES = 256 * 1024
 

@@ -16,7 +16,7 @@ from flask import current_app, jsonify
 from peewee import IntegrityError
 
 from app.common.body import json_object, validated
-from app.common.errors import ApiError
+from app.common.failures import ApiError
 from app.workspace import accounts, agents, bp, sessions
 from app.workspace.models import User, Workspace, WorkspaceAgent, WorkspaceApp, audit, database
 from app.workspace.schemas import CreateWorkspaceSchema
