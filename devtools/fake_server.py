@@ -1,5 +1,5 @@
 """What the local stand-ins for outside services (devtools.fake_openai,
-devtools.fake_providers) share: a threaded HTTP server on a loopback address, run
+devtools.fake_providers, devtools.fake_freesound) share: a threaded HTTP server on a loopback address, run
 in a daemon thread by the tests (`with Fake(...) as fake:`) or in the foreground
 by their `serve` command."""
 import sys
@@ -26,7 +26,9 @@ class BackgroundServer:
         return self._server.server_address[1]
 
     def start(self):
-        threading.Thread(target=self._server.serve_forever, daemon=True, name=self.thread_name).start()
+        # A short poll, so that stopping one (after every test that starts one) is quick.
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True,
+                         name=self.thread_name).start()
         return self
 
     def stop(self):

@@ -1,5 +1,5 @@
 """FreesoundLibrary against a local server that speaks Freesound's API v2
-(tests/audio/fake_freesound.py), without gunicorn."""
+(devtools/fake_freesound.py), without gunicorn."""
 import time
 
 import pytest
@@ -7,7 +7,7 @@ import pytest
 from app.audio.freesound import FreesoundLibrary
 from app.audio.providers import PREVIEW_ROUTE, ProviderFailed, TooLarge, Unavailable
 from app.audio.settings import AudioSettings
-from tests.audio.fake_freesound import FakeFreesound, silent_mp3
+from devtools.fake_freesound import FakeFreesound, silent_mp3
 
 KEY = "s3cret-fs-key-0123456789"
 PROBE_TIMEOUT = 0.5
@@ -126,7 +126,7 @@ def test_a_closed_connection_or_a_gone_server_is_unavailable(fake, library):
     fake.down = True
     assert "cannot be reached" in failure(library.probe, Unavailable).reason
     failure(lambda: library.search("rain", 2), Unavailable)
-    fake.close()
+    fake.stop()
     assert "cannot be reached" in failure(library.probe, Unavailable).reason
 
 

@@ -6,7 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from tests.audio.fake_freesound import FakeFreesound, silent_mp3
+from devtools.fake_freesound import FakeFreesound, silent_mp3
 
 KEY = "test-key"
 APP = {"X-App-Request": "1"}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.notebook import fake_embeddings
+from devtools.fake_providers import FakeProviders
 from tests.notebook.conftest import ROOT, Worker, start_stack, stop_stack
 
 WITHOUT_TORCH = Path(__file__).parent / "without_torch"
@@ -39,15 +39,13 @@ def test_without_the_model_packages_vector_search_says_so(stack_without_torch):
 
 @pytest.fixture
 def openai_stack(tmp_path):
-    server = fake_embeddings.start()
-    client = start_stack(tmp_path / "data", NOTEBOOK_EMBEDDING_PROVIDER="openai",
-                         NOTEBOOK_EMBEDDING_URL=server.base_url, NOTEBOOK_EMBEDDING_API_KEY="sk-test",
-                         NOTEBOOK_EMBEDDING_MODEL="fake-embed-1")
-    client.fake = server
-    yield client
-    stop_stack(client)
-    server.shutdown()
-    server.server_close()
+    with FakeProviders(keys={"openai": "sk-test"}) as fake:
+        client = start_stack(tmp_path / "data", NOTEBOOK_EMBEDDING_PROVIDER="openai",
+                             NOTEBOOK_EMBEDDING_URL=fake.base_url("openai"), NOTEBOOK_EMBEDDING_API_KEY="sk-test",
+                             NOTEBOOK_EMBEDDING_MODEL="fake-embed-1")
+        client.fake = fake
+        yield client
+        stop_stack(client)
 
 
 def test_openai_compatible_endpoint(openai_stack):
@@ -66,8 +64,9 @@ def test_openai_compatible_endpoint(openai_stack):
     hits = nb.post("/search", json={"query": "lava and ash", "type": "vector", "notebook_id": notebook,
                                     "minimum_score": 0.2}).json()["results"]
     assert [hit["id"] for hit in hits] == [volcano.json()["id"]]
-    assert all(seen["auth"] == "Bearer sk-test" and seen["body"]["model"] == "fake-embed-1"
-               for seen in nb.fake.seen)
+    sent = nb.fake.requests_to("/embeddings")
+    assert sent and all(seen["authorization"] == "Bearer sk-test" and seen["body"]["model"] == "fake-embed-1"
+                        for seen in sent)
 
 
 def test_reembed_after_a_model_change(openai_stack):

@@ -40,8 +40,10 @@ Knobs (plain attributes, change them at any time):
 import json
 import socket
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlencode, urlsplit
+
+from devtools.fake_server import BackgroundServer, QuietThreadingServer
 
 DEFAULT_FIELDS = "id,name,tags,username,license"
 CC_BY = "https://creativecommons.org/licenses/by/4.0/"
@@ -64,7 +66,10 @@ def silent_mp3(seconds=0.2):
     return _mp3
 
 
-class FakeFreesound:
+class FakeFreesound(BackgroundServer):
+    """Started by `with FakeFreesound(...) as server:` (devtools.fake_server)."""
+    thread_name = "fake-freesound"
+
     def __init__(self, key="test-key"):
         self.key = key
         self.delay = 0.0
@@ -82,11 +87,7 @@ class FakeFreesound:
         self.authorizations = []
         self.sounds = {}
         self._closing = threading.Event()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        self._server.daemon_threads = True
-        self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name=f"fake-freesound-{self.port}", daemon=True)
+        self._server = QuietThreadingServer(("127.0.0.1", 0), _handler_for(self))
         for sound in (
             (1001, "Heavy rain on a tin roof", ["rain", "roof", "storm", "field-recording"], 12.5, CC0),
             (1002, "Light rain in the garden", ["rain", "garden", "ambience"], 30.25, CC_BY),
@@ -95,7 +96,6 @@ class FakeFreesound:
             (1005, "Door knock", ["door", "knock", "foley"], 1.2, CC0),
         ):
             self.add_sound(*sound)
-        self._thread.start()
 
     # -- set up ------------------------------------------------------------------
 
@@ -121,17 +121,9 @@ class FakeFreesound:
     def count(self, prefix):
         return sum(1 for _, path in list(self.requests) if path.startswith(prefix))
 
-    def close(self):
-        self._closing.set()
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+    def stop(self):
+        self._closing.set()  # dripping answers end now
+        super().stop()
 
     # -- answers -------------------------------------------------------------------
 
