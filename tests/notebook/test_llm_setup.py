@@ -27,6 +27,10 @@ def model(nb, name, provider, cred, kind="language"):
 
 def test_without_a_language_model_every_feature_says_which_is_missing(llm_nb):
     nb = llm_nb
+    # The stack is shared: whatever ran before, no default model is set now.
+    cleared = nb.put("/models/defaults", json={key: None for key in nb.get("/models/defaults").json()})
+    assert cleared.status_code == 200 and set(cleared.json().values()) == {None}
+    nb.fake.reset()
     notebook = nb.notebook()
     session = nb.post("/chat/sessions", json={"notebook_id": notebook}).json()
     answers = [nb.post("/chat/execute", json={"session_id": session["id"], "message": "hi"}),
