@@ -41,13 +41,13 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from urllib.parse import urljoin
 
 import requests
 
 from devtools import services
+from devtools.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT_DIR = ROOT / "tests" / "migrations"
@@ -170,18 +170,6 @@ class Api:
 
     def json(self, method, path, **kwargs):
         return self(method, path, **kwargs).json()
-
-
-def wait_until(what, check, deadline=JOB_DEADLINE):
-    """Poll `check()` until it returns a true value (with a deadline, never a bare sleep)."""
-    end = time.monotonic() + deadline
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise RuntimeError(f"{what}: not done after {deadline} s")
-        time.sleep(0.1)  # polling with a deadline
 
 
 # =========================================================================== workspace
@@ -308,14 +296,14 @@ def _workspace_data(release, service, idp, callback, sign_in):
         return owner.json("GET", f"/workspaceagents/{main['id']}")["status"] == wanted
 
     try:
-        wait_until("the release's agent connects", lambda: status("connected"), deadline=60)
-        wait_until("the agent reports its apps",
-                   lambda: len(owner.json("GET", f"/workspaceagents/{main['id']}")["apps"]) == 3, deadline=30)
+        wait_for(lambda: status("connected"), "the release's agent connects", timeout=60)
+        wait_for(lambda: len(owner.json("GET", f"/workspaceagents/{main['id']}")["apps"]) == 3,
+                 "the agent reports its apps", timeout=30)
     except RuntimeError as exc:
         raise RuntimeError(f"{exc}\n{tail(agent.log_path)}") from None
     finally:
         release.stop(agent)
-    wait_until("the agent shows disconnected", lambda: status("disconnected"), deadline=60)
+    wait_for(lambda: status("disconnected"), "the agent shows disconnected", timeout=60)
 
     for entry in tokens.values():
         expected = 401 if entry["revoked"] else 200
@@ -495,7 +483,7 @@ def _notebook_data(service, fake, password, worker):
         return api.json("POST", path, json=body, expect=expect)
 
     def wait_command(command_id):
-        command = wait_until(f"{command_id} finishes", lambda: _finished(api, command_id))
+        command = wait_for(lambda: _finished(api, command_id), f"{command_id} finishes", timeout=JOB_DEADLINE)
         if command["status"] != "completed":
             raise RuntimeError(f"{command_id} ended {command['status']}: {command}\n{tail(worker.log_path)}")
         return command
@@ -558,8 +546,8 @@ def _notebook_data(service, fake, password, worker):
     insight_job = post(f"/sources/{sources['glacier_basics']['id']}/insights",
                        {"transformation_id": key_terms["id"]}, expect=202)
     wait_command(insight_job["command_id"])
-    wait_until("the insight asked for at creation",
-               lambda: api.json("GET", f"/sources/{sources['lava']['id']}/insights"))
+    wait_for(lambda: api.json("GET", f"/sources/{sources['lava']['id']}/insights"),
+             "the insight asked for at creation", timeout=JOB_DEADLINE)
 
     notes = {
         "human": post("/notes", {"notebook_id": glaciers["id"], "title": "Field trip",
@@ -583,7 +571,7 @@ def _notebook_data(service, fake, password, worker):
         listed = api.json("GET", "/commands", params={"limit": 100})
         return listed if all(c["status"] in ("completed", "failed", "canceled") for c in listed["commands"]) else None
 
-    commands = wait_until("every job finishes", all_finished)
+    commands = wait_for(all_finished, "every job finishes", timeout=JOB_DEADLINE)
     failed = [c for c in commands["commands"] if c["status"] != "completed"]
     if failed:
         raise RuntimeError(f"jobs did not complete: {failed}\n{tail(worker.log_path)}")

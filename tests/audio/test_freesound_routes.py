@@ -7,6 +7,7 @@ import pytest
 import requests
 
 from devtools.fake_freesound import FakeFreesound, silent_mp3
+from devtools.waiting import wait_for
 
 KEY = "test-key"
 APP = {"X-App-Request": "1"}
@@ -28,18 +29,6 @@ def soundlib(service):
     response = get(service, "/capabilities", headers={})
     assert response.status_code == 200
     return response.json()["soundlib"]
-
-
-def wait_for(predicate, timeout=10.0, what="the condition"):
-    """Poll `predicate` until it returns a true value; fail after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} did not happen within {timeout} s")
-        time.sleep(0.1)  # polling a condition with a deadline
 
 
 def assert_secured(response):

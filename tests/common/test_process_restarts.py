@@ -6,19 +6,13 @@ data on its own) while clients keep reading through the other; every answer must
 import os
 import signal
 import threading
-import time
 
 import pytest
 import requests
 
+from devtools.waiting import wait_for
+
 CLIENTS = 4
-
-
-def _wait_for(condition, what, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} did not happen within {timeout} s"
-        time.sleep(0.05)  # polling a condition with a deadline
 
 
 def _workspace_reader(service):
@@ -56,13 +50,13 @@ def test_a_worker_restarted_while_requests_run_fails_none_of_them(start_service,
     for client in clients:
         client.start()
     try:
-        _wait_for(lambda: len(statuses) >= 40, "the first reads")
+        wait_for(lambda: len(statuses) >= 40, "the first reads")
         old = set(service.worker_pids())
         os.kill(sorted(old)[0], signal.SIGTERM)
-        _wait_for(lambda: len(set(service.worker_pids()) - old) == 1 and len(service.worker_pids()) == 2,
+        wait_for(lambda: len(set(service.worker_pids()) - old) == 1 and len(service.worker_pids()) == 2,
                   "the replacement worker")
         mark = len(statuses)
-        _wait_for(lambda: len(statuses) >= mark + 80, "reads after the restart")
+        wait_for(lambda: len(statuses) >= mark + 80, "reads after the restart")
     finally:
         stopping.set()
         for client in clients:

@@ -8,20 +8,13 @@ rank configuration again, and the next text search of every other process failed
 import os
 import signal
 import threading
-import time
 
 from devtools import services
+from devtools.waiting import wait_for
 from tests.notebook import documents
 from tests.notebook.conftest import Client, Worker, notebook_env
 
 SEARCHERS = 4
-
-
-def _wait_for(condition, what, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} did not happen within {timeout} s"
-        time.sleep(0.1)  # polling a condition with a deadline
 
 
 class Searches:
@@ -67,23 +60,23 @@ def test_restarting_the_job_worker_or_a_web_worker_never_fails_a_request_on_the_
                                               "content": documents.TEXT_BODY})
         assert added.status_code == 201, added.text
         with Searches(client, notebook_id) as searches:
-            _wait_for(lambda: searches.answered() >= 20, "the first searches")
+            wait_for(lambda: searches.answered() >= 20, "the first searches")
 
             # The job worker restarted, as `systemctl restart bundle-worker@notebook` does.
             worker.stop()
             worker = client.worker = Worker(data_dir, env)
-            _wait_for(lambda: "notebook worker:" in worker.log_text(),
+            wait_for(lambda: "notebook worker:" in worker.log_text(),
                       "the job worker's start")
             mark = searches.answered()
-            _wait_for(lambda: searches.answered() >= mark + 40, "searches after the job worker's restart")
+            wait_for(lambda: searches.answered() >= mark + 40, "searches after the job worker's restart")
 
             # One web worker restarted gracefully: gunicorn boots a new one, which opens the database.
             old = set(service.worker_pids())
             os.kill(sorted(old)[0], signal.SIGTERM)
-            _wait_for(lambda: len(set(service.worker_pids()) - old) == 1 and len(service.worker_pids()) == 2,
+            wait_for(lambda: len(set(service.worker_pids()) - old) == 1 and len(service.worker_pids()) == 2,
                       "the replacement web worker")
             mark = searches.answered()
-            _wait_for(lambda: searches.answered() >= mark + 40, "searches after the web worker's restart")
+            wait_for(lambda: searches.answered() >= mark + 40, "searches after the web worker's restart")
         assert searches.failures == [] and set(searches.statuses) == {200}
     finally:
         service.stop()
