@@ -12,7 +12,6 @@ that ends the stream. `/search/ask` (Open Notebook's path) is the same stream, a
 models are resolved (override, else the default chat model) before the stream
 starts, so a missing one is a plain 400/404. Searches are full-text (BM25) over
 the notebook (or everything); answers cite what they use by id."""
-import json
 import re
 
 from app.common.failures import ApiError
@@ -126,11 +125,7 @@ def _call(resolved, system, user):
 def parse_plan(text):
     """The strategy model's JSON plan (the first object in its reply, fences and
     prose around it tolerated); ProviderError when there is none."""
-    start = text.find("{")
-    try:
-        plan, _ = json.JSONDecoder().raw_decode(text[start:]) if start >= 0 else (None, 0)
-    except ValueError:
-        plan = None
+    plan = llm.first_json_object(text)
     searches = plan.get("searches") if isinstance(plan, dict) else None
     if not isinstance(searches, list):
         raise llm.ProviderError(502, "the strategy model's answer is not a search plan "

@@ -2,7 +2,6 @@
 writes a dialogue from the notebook's sources and notes, each turn is spoken
 (espeak-ng, one voice per speaker, or the default text_to_speech provider model when
 one is set), and one MP3 is stored under DATA_DIR/podcasts. No Flask here."""
-import json
 import os
 
 from app.common import tts
@@ -55,11 +54,7 @@ def make_episode(command, config):
 
 def parse_turns(text, names):
     """The dialogue's turns ({speaker, text}), speakers mapped onto `names`."""
-    start = text.find("{")
-    try:
-        script, _ = json.JSONDecoder().raw_decode(text[start:]) if start >= 0 else (None, 0)
-    except ValueError:
-        script = None
+    script = llm.first_json_object(text)
     raw = script.get("turns") if isinstance(script, dict) else None
     turns = [{"speaker": t["speaker"] if t.get("speaker") in names else names[i % len(names)],
               "text": t["text"].strip()[:TURN_CHARS]}

@@ -2,6 +2,7 @@
 every OpenAI-compatible server, ollama, anthropic), each a handful of functions
 over app.notebook.llm.transport. Callers hand a Target (where, which key, how
 long) and a model name; messages are [{role: system|user|assistant, content}]."""
+import json
 import os
 
 from app.notebook.llm import anthropic, ollama, openai
@@ -25,6 +26,18 @@ def env_settings(provider):
     key_name, url_name = ENV_VARIABLES.get(provider, (None, None))
     return (os.environ.get(key_name, "").strip() if key_name else "",
             os.environ.get(url_name, "").strip() if url_name else "")
+
+
+def first_json_object(text):
+    """The first JSON value in a model's reply, from its first `{` (fences and prose
+    around it tolerated), or None when there is none."""
+    start = text.find("{")
+    if start < 0:
+        return None
+    try:
+        return json.JSONDecoder().raw_decode(text[start:])[0]
+    except ValueError:
+        return None
 
 
 def _adapter(target, capability):
