@@ -24,6 +24,12 @@ bind = f"{_host}:{_port}"
 # rather than `keepalive` (gunicorn_worker.py says why).
 worker_class = "gunicorn_worker.Worker"
 workers = int(os.environ.get("WEB_CONCURRENCY", "1"))
+# Services whose workers share live state (streams, rate limits, connected agents)
+# through Redis once there are several; one worker keeps it in its own memory.
+NEEDS_REDIS_TO_SCALE = {"wizard", "workspace"}
+if workers > 1 and _service in NEEDS_REDIS_TO_SCALE and not os.environ.get("REDIS_URL", "").strip():
+    sys.exit(f"error: {_service} with WEB_CONCURRENCY={workers} needs REDIS_URL (redis://...) for the state its"
+             " workers share; set REDIS_URL or WEB_CONCURRENCY=1")
 # Each open SSE or websocket stream holds one connection of the worker.
 worker_connections = int(os.environ.get("WORKER_CONNECTIONS", "4096"))
 # Well under systemd's 20 s stop time-out; streams end at once on SIGTERM anyway.

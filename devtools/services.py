@@ -43,8 +43,9 @@ def terminate(process, timeout):
 
 
 class RunningService:
-    def __init__(self, name, port, data_dir, process):
+    def __init__(self, name, port, data_dir, process, env=None):
         self.name, self.port, self.data_dir, self.process = name, port, data_dir, process
+        self.env = env or {}   # what the caller set on top of the environment (DATABASE_URL...)
         self.base_url = f"http://127.0.0.1:{port}"
 
     def stop(self, timeout=20.0):
@@ -83,7 +84,7 @@ def start(name, data_dir, port=None, env=None, workers=1, stdout=None, stderr=No
     process = subprocess.Popen(
         [str(GUNICORN), "-c", "gunicorn.conf.py", "wsgi:app"], cwd=ROOT, env=environment,
         stdout=stdout, stderr=stderr, start_new_session=own_session)
-    service = RunningService(name, port, data_dir, process)
+    service = RunningService(name, port, data_dir, process, env)
     try:
         wait_healthy(service.base_url + HEALTH_PATHS.get(name, "/healthz"), process=process)
     except BaseException:

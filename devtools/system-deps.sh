@@ -3,12 +3,14 @@
 # Needs root for apt-get; as another user it names the command to run instead.
 set -euo pipefail
 # command -> Debian package
-declare -A PACKAGES=([nginx]=nginx-light [openssl]=openssl [espeak-ng]=espeak-ng [chromium]=chromium [debootstrap]=debootstrap [systemd-nspawn]=systemd-container [systemd-analyze]=systemd [node]=nodejs)
+declare -A PACKAGES=([nginx]=nginx-light [openssl]=openssl [espeak-ng]=espeak-ng [chromium]=chromium [debootstrap]=debootstrap [systemd-nspawn]=systemd-container [systemd-analyze]=systemd [node]=nodejs [redis-server]=redis-server)
 missing=()
 for cmd in "${!PACKAGES[@]}"; do
   command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || missing+=("${PACKAGES[$cmd]}")
 done
 python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
+# PostgreSQL's server programs live outside PATH, under its version's folder.
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
   echo "missing Debian packages: ${missing[*]}; run: sudo apt-get install -y ${missing[*]}" >&2

@@ -141,3 +141,44 @@ def forward_auth_provider():
     }
     with OidcProvider(config) as provider:
         yield provider
+
+
+# --------------------------------------------------------------------------- database backends
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """One PostgreSQL server for the session (initdb + pg_ctl in a temporary folder);
+    `.new_database()` gives each service a database of its own."""
+    from devtools.pg_server import PostgresServer
+    with PostgresServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def redis_server():
+    """One Redis server for the session; `.new_url()` gives a test a database of its own."""
+    from devtools.redis_server import RedisServer
+    with RedisServer() as server:
+        yield server
+
+
+class DatabaseBackend:
+    """Where a test's services keep their tables: `env()` is the environment that
+    points one service at a new, empty database of this backend."""
+
+    def __init__(self, name, postgres=None):
+        self.name, self.postgres = name, postgres
+
+    def env(self):
+        return {} if self.postgres is None else {"DATABASE_URL": self.postgres.new_database()}
+
+    def __repr__(self):
+        return self.name
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def db_backend(request):
+    """Each database-backed service's API tests run on both backends: the embedded
+    SQLite file and a PostgreSQL server."""
+    postgres = request.getfixturevalue("postgres_server") if request.param == "postgresql" else None
+    return DatabaseBackend(request.param, postgres)

@@ -4,15 +4,25 @@
     db = connect_database(database, url, HISTORY)   # HISTORY: app/<service>/schema.py
     bind_to_requests(app, database)
 
-`sqlite:///path` opens a pooled SQLite database in WAL mode; any other URL
-(postgresql://...) goes to playhouse.db_url as it is.
+`sqlite:///path` opens a pooled SQLite database in WAL mode (the embedded default);
+`postgresql://user:password@host:port/name` a pooled PostgreSQL database through
+psycopg 3, which yields to other greenlets while it waits on the server (gevent
+patches `select`, which psycopg uses from 3.1.14 on).
 """
+import json
 import os
+from contextlib import contextmanager
 
-from peewee import SqliteDatabase
+from peewee import SQL, InterfaceError, OperationalError, SqliteDatabase, TextField
 from playhouse.db_url import connect
 
+from app.common.failures import ApiError
 from app.common.migrations import bring_up_to_date
+
+# A web worker's greenlets share its pool; past this many connections in use a request
+# waits up to POOL_WAIT_SECONDS for one to come back.
+POSTGRES_POOL_SIZE = 32
+POOL_WAIT_SECONDS = 10
 
 
 def connect_database(proxy, url, history, pool=True):
@@ -29,8 +39,13 @@ def connect_database(proxy, url, history, pool=True):
                          pragmas=pragmas)
         else:
             db = connect(url, pragmas=pragmas)
+    elif url.startswith(("postgresql://", "postgres://")):
+        # Each checkout pings the connection (peewee's pool), so connections cut by a
+        # server restart are dropped, not handed to a request.
+        db = connect("psycopg3+pool://" + url.split("://", 1)[1], max_connections=POSTGRES_POOL_SIZE,
+                     stale_timeout=300, timeout=POOL_WAIT_SECONDS)
     else:
-        db = connect(url)
+        raise ValueError(f"DATABASE_URL must be sqlite:///<path> or postgresql://..., got {url.split(':', 1)[0]}:...")
     proxy.initialize(db)
     bring_up_to_date(db, history)
     return db
@@ -49,10 +64,64 @@ def bind_to_requests(app, proxy):
             proxy.close()
 
 
+def is_postgres(proxy):
+    return not isinstance(proxy.obj, SqliteDatabase)
+
+
+def run_sql(proxy, sql, params=()):
+    """`proxy.execute_sql` for hand-written SQL with `?` placeholders, on either
+    engine (psycopg's are `%s`). Keep literal `%` and `?` out of such SQL."""
+    if not isinstance(proxy.obj, SqliteDatabase):
+        sql = sql.replace("?", "%s")
+    return proxy.execute_sql(sql, params)
+
+
+class JSONField(TextField):
+    """JSON as compact text, the same on both engines (playhouse's JSON fields are each
+    tied to one). The column is declared JSON: SQLite takes the name as it is, and
+    PostgreSQL's `json` type keeps the text as written (key order included)."""
+    declared_type = "JSON"
+
+    def ddl_datatype(self, ctx):
+        return SQL(self.declared_type)
+
+    def db_value(self, value):
+        return None if value is None else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+    def python_value(self, value):
+        # psycopg decodes json columns itself; SQLite hands back the text.
+        return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+DATABASE_UNAVAILABLE = (OperationalError, InterfaceError)
+
+
+def unavailable_error(exc):
+    """The 503 that answers a request whose database went away under it (a restart,
+    a lost host): the pool drops the broken connection, so later requests reconnect."""
+    return ApiError(503, "the database is unavailable; try again shortly", detail=str(exc).strip()[:200],
+                    retry_after=2)
+
+
+# The key of PostgreSQL's transaction-level advisory lock that write_transaction takes
+# (one per database: each service has its own).
+WRITE_LOCK_KEY = 0x62756E646C65  # "bundle"
+
+
+@contextmanager
 def write_transaction(proxy):
-    """A transaction that takes the write lock at its start. On SQLite a deferred one
-    that reads and then writes fails at once with "database is locked" when another
-    process wrote in between; an immediate one waits its turn (busy_timeout)."""
+    """A transaction that reads and then writes as one writer at a time, whichever
+    process runs it: what it read is still true when it writes (a like count recounted
+    from the rows, a marker checked before seeding).
+
+    On SQLite it takes the write lock at its start (a deferred one would fail at once
+    with "database is locked" when another process wrote in between; an immediate one
+    waits its turn, busy_timeout). On PostgreSQL, whose READ COMMITTED would let two
+    such transactions interleave, an advisory lock held until commit does the same."""
     if isinstance(proxy.obj, SqliteDatabase):
-        return proxy.atomic("IMMEDIATE")
-    return proxy.atomic()
+        with proxy.atomic("IMMEDIATE") as transaction:
+            yield transaction
+        return
+    with proxy.atomic() as transaction:
+        proxy.execute_sql("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK_KEY,))
+        yield transaction

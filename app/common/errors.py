@@ -10,6 +10,7 @@ import logging
 from flask import jsonify, request
 from werkzeug.exceptions import HTTPException
 
+from app.common.db import DATABASE_UNAVAILABLE, unavailable_error
 from app.common.failures import ApiError
 
 log = logging.getLogger("bundle.errors")
@@ -56,6 +57,13 @@ def register(app, error_body):
         # Keep headers werkzeug computed, such as Allow on a 405.
         headers = {k: v for k, v in exc.get_headers() if k.lower() in ("allow", "retry-after")}
         return _respond(error_body, exc.code or 500, _message(exc), headers=headers)
+
+    def database_unavailable(exc):
+        log.warning("database unavailable: %s", str(exc).strip()[:200])
+        return api_error(unavailable_error(exc))
+
+    for error_type in DATABASE_UNAVAILABLE:
+        app.register_error_handler(error_type, database_unavailable)
 
     @app.errorhandler(Exception)
     def unexpected(exc):

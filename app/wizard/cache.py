@@ -7,6 +7,7 @@ reader of an unchanged collection.
 """
 from collections import OrderedDict
 
+from app.common.db import run_sql
 from app.wizard.models import CollectionVersion, database
 
 MAX_ENTRIES = 256
@@ -19,7 +20,7 @@ _VERSION_SQL = "SELECT version FROM collection_versions WHERE name = ?"
 
 
 def version(name):
-    row = database.execute_sql(_VERSION_SQL, (name,)).fetchone()
+    row = run_sql(database, _VERSION_SQL, (name,)).fetchone()
     return row[0] if row else 0
 
 

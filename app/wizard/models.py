@@ -4,11 +4,12 @@ Every collection row has the same typed columns (the ones the API filters on or
 the server owns) and keeps the rest of its payload as JSON in `data`. `seq` orders
 rows newest first without ties; `id` is the public identifier.
 """
-import json
 import uuid
 from datetime import UTC, datetime
 
 from peewee import AutoField, BooleanField, CharField, DatabaseProxy, IntegerField, Model, TextField
+
+from app.common.db import JSONField
 
 database = DatabaseProxy()
 
@@ -22,14 +23,9 @@ def now_text():
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-class CompactJSONField(TextField):
-    """JSON stored as compact text (playhouse's JSONField is SQLite-only)."""
-
-    def db_value(self, value):
-        return None if value is None else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-    def python_value(self, value):
-        return None if value is None else json.loads(value)
+class CompactJSONField(JSONField):
+    """JSON in a TEXT column (on SQLite, json_set lays fields over it in place)."""
+    declared_type = "TEXT"
 
 
 class BaseModel(Model):

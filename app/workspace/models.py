@@ -5,7 +5,8 @@ import uuid
 from datetime import UTC, datetime
 
 from peewee import BooleanField, CharField, DatabaseProxy, DateTimeField, ForeignKeyField, Model, TextField, UUIDField
-from playhouse.sqlite_ext import JSONField
+
+from app.common.db import JSONField
 
 database = DatabaseProxy()
 

@@ -44,8 +44,9 @@ TEST_IDENTITY = {"WIZ_ALLOW_TEST_IDENTITY": "1"}
 
 
 @pytest.fixture(scope="module")
-def wizard_server(start_module_service):
-    return start_module_service("wizard", env=TEST_IDENTITY)
+def wizard_server(start_module_service, db_backend):
+    """One wizard per test module, on each database backend in turn."""
+    return start_module_service("wizard", env={**TEST_IDENTITY, **db_backend.env()})
 
 
 @pytest.fixture

@@ -1,7 +1,6 @@
 """Fixtures of the workspace platform's tests: the service under gunicorn on a
 fresh database, and helpers to call it."""
 import os
-import sqlite3
 import subprocess
 import sys
 import time
@@ -9,6 +8,8 @@ from pathlib import Path
 
 import pytest
 import requests
+
+from devtools.database_peek import peek
 
 ROOT = Path(__file__).resolve().parents[2]
 OWNER = {"email": "owner@example.com", "username": "owner", "password": "correct horse battery"}
@@ -22,11 +23,12 @@ class Workspace:
         self.api = service.base_url + "/api/v2"
 
     def db(self):
-        return sqlite3.connect(self.service.data_dir / "workspace.db")
+        """The service's database, on either engine (devtools.database_peek)."""
+        return peek(self.service)
 
     def count(self, table):
         with self.db() as db:
-            return db.execute(f"select count(*) from {table}").fetchone()[0]
+            return db.execute(f'select count(*) from "{table}"').fetchone()[0]
 
     def first_user(self, **overrides):
         response = requests.post(self.api + "/users/first", json={**OWNER, **overrides}, timeout=30)
@@ -41,17 +43,18 @@ class Workspace:
 
 
 @pytest.fixture
-def workspace(start_service):
-    """start(env=None) -> Workspace: a platform of the test's own."""
+def workspace(start_service, db_backend):
+    """start(env=None) -> Workspace: a platform of the test's own, on each database
+    backend in turn."""
     def start(env=None, **kwargs):
-        return Workspace(start_service("workspace", env=env, **kwargs))
+        return Workspace(start_service("workspace", env={**db_backend.env(), **(env or {})}, **kwargs))
     return start
 
 
 @pytest.fixture(scope="module")
-def owned(start_module_service):
+def owned(start_module_service, db_backend):
     """One platform per module with its Owner created: (workspace, owner token)."""
-    ws = Workspace(start_module_service("workspace"))
+    ws = Workspace(start_module_service("workspace", env=db_backend.env()))
     return ws, ws.first_user()
 
 
@@ -140,9 +143,9 @@ class Connected:
 
 
 @pytest.fixture(scope="module")
-def connected(start_module_service, local_app, tmp_path_factory):
+def connected(start_module_service, local_app, tmp_path_factory, db_backend):
     setup = Connected()
-    setup.ws = ws = Workspace(start_module_service("workspace", env=AGENT_ENV))
+    setup.ws = ws = Workspace(start_module_service("workspace", env={**AGENT_ENV, **db_backend.env()}))
     setup.owner = ws.first_user()
     requests.post(ws.api + "/users", json={"email": "other@example.com", "username": "other",
                                            "password": "second good passphrase"},

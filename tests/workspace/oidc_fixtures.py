@@ -21,7 +21,6 @@ bob (bob@example.com, a password account made by the Owner). Provider users:
 import html
 import re
 import secrets
-import sqlite3
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from urllib.parse import parse_qs, urlencode, urljoin, urlsplit
 import requests
 
 from devtools import services
+from devtools.database_peek import peek
 from devtools.oidc_provider import OidcProvider, pbkdf2_sha512_digest, sign_in
 
 CLIENT_ID = "workspace"
@@ -77,17 +77,15 @@ class Stack:
         return self.url(CALLBACK) + ("?" + urlencode(params) if params else "")
 
     def db(self):
-        """The service's SQLite database, read-only, as the tests check what it stored."""
-        connection = sqlite3.connect(f"file:{self.data_dir / 'workspace.db'}?mode=ro", uri=True, timeout=10)
-        connection.row_factory = sqlite3.Row
-        return connection
+        """The service's database (either engine), as the tests check what it stored."""
+        return peek(self.service)
 
     def rows(self, sql, *params):
         with self.db() as connection:
             return [dict(row) for row in connection.execute(sql, params)]
 
     def user_count(self):
-        return self.rows("SELECT count(*) AS n FROM user")[0]["n"]
+        return self.rows("SELECT count(*) AS n FROM \"user\"")[0]["n"]
 
     def api(self, method, path, token=None, **kwargs):
         headers = {"Workspace-Session-Token": token} if token else {}
@@ -158,9 +156,9 @@ def as_uuid(value):
 
 
 @contextmanager
-def stack_factory(start_service):
-    """The body of test_oidc.py's `oidc_stack` fixture (`start_service`: the
-    fixture of tests/conftest.py). Yields
+def stack_factory(start_service, db_backend=None):
+    """The body of test_oidc.py's `oidc_stack` fixture (`start_service` and
+    `db_backend`: the fixtures of tests/conftest.py). Yields
     make(env=None, users=PROVIDER_USERS, secret_at_platform=None, oidc=True) -> Stack:
     a provider (started) and a workspace service with the Owner and bob created.
     `env`: more environment for the service, or a function of the provider that
@@ -178,7 +176,7 @@ def stack_factory(start_service):
             "users": [{**user, "password": PASSWORD} for user in users],
         }).start()
         providers.append(idp)
-        environment = {"WORKSPACE_ACCESS_URL": base_url}
+        environment = {"WORKSPACE_ACCESS_URL": base_url, **(db_backend.env() if db_backend else {})}
         if oidc:
             environment.update({
                 "WORKSPACE_OIDC_ISSUER_URL": idp.issuer,

@@ -27,10 +27,11 @@ from tests.workspace.oidc_fixtures import (
 
 
 @pytest.fixture
-def oidc_stack(start_service):
+def oidc_stack(start_service, db_backend):
     """make(env=None, users=..., secret_at_platform=None, oidc=True) -> Stack: a started
-    provider and the workspace service configured against it (see oidc_fixtures)."""
-    with stack_factory(start_service) as make:
+    provider and the workspace service configured against it (see oidc_fixtures), on
+    each database backend in turn."""
+    with stack_factory(start_service, db_backend) as make:
         yield make
 
 
@@ -186,7 +187,7 @@ def test_an_unverified_email_matching_an_existing_account_is_refused(oidc_stack)
     assert_flow_cookies_cleared(answer)
     assert stack.me(http).status_code == 401
     assert stack.user_count() == users
-    assert stack.rows("SELECT id FROM user WHERE email_key = 'bob@example.com'") == [
+    assert stack.rows('SELECT id FROM "user" WHERE email_key = \'bob@example.com\'') == [
         {"id": as_uuid(stack.bob_id).hex}]
     assert stack.rows("SELECT id FROM oidclink") == []
     # Bob's own password sign-in is untouched.

@@ -49,7 +49,8 @@ def test_setup_then_login_page_then_dashboard(workspace):
 def run_cli(ws, *args, stdin=""):
     return subprocess.run([sys.executable, "-m", "app.workspace", *args], cwd=ROOT, input=stdin, text=True,
                           capture_output=True, timeout=60,
-                          env={"DATA_DIR": str(ws.service.data_dir), "PATH": "/usr/bin:/bin"})
+                          env={"DATA_DIR": str(ws.service.data_dir), "PATH": "/usr/bin:/bin",
+                               **getattr(ws.service, "env", {})})
 
 
 def test_reset_password_on_the_host_revokes_sessions(workspace):
