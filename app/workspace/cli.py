@@ -4,6 +4,7 @@ running server.
 
     python -m app.workspace reset-password <username>
     python -m app.workspace create-admin --username NAME --email EMAIL [--name NAME]
+    python -m app.workspace copy-to-postgres postgresql://USER:PASSWORD@HOST/DB
 
 The password is read from a terminal prompt (asked twice), or from the first line
 of standard input when it is not a terminal; it is never an argument.
@@ -14,12 +15,12 @@ import sys
 
 from flask import Flask
 
-from app.common import config
+from app.common import config, copy_to_postgres
 from app.common.failures import ApiError
 from app.workspace import accounts, sessions
 from app.workspace.models import User, database
 from app.workspace.passwords import weakness
-from app.workspace.schema import open_database
+from app.workspace.schema import HISTORY, open_database
 from app.workspace.settings import WorkspaceSettings
 
 
@@ -86,8 +87,13 @@ def main(argv=None, stdin=sys.stdin, out=sys.stdout, err=sys.stderr):
     admin.add_argument("--username", required=True)
     admin.add_argument("--email", required=True)
     admin.add_argument("--name", default="")
+    copy = commands.add_parser("copy-to-postgres", help="copy this SQLite database into an empty PostgreSQL one")
+    copy.add_argument("url", help="postgresql://user:password@host:port/database")
     args = parser.parse_args(argv)
     try:
+        if args.command == "copy-to-postgres":
+            settings = WorkspaceSettings.from_env(config.data_dir("workspace"))
+            return copy_to_postgres.run(HISTORY, settings.database_url, args.url, out, err)
         if args.command == "reset-password":
             return reset_password(args.username, stdin, out, err)
         return create_admin(args.username, args.email, args.name, stdin, out, err)

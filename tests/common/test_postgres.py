@@ -1,0 +1,68 @@
+"""The services on PostgreSQL under the gevent worker: a request waiting on the
+server does not hold up the others of its worker (psycopg waits through gevent's
+patched `select`), and a database restart costs the requests in flight a clean 503,
+not the service.
+
+The wait is made with a lock the test holds, not with a sleep: a request reading the
+locked table waits in PostgreSQL for exactly as long as the test wants.
+"""
+from concurrent.futures import ThreadPoolExecutor
+
+import psycopg
+import pytest
+
+from devtools.waiting import wait_for
+from tests.wizard.conftest import TEST_IDENTITY, WizardClient
+
+
+@pytest.fixture
+def wizard_on_postgres(start_service, postgres_server):
+    """A one-worker wizard on a new PostgreSQL database, with a blueprint made."""
+    url = postgres_server.new_database()
+    service = start_service("wizard", env={**TEST_IDENTITY, "DATABASE_URL": url})
+    client = WizardClient(service.base_url, "owner")
+    client.post("/api/collections/blueprints", json={"title": "one", "is_public": True}).raise_for_status()
+    return client, url
+
+
+def waiting_on_a_lock(url):
+    """How many server processes of that database wait on a lock now."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                            " AND wait_event_type = 'Lock'").fetchone()[0]
+
+
+def test_a_request_waiting_on_the_database_does_not_hold_up_its_worker(wizard_on_postgres):
+    client, url = wizard_on_postgres
+    with ThreadPoolExecutor(1) as pool, psycopg.connect(url) as holder:
+        holder.execute("LOCK TABLE prompt_history IN ACCESS EXCLUSIVE MODE")
+        blocked = pool.submit(client.get, "/api/collections/prompt_history")
+        wait_for(lambda: waiting_on_a_lock(url) == 1, "the request to wait on the table lock")
+        # The same (only) worker answers other requests, database reads included, meanwhile.
+        for _ in range(5):
+            assert client.get("/api/collections/blueprints").status_code == 200
+            assert client.get("/healthz").status_code == 200
+        assert not blocked.done()
+        holder.commit()   # releases the lock
+        assert blocked.result(timeout=30).status_code == 200
+
+
+def test_a_database_restart_fails_requests_in_flight_cleanly_then_heals(wizard_on_postgres, postgres_server):
+    client, url = wizard_on_postgres
+    with ThreadPoolExecutor(1) as pool:
+        holder = psycopg.connect(url)
+        holder.execute("LOCK TABLE prompt_history IN ACCESS EXCLUSIVE MODE")
+        in_flight = pool.submit(client.get, "/api/collections/prompt_history")
+        wait_for(lambda: waiting_on_a_lock(url) == 1, "the request to wait on the table lock")
+        postgres_server.restart()          # cuts every connection, the holder's and the request's
+        holder.close()
+        cut = in_flight.result(timeout=30)
+    assert cut.status_code == 503
+    assert cut.json()["error"] == "the database is unavailable; try again shortly"
+    assert cut.headers["Retry-After"]
+    # The service was not restarted: the next requests reconnect (the pool drops the
+    # connections the restart cut) and succeed, writes included.
+    for _ in range(3):
+        assert client.get("/api/collections/blueprints").status_code == 200
+    assert client.post("/api/collections/blueprints", json={"title": "two"}).status_code == 201
+    assert [row["title"] for row in client.get("/api/collections/blueprints").json()][:2] == ["two", "one"]
