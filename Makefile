@@ -25,6 +25,7 @@ bench: setup
 	$(PY) -m bench.wizard
 	$(PY) -m bench.notebook
 	$(PY) -m bench.notebook_ask
+	$(PY) -m bench.scale
 
 setup: system-deps $(VENV)/.installed $(VENV)/.embeddings browser-assets
 

@@ -136,12 +136,12 @@ class Stack:
     """The service, and nginx in front of it (the production site; nginx serves the
     service's uploads folder itself), started together and stopped together."""
 
-    def __init__(self, root, name, workers, nginx_connections):
+    def __init__(self, root, name, workers, nginx_connections, env=None):
         self.data_dir = root / f"{name}-data"
         self.uploads_dir = self.data_dir / "uploads"
         self.uploads_dir.mkdir(parents=True)
         self.proxy = None
-        self.service = Service("wizard", self.data_dir, root / f"{name}-service.log", workers=workers)
+        self.service = Service("wizard", self.data_dir, root / f"{name}-service.log", workers=workers, env=env)
         try:
             self.proxy = devnginx.start(root / f"{name}-nginx", None, {"wizard": f"{HOST}:{self.service.port}"},
                                         variables={"wizard_uploads_dir": str(self.uploads_dir),
@@ -649,10 +649,11 @@ class FanOut:
         return Counter(s.error for s in self.streams if s.error)
 
 
-def run_fanout(args, root):
+def run_fanout(args, root, env=None):
+    """`env`: more environment for the service (bench.scale gives REDIS_URL)."""
     print(f"\n== Fan-out: {args.streams} SSE streams on {EVENTS} through nginx, {args.writes} writes "
           f"(POST {WRITE} through nginx, {args.gap:g} s apart), {args.workers} gevent worker(s) ==", flush=True)
-    stack = Stack(root, "fanout", args.workers, max(1024, 2 * args.streams + 512))
+    stack = Stack(root, f"fanout-{args.workers}w", args.workers, max(1024, 2 * args.streams + 512), env=env)
     fan = warm = None
     api = KeepAliveClient(stack.proxy.port, stack.host)
     try:

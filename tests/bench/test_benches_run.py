@@ -15,6 +15,7 @@ SMOKE_ARGUMENTS = {
     "decks": ["--quick"],
     "notebook": ["--quick", "--sources", "20", "--queries", "20"],
     "notebook_ask": ["--streams", "10", "--rounds", "1"],
+    "scale": ["--quick"],
     "wizard": ["--quick"],
     "workspace": ["--quick"],
     "workspace_apps": ["--quick"],
