@@ -35,7 +35,8 @@ def create_app(service, overrides=None):
     # modules without it.
     from flask import Flask
 
-    from app.common import errors, requestlog
+    from app.common import errors, redis_client, requestlog
+    redis_client.client()   # a malformed REDIS_URL stops the start here, with one line naming it
     module = importlib.import_module(f"app.{service}")
     # Static files are served by each service's blueprint, not by the app itself.
     flask_app = Flask(module.__name__, static_folder=None)

@@ -1,10 +1,14 @@
 """Collection events: `data: {"collection": name}` to every open /api/events stream.
 
-A write publishes its collections on this process's broker at once. Writes made by
-another worker process are noticed through the per-collection counters that every
-write raises (`collection_versions`): while this process has open streams, one
-greenlet reads the counters four times a second and announces the collections whose
-counter moved past what this process last announced.
+A write publishes its collections on the broker at once, after its commit.
+
+With REDIS_URL the broker is shared: that publish reaches the streams of every
+worker, and nothing more is needed. Without it (the embedded default), writes made by
+any other process sharing the database are noticed through the per-collection
+counters that every write raises (`collection_versions`): while this process has
+open streams, one greenlet reads the counters four times a second and announces the
+collections whose counter moved past what this process last announced. (With Redis
+that watcher would announce each write once more from every worker.)
 """
 import logging
 
@@ -29,7 +33,8 @@ def announce(versions):
 
 def subscribe():
     subscription = broker.subscribe(TOPIC)
-    _ensure_watcher()
+    if not broker.shared:
+        _ensure_watcher()
     return subscription
 
 

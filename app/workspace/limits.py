@@ -1,6 +1,7 @@
-"""Login attempts per client address and per account (sliding minute windows)."""
+"""Login attempts per client address and per account (sliding minute windows),
+counted across every worker through Redis when REDIS_URL is set."""
+from app.common import ratelimit
 from app.common.failures import ApiError
-from app.common.ratelimit import RateLimiter
 
 _limiters = {}
 
@@ -8,7 +9,7 @@ _limiters = {}
 def _limiter(name, limit):
     key = (name, limit)
     if key not in _limiters:
-        _limiters[key] = RateLimiter(limit, 60.0)
+        _limiters[key] = ratelimit.limiter(f"workspace:login:{name}", limit, 60.0)
     return _limiters[key]
 
 

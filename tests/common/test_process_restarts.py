@@ -31,11 +31,16 @@ READERS = {
     "workspace": _workspace_reader,
 }
 ENVIRONMENTS = {"wizard": {"WIZ_ALLOW_TEST_IDENTITY": "1"}}
+# Services whose workers share state through Redis: gunicorn.conf.py refuses two workers without it.
+NEED_REDIS = {"wizard", "workspace"}
 
 
 @pytest.mark.parametrize("name", sorted(READERS))
-def test_a_worker_restarted_while_requests_run_fails_none_of_them(start_service, name):
-    service = start_service(name, workers=2, env=ENVIRONMENTS.get(name))
+def test_a_worker_restarted_while_requests_run_fails_none_of_them(start_service, name, request):
+    env = dict(ENVIRONMENTS.get(name, {}))
+    if name in NEED_REDIS:
+        env["REDIS_URL"] = request.getfixturevalue("redis_server").new_url()
+    service = start_service(name, workers=2, env=env)
     path, headers = READERS[name](service)
     statuses, failures, stopping = [], [], threading.Event()
 

@@ -170,13 +170,13 @@ def test_unknown_routes_and_methods_answer_the_error_body(wizard):
     assert response.status_code == 405 and "error" in response.json()
 
 
-def test_concurrent_writes_in_two_workers_all_succeed(start_service):
+def test_concurrent_writes_in_two_workers_all_succeed(start_service, redis_server):
     # Two worker processes read-then-write the same rows at once: every write waits
     # its turn for the database, none fails with "database is locked".
     from concurrent.futures import ThreadPoolExecutor
 
     from tests.wizard.conftest import TEST_IDENTITY, WizardClient
-    service = start_service("wizard", workers=2, env=TEST_IDENTITY)
+    service = start_service("wizard", workers=2, env={**TEST_IDENTITY, "REDIS_URL": redis_server.new_url()})
     client = WizardClient(service.base_url, "alice")
     row = client.post("/api/collections/saved_prompts", json={"text": "v0"}).json()
 

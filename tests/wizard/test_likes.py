@@ -59,9 +59,10 @@ def test_deleting_a_blueprint_removes_its_likes(wizard, admin, shared_blueprint)
     assert like_rows(admin, shared_blueprint["id"]) == []
 
 
-def test_concurrent_toggles_keep_the_count_equal_to_the_rows(start_service, tmp_path):
+def test_concurrent_toggles_keep_the_count_equal_to_the_rows(start_service, tmp_path, redis_server):
     # Two worker processes, so toggles also race across processes on the database.
-    service = start_service("wizard", workers=2, env={"WIZ_ALLOW_TEST_IDENTITY": "1"})
+    service = start_service("wizard", workers=2,
+                            env={"WIZ_ALLOW_TEST_IDENTITY": "1", "REDIS_URL": redis_server.new_url()})
     owner = WizardClient(service.base_url, "owner")
     admin = WizardClient(service.base_url, "root", "admins")
     target = owner.post("/api/collections/blueprints", json={"title": "hot", "is_public": True}).json()["id"]

@@ -32,7 +32,8 @@ def test_deleted_global_wizards_stay_deleted_after_a_restart(start_service, tmp_
     assert doomed["id"] not in ids
 
 
-def test_two_workers_starting_together_seed_once(start_service, tmp_path):
-    service = start_service("wizard", data_dir=tmp_path / "wizard", workers=2, env=TEST_IDENTITY)
+def test_two_workers_starting_together_seed_once(start_service, tmp_path, redis_server):
+    service = start_service("wizard", data_dir=tmp_path / "wizard", workers=2,
+                            env={**TEST_IDENTITY, "REDIS_URL": redis_server.new_url()})
     names = [row["name"] for row in WizardClient(service.base_url).get("/api/collections/wizards").json()]
     assert len(names) == len(set(names)) == 3
