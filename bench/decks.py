@@ -1,6 +1,6 @@
 """Deck review service benchmark: SSE fan-out and durable appends. Run by hand:
 
-    .venv/bin/python -m bench.decks            # full run (2,000 streams, 10 s of appends)
+    .venv/bin/python -m bench.decks            # full run (2,000 streams with 1 then 2 workers, 10 s of appends)
     .venv/bin/python -m bench.decks --quick    # smoke run (200 streams, 3 s of appends)
     .venv/bin/python bench/decks.py --help
 
@@ -9,10 +9,17 @@ worker, exactly as production), each phase on a fresh temporary DATA_DIR, talks 
 127.0.0.1 only, prints figures and a verdict per target, and stops the service
 whatever happens. It asserts nothing and is never collected as a test.
 
-Phase 1, fan-out (always ONE gevent worker): N concurrent SSE streams on one
-session; E events are posted one at a time, each timed from just before its POST is
-sent to the moment each stream client has parsed that record. Worker RSS (VmRSS of
-the gunicorn worker) is read before the streams open and after.
+Phase 1, fan-out, once per --fanout-workers count (default 1 then 2, in the same
+run, so that the 2-worker figures stand beside their 1-worker reference): N
+concurrent SSE streams on one session, spread evenly over the workers (each
+stream's worker is told apart through /proc, surplus streams are closed and others
+opened until each worker holds its share). E events are posted one at a time, each
+on a fresh connection to the workers in turn (made before its clock starts), and
+timed from just before its POST is sent to the moment each stream client has parsed
+that record: per receipt, and per event to its last receipt. With several workers,
+receipts on the worker that took the POST (published at once) and on the others
+(heard through inotify on the log) are shown apart. Worker RSS (VmRSS, summed over
+the workers) is read before the streams open and after.
 
 Phase 2, durable appends (--workers gunicorn workers, default 1): P concurrent
 posters on keep-alive connections post notes for --seconds; every answer must be
@@ -78,6 +85,7 @@ TARGET_STREAMS = 2000
 TARGET_P99_S = 1.0
 TARGET_KB_PER_STREAM = 100.0
 TARGET_APPENDS_PER_S = 800.0
+TARGET_SEVERAL_WORKERS_DELTA_S = 0.050  # issue #16: 2-worker fan-out p99 within 50 ms of 1 worker's
 
 # Bounds: every wait below has one of these.
 OPEN_TIMEOUT_S = 30.0        # one stream: connect → ": stream open"
@@ -121,6 +129,65 @@ def copy_sample_deck(data_dir, name="welcome"):
     return {"id": name, "md_path": f"sources/{name}/deck.md", "copy_from": f"sources/{name}"}
 
 
+def socket_inodes(pid):
+    """The inodes of the sockets among a process's open files (/proc/<pid>/fd)."""
+    found = set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return found
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            found.add(int(target[8:-1]))
+    return found
+
+
+def connection_workers(port, pids):
+    """{client port: worker pid} of the connections to `port` that a worker has
+    accepted: the server side of each is a socket inode in /proc/net/tcp, held among
+    the fds of the worker that accepted it."""
+    owner = {inode: pid for pid in pids for inode in socket_inodes(pid)}
+    found = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port:
+                pid = owner.get(int(fields[9]))
+                if pid is not None:
+                    found[int(fields[2].rsplit(":", 1)[1], 16)] = pid
+    return found
+
+
+def client_on(port, pid, pids, attempts=200):
+    """A fresh keep-alive client whose connection worker `pid` has accepted (with
+    one worker, any fresh connection)."""
+    for _ in range(attempts):
+        client = KeepAliveClient(port)
+        client.connect()
+        if len(pids) == 1:
+            return client
+        client_port = client.sock.getsockname()[1]
+        deadline = time.monotonic() + OPEN_TIMEOUT_S
+        owner = None
+        while owner is None and time.monotonic() < deadline:
+            owner = connection_workers(port, pids).get(client_port)
+            if owner is None:
+                gevent.sleep(0.002)  # until a worker has accepted it (bounded)
+        if owner == pid:
+            return client
+        client.close()
+    raise RuntimeError(f"worker {pid} accepted none of {attempts} connections")
+
+
 # --------------------------------------------------------------------------- fan-out
 
 class StreamClient:
@@ -129,7 +196,7 @@ class StreamClient:
 
     __slots__ = ("index", "bench", "sock", "chunks", "body", "rec_id",
                  "rec_data", "opened", "last_seq", "received", "duplicates", "gaps",
-                 "closed_reason", "error", "ended")
+                 "closed_reason", "error", "ended", "worker", "greenlet")
 
     def __init__(self, index, bench):
         self.index, self.bench = index, bench
@@ -141,6 +208,8 @@ class StreamClient:
         self.received = self.duplicates = self.gaps = 0
         self.closed_reason = self.error = None
         self.ended = False
+        self.worker = None      # the pid of the worker serving it, once known
+        self.greenlet = None
 
     def run(self):
         bench = self.bench
@@ -236,7 +305,7 @@ class StreamClient:
             self.gaps += 1
         self.last_seq = seq
         self.received += 1
-        self.bench.record(seq, now)
+        self.bench.record(seq, now, self.worker)
 
 
 class FanOut:
@@ -253,7 +322,8 @@ class FanOut:
         self.target_open = 0
         self.opened_count = 0
         self.failed = 0
-        self.arrivals = {}      # seq -> [perf_counter of each stream's receipt]
+        self.dropped = 0        # closed by the bench to even the streams out over the workers
+        self.arrivals = {}      # seq -> [(perf_counter of a stream's receipt, that stream's worker)]
         self.expected = {}      # seq -> number of streams live when it was posted
         self.done = {}          # seq -> Event set when every expected stream has it
         self.id_mismatches = 0
@@ -275,16 +345,43 @@ class FanOut:
             self.all_opened.set()
 
     def open(self, count):
-        self.target_open = count
-        for index in range(count):
-            stream = StreamClient(index, self)
+        self.target_open = self.opened_count + self.failed + count
+        self.all_opened.clear()
+        for _ in range(count):
+            stream = StreamClient(len(self.streams), self)
             self.streams.append(stream)
-            self.greenlets.append(gevent.spawn(stream.run))
+            stream.greenlet = gevent.spawn(stream.run)
+            self.greenlets.append(stream.greenlet)
         self.all_opened.wait(OPEN_PHASE_TIMEOUT_S)
 
-    def record(self, seq, now):
+    def live_streams(self):
+        return [s for s in self.streams if s.opened and not s.ended and not s.greenlet.dead]
+
+    def spread(self, pids, wanted, rounds=20):
+        """Even the live streams out over the workers `pids`, `wanted` in all: learn
+        each stream's worker (/proc), close what a worker holds beyond its share, and
+        open more while one lacks its share (bounded rounds). {pid: its streams}."""
+        share = {pid: wanted // len(pids) + (1 if i < wanted % len(pids) else 0) for i, pid in enumerate(pids)}
+        by_worker = {}
+        for _ in range(rounds):
+            owners = connection_workers(self.port, pids) if len(pids) > 1 else None
+            by_worker, surplus = {pid: [] for pid in pids}, []
+            for stream in self.live_streams():
+                stream.worker = pids[0] if owners is None else owners.get(stream.sock.getsockname()[1])
+                held = by_worker.get(stream.worker)
+                (held if held is not None and len(held) < share[stream.worker] else surplus).append(stream)
+            if surplus:
+                gevent.killall([stream.greenlet for stream in surplus], timeout=10)
+                self.dropped += len(surplus)
+            missing = sum(share[pid] - len(streams) for pid, streams in by_worker.items())
+            if not missing:
+                break
+            self.open(missing * len(pids) + 10)  # they spread as the kernel hands them out
+        return by_worker
+
+    def record(self, seq, now, worker):
         times = self.arrivals.setdefault(seq, [])
-        times.append(now)
+        times.append((now, worker))
         expected = self.expected.get(seq)
         if expected is not None and len(times) >= expected:
             self.done[seq].set()
@@ -322,18 +419,27 @@ def post_many(port, path, count, concurrency=20):
     gevent.killall(greenlets, timeout=5)
 
 
-def run_fanout(args, root):
-    data_dir = root / "fanout-data"
+def sum_kb(pids, field):
+    values = [proc_status_kb(pid, field) for pid in pids]
+    return None if None in values else sum(values)
+
+
+def run_fanout(args, root, workers=1):
+    data_dir = root / f"fanout-{workers}w-data"
     data_dir.mkdir()
     import_body = copy_sample_deck(data_dir)
-    result = {"streams_wanted": args.streams, "events_wanted": args.events, "prefill": args.prefill}
-    print(f"\n== Fan-out: {args.streams} SSE streams on one session, ONE gevent worker ==", flush=True)
-    service = Service("decks", data_dir, root / "fanout-service.log")
+    result = {"streams_wanted": args.streams, "events_wanted": args.events, "prefill": args.prefill,
+              "workers": workers}
+    spread = "ONE gevent worker" if workers == 1 else f"{workers} gevent workers, the streams spread evenly"
+    print(f"\n== Fan-out: {args.streams} SSE streams on one session, {spread} ==", flush=True)
+    service = Service("decks", data_dir, root / f"fanout-{workers}w-service.log", workers=workers)
     fan = None
     try:
-        worker = service.worker_pids[0]
+        pids = service.worker_pids
+        if len(pids) != workers:
+            raise RuntimeError(f"wanted {workers} workers, the service runs {len(pids)}")
         print(f"   service on {HOST}:{service.port}, arbiter pid {service.running.process.pid}, "
-              f"worker pid {worker}", flush=True)
+              f"worker pid(s) {pids}", flush=True)
         api = KeepAliveClient(service.port)
         api.json("POST", "/api/decks/import", import_body)
         session = api.json("POST", "/api/sessions", {"deck_id": import_body["id"]})
@@ -346,7 +452,7 @@ def run_fanout(args, root):
         for i in range(3):
             api.json("POST", events_path, {"type": "note", "slide": 0, "text": f"warm-up {i}"})
         warm = FanOut(service.port, sid, api.json("GET", f"/api/sessions/{sid}")["last_seq"], 5)
-        warm.open(5)
+        warm.open(5 * workers)
         seq = api.json("POST", events_path, {"type": "note", "slide": 0, "text": "warm-up fan-out"})["seq"]
         warm.expect(seq)
         warm.done[seq].wait(EVENT_TIMEOUT_S)
@@ -360,26 +466,40 @@ def run_fanout(args, root):
                   f"({os.path.getsize(data_dir / 'sessions' / sid / 'events.jsonl') / 1e6:.1f} MB)", flush=True)
         gevent.sleep(1.0)
         after = api.json("GET", f"/api/sessions/{sid}")["last_seq"]
-        rss_before = proc_status_kb(worker, "VmRSS")
+        rss_before = sum_kb(pids, "VmRSS")
         print(f"   worker RSS before opening streams (after warm-up): {rss_before} kB", flush=True)
 
         fan = FanOut(service.port, sid, after, args.open_concurrency)
         t_open = time.perf_counter()
-        cpu_open = proc_cpu_seconds(worker)
+        cpu_open = sum(proc_cpu_seconds(pid) for pid in pids)
         fan.open(args.streams)
         open_seconds = time.perf_counter() - t_open
-        cpu_open = proc_cpu_seconds(worker) - cpu_open
+        cpu_open = sum(proc_cpu_seconds(pid) for pid in pids) - cpu_open
+        opened_first = fan.opened_count
         print(f"   opened {fan.opened_count}/{args.streams} streams in {open_seconds:.1f} s "
               f"(failed: {fan.failed})", flush=True)
         for error, count in fan.errors().most_common(5):
             print(f"     {count} x {error}")
+        by_worker = fan.spread(pids, args.streams)
+        held = {pid: len(streams) for pid, streams in by_worker.items()}
+        if workers > 1:
+            print(f"   streams per worker (told apart through /proc): {held}; {fan.dropped} surplus "
+                  f"streams closed to even them out", flush=True)
+            # The server notices the closed streams on its next writes: two posts, not timed.
+            for i in range(2):
+                seq = api.json("POST", events_path, {"type": "note", "slide": 0, "text": f"spread {i}"})["seq"]
+                fan.expect(seq)
+                fan.done[seq].wait(EVENT_TIMEOUT_S)
         gevent.sleep(2.0)  # settle
-        rss_open = proc_status_kb(worker, "VmRSS")
+        rss_open = sum_kb(pids, "VmRSS")
         live_at_rss = fan.live
         print(f"   worker RSS with {live_at_rss} streams open: {rss_open} kB", flush=True)
+        after = api.json("GET", f"/api/sessions/{sid}")["last_seq"]
+        api.close()
 
-        posts, latencies, per_event = [], [], []
-        worker_cpu0, client_cpu0 = proc_cpu_seconds(worker), self_cpu_seconds()
+        posts, latencies, lasts, per_event = [], [], [], []
+        local, remote = [], []   # receipts on the worker that took the POST, and on another
+        worker_cpu0, client_cpu0 = sum(proc_cpu_seconds(pid) for pid in pids), self_cpu_seconds()
         busy0, t_events = machine_busy_seconds()[0], time.perf_counter()
         for i in range(args.events):
             if fan.live == 0:
@@ -387,24 +507,35 @@ def run_fanout(args, root):
             body = {"type": "note", "slide": 0,
                     "text": f"fan-out probe {i + 1} of {args.events}: " + "lorem ipsum " * 4}
             seq_expected = after + i + 1
+            poster_pid = pids[i % len(pids)]  # the posts alternate over the workers
+            poster = client_on(service.port, poster_pid, pids)  # a fresh connection, made before the clock starts
             fan.expect(seq_expected)
             t0 = time.perf_counter()
-            stored = api.json("POST", events_path, body, expect=(201,))
+            try:
+                stored = poster.json("POST", events_path, body, expect=(201,))
+            finally:
+                poster.close()
             posts.append(time.perf_counter() - t0)
             if stored["seq"] != seq_expected:
                 raise RuntimeError(f"posted event got seq {stored['seq']}, expected {seq_expected}")
             fan.done[seq_expected].wait(EVENT_TIMEOUT_S)
-            got = [t - t0 for t in fan.arrivals.get(seq_expected, [])]
+            arrivals = fan.arrivals.get(seq_expected, [])
+            got = [t - t0 for t, _ in arrivals]
             latencies.extend(got)
+            local.extend(t - t0 for t, pid in arrivals if pid == poster_pid)
+            remote.extend(t - t0 for t, pid in arrivals if pid != poster_pid)
+            complete = len(got) >= fan.expected[seq_expected]
+            if complete and got:
+                lasts.append(max(got))
             per_event.append((seq_expected, len(got), fan.expected[seq_expected],
                               percentile(got, 50), percentile(got, 99), max(got) if got else None))
             gevent.sleep(args.gap)
-        events_worker_cpu = proc_cpu_seconds(worker) - worker_cpu0
+        events_worker_cpu = sum(proc_cpu_seconds(pid) for pid in pids) - worker_cpu0
         events_client_cpu = self_cpu_seconds() - client_cpu0
         events_seconds = time.perf_counter() - t_events
         events_other = machine_busy_seconds()[0] - busy0 - events_worker_cpu - events_client_cpu
-        rss_events = proc_status_kb(worker, "VmRSS")
-        hwm = proc_status_kb(worker, "VmHWM")
+        rss_events = sum_kb(pids, "VmRSS")
+        hwm = sum_kb(pids, "VmHWM")
 
         if args.verbose:
             print("   seq  received/expected   p50        p99        max")
@@ -414,8 +545,8 @@ def run_fanout(args, root):
         expected_total = sum(e[2] for e in per_event)
         received_total = sum(e[1] for e in per_event)
         result.update(
-            worker_pid=worker, rss_before=rss_before, rss_open=rss_open, rss_events=rss_events,
-            hwm=hwm, live_at_rss=live_at_rss, opened=fan.opened_count, failed=fan.failed,
+            worker_pids=pids, held=held, dropped=fan.dropped, rss_before=rss_before, rss_open=rss_open,
+            rss_events=rss_events, hwm=hwm, live_at_rss=live_at_rss, opened=opened_first, failed=fan.failed,
             open_seconds=open_seconds, open_p50=percentile(fan.open_times, 50),
             open_p99=percentile(fan.open_times, 99), open_worker_cpu=cpu_open,
             events=len(per_event), expected_total=expected_total, received_total=received_total,
@@ -423,6 +554,10 @@ def run_fanout(args, root):
             id_mismatches=fan.id_mismatches,
             p50=percentile(latencies, 50), p99=percentile(latencies, 99),
             max=max(latencies) if latencies else None,
+            last_p50=percentile(lasts, 50), last_p99=percentile(lasts, 99),
+            last_max=max(lasts) if lasts else None, complete_events=len(lasts),
+            local_p50=percentile(local, 50), local_p99=percentile(local, 99),
+            remote_p50=percentile(remote, 50), remote_p99=percentile(remote, 99),
             worst_event_p99=max((e[4] for e in per_event if e[4] is not None), default=None),
             post_p50=percentile(posts, 50), post_max=max(posts) if posts else None,
             events_worker_cpu=events_worker_cpu, events_client_cpu=events_client_cpu,
@@ -433,7 +568,6 @@ def run_fanout(args, root):
 
         # Stop the service with the streams still open (and no idle keep-alive
         # connection, which would hold the worker until gunicorn's keepalive time-out).
-        api.close()
         live_at_stop = fan.live
         stop_seconds = service.stop()
         deadline = time.monotonic() + 5
@@ -452,25 +586,37 @@ def run_fanout(args, root):
 
 
 def print_fanout(r, ncpu):
-    print(f"\n-- Fan-out results (client and service share this {ncpu}-CPU machine) --")
+    workers = r["workers"]
+    print(f"\n-- Fan-out results, {workers} worker(s) (client and service share this {ncpu}-CPU machine) --")
     if r["prefill"]:
         print(f"   (the session's log was pre-filled with {r['prefill']} events before the streams opened)")
     print(f"   streams opened:        {r['opened']}/{r['streams_wanted']} (failed {r['failed']}), "
           f"in {r['open_seconds']:.1f} s; time to ': stream open' p50 {fmt_ms(r['open_p50'])}, "
           f"p99 {fmt_ms(r['open_p99'])}; worker CPU for the opens {r['open_worker_cpu']:.2f} s")
-    print(f"   events posted:         {r['events']} (spaced {r['gap']:.2f} s after each full delivery)")
+    if workers > 1:
+        print(f"   streams per worker:    {r['held']} ({r['dropped']} surplus closed to even them out)")
+    print(f"   events posted:         {r['events']}, each on a fresh connection to the worker(s) in turn "
+          f"(spaced {r['gap']:.2f} s after each full delivery)")
     print(f"   deliveries:            {r['received_total']}/{r['expected_total']} "
           f"(duplicates {r['duplicates']}, seq gaps {r['gaps']}, id/seq mismatches {r['id_mismatches']})")
-    print(f"   latency POST->receipt: p50 {fmt_ms(r['p50'])}, p99 {fmt_ms(r['p99'])}, "
+    print(f"   POST -> last receipt:  p50 {fmt_ms(r['last_p50'])}, p99 {fmt_ms(r['last_p99'])}, "
+          f"max {fmt_ms(r['last_max'])} (per event, {r['complete_events']} fully delivered)")
+    print(f"   POST -> each receipt:  p50 {fmt_ms(r['p50'])}, p99 {fmt_ms(r['p99'])}, "
           f"max {fmt_ms(r['max'])}; worst single-event p99 {fmt_ms(r['worst_event_p99'])}")
+    if workers > 1:
+        print(f"   by where the stream is: on the worker that took the POST p50 {fmt_ms(r['local_p50'])}, "
+              f"p99 {fmt_ms(r['local_p99'])}; on another worker p50 {fmt_ms(r['remote_p50'])}, "
+              f"p99 {fmt_ms(r['remote_p99'])}")
     print(f"   POST -> 201:           p50 {fmt_ms(r['post_p50'])}, max {fmt_ms(r['post_max'])}")
     if r["events"]:
-        print(f"   CPU per event:         worker {r['events_worker_cpu'] / r['events'] * 1000:.0f} ms, "
+        print(f"   CPU per event:         workers {r['events_worker_cpu'] / r['events'] * 1000:.0f} ms, "
               f"bench client {r['events_client_cpu'] / r['events'] * 1000:.0f} ms "
               f"(incl. {r['gap']:.2f} s idle gaps); other processes on the machine meanwhile: "
               f"{r['events_other'] / r['events_seconds'] * 100:.0f}% of one CPU")
-    print(f"   worker RSS:            before {r['rss_before']} kB, with {r['live_at_rss']} streams "
-          f"{r['rss_open']} kB, after the events {r['rss_events']} kB (peak VmHWM {r['hwm']} kB)")
+    label = "worker RSS (sum):" if workers > 1 else "worker RSS:"
+    print(f"   {label:<23}before {r['rss_before']} kB, with "
+          f"{r['live_at_rss']} streams {r['rss_open']} kB, after the events {r['rss_events']} kB "
+          f"(peak VmHWM {r['hwm']} kB)")
     if r["kb_per_stream"] is not None:
         print(f"   RSS growth per stream: {r['kb_per_stream']:.1f} kB")
     stop = r["stop_seconds"]
@@ -644,7 +790,7 @@ def parse_args(argv):
         description="Deck review service benchmark: SSE fan-out and durable appends. "
                     "Prints figures; asserts nothing.")
     p.add_argument("--streams", type=int, default=2000, help="SSE streams to open (default 2000)")
-    p.add_argument("--events", type=int, default=20, help="fan-out events to time (default 20)")
+    p.add_argument("--events", type=int, default=50, help="fan-out events to time per run (default 50)")
     p.add_argument("--gap", type=float, default=0.25,
                    help="seconds between a fan-out event's full delivery and the next POST (default 0.25)")
     p.add_argument("--open-concurrency", type=int, default=100,
@@ -655,7 +801,10 @@ def parse_args(argv):
     p.add_argument("--seconds", type=float, default=10.0, help="duration of the append run (default 10)")
     p.add_argument("--posters", type=int, default=50, help="concurrent posters (default 50)")
     p.add_argument("--workers", type=int, default=1,
-                   help="gunicorn workers for the append run (default 1; fan-out always uses 1)")
+                   help="gunicorn workers for the append run (default 1)")
+    p.add_argument("--fanout-workers", default="1,2",
+                   help="worker counts of the fan-out runs, one run each, in this order (default 1,2: "
+                        "the 2-worker figures beside the 1-worker reference of the same run)")
     p.add_argument("--fsync-seconds", type=float, default=3.0,
                    help="duration of each raw fdatasync measurement (default 3)")
     p.add_argument("--only", choices=("fanout", "appends"), help="run one phase only")
@@ -670,6 +819,12 @@ def parse_args(argv):
     for name in ("streams", "events", "posters", "workers", "open_concurrency"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
+    try:
+        args.fanout_workers = [int(n) for n in args.fanout_workers.split(",")]
+    except ValueError:
+        p.error("--fanout-workers must be a comma-separated list of worker counts, e.g. 1,2")
+    if not args.fanout_workers or not all(1 <= n <= 16 for n in args.fanout_workers):
+        p.error("--fanout-workers: each count must be between 1 and 16")
     if not 0 <= args.prefill <= 1_000_000:
         p.error("--prefill must be between 0 and 1000000")
     if not 0 < args.seconds <= 600 or not 0 < args.fsync_seconds <= 60 or not 0 <= args.gap <= 10:
@@ -695,12 +850,13 @@ def main(argv=None):
           f"{'same' if data_fs[0] == work_fs[0] else 'NOT the same'} filesystem as {ROOT})")
     print(f"bench client: gevent, one greenlet per stream/poster, raw sockets, RLIMIT_NOFILE {soft}/{hard}; "
           f"it runs on the same {ncpu} CPUs as the service")
-    fan = app = None
+    fans, app = {}, None
     try:
         if args.only in (None, "fanout"):
-            fan = run_fanout(args, root)
-            fan["gap"] = args.gap
-            print_fanout(fan, ncpu)
+            for workers in args.fanout_workers:
+                fans[workers] = run_fanout(args, root, workers)
+                fans[workers]["gap"] = args.gap
+                print_fanout(fans[workers], ncpu)
         if args.only in (None, "appends"):
             app = run_appends(args, root)
             print_appends(app, ncpu)
@@ -712,6 +868,7 @@ def main(argv=None):
 
     print(f"\n== Summary ({'quick smoke run: fewer streams than the target' if args.quick else 'full run'}) ==")
     rows = []
+    fan = fans.get(1)
     if fan:
         held = fan["opened"] >= TARGET_STREAMS and fan["failed"] == 0
         complete = fan["received_total"] == fan["expected_total"] and fan["expected_total"] > 0
@@ -725,6 +882,19 @@ def main(argv=None):
             ("worker RSS growth per stream", f"{fan['kb_per_stream']:.1f} kB" if fan["kb_per_stream"]
              is not None else "-", f"<= {TARGET_KB_PER_STREAM:.0f} kB", kb_ok),
         ]
+    several = {n: r for n, r in fans.items() if n > 1}
+    if fan and several:
+        for n, r in several.items():
+            complete = r["received_total"] == r["expected_total"] and r["expected_total"] > 0
+            delta = (r["last_p99"] - fan["last_p99"]
+                     if r["last_p99"] is not None and fan["last_p99"] is not None else None)
+            r["several_ok"] = delta is not None and delta <= TARGET_SEVERAL_WORKERS_DELTA_S and complete
+            rows.append((f"fan-out p99 POST->last receipt, {n} workers",
+                         f"{fmt_ms(r['last_p99'])} vs {fmt_ms(fan['last_p99'])} with 1 worker: "
+                         f"{'-' if delta is None else f'{delta * 1000:+.1f} ms'} "
+                         f"({r['received_total']}/{r['expected_total']} delivered)",
+                         f"<= 1-worker p99 + {TARGET_SEVERAL_WORKERS_DELTA_S * 1000:.0f} ms, all delivered",
+                         r["several_ok"]))
     if app:
         rate_ok = app["rate"] >= TARGET_APPENDS_PER_S and app["log_ok"] and \
             set(app["statuses"]) == {201} and not app["errors"]
@@ -737,6 +907,11 @@ def main(argv=None):
         ok = held and p99_ok and kb_ok
         print(f"TARGET 1 fan-out (2,000 streams, p99 <= 1 s, <= 100 kB/stream): {verdict(ok)}"
               + (" (quick run: stream count below the target)" if args.quick and not held else ""))
+    for n, r in several.items():
+        if fan:
+            print(f"TARGET 3 fan-out across {n} workers (p99 POST -> last receipt within "
+                  f"{TARGET_SEVERAL_WORKERS_DELTA_S * 1000:.0f} ms of 1 worker's, same run): "
+                  f"{verdict(r['several_ok'])}")
     if app:
         print(f"TARGET 2 durable appends (>= 800/s, 201 after fsync, exact log): {verdict(rate_ok)}")
 

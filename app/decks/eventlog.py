@@ -107,18 +107,55 @@ def scan_tail(fd, size):
     return (last[1]["seq"] if last else 0), complete_end
 
 
-def read_complete_events(path, offset=0):
-    """(events of the complete lines from `offset`, offset just past the last
-    complete line). A torn trailing line is left for a later read."""
+def _last_seq_before(fd, end):
+    """The seq of the last event among the complete lines before `end` (0 when there
+    is none), or None when `end` is not just past a newline."""
+    if end == 0:
+        return 0
+    if os.pread(fd, 1, end - 1) != b"\n":
+        return None
+    last = next(_events_backwards(fd, end), None)
+    return last[1]["seq"] if last else 0
+
+
+def _pread_all(fd, size, offset):
+    chunks = []
+    while size > 0:
+        chunk = os.pread(fd, min(size, 1 << 30), offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size -= len(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
+
+
+def read_new_events(path, known=None, offset=0, after=0):
+    """What a reader that follows the log finds new: (identity of the file now, its
+    events with seq > `after` among complete lines, offset just past its last
+    complete line); (None, [], 0) when there is no log.
+
+    The reader read the file `known` up to `offset`, the last event there being
+    `after`. It goes on from `offset` only when the file is still that one: same
+    device and inode, not shorter, and the line that ends at `offset` still holds
+    event `after`. Otherwise (a restore rewrote or replaced the file) it is read
+    whole, and only events past `after` are kept. A torn trailing line is left for
+    a later read."""
     try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            data = f.read()
-    except FileNotFoundError:
-        return [], 0
+        fd = os.open(path, os.O_RDONLY)
+    except (FileNotFoundError, NotADirectoryError):
+        return None, [], 0
+    try:
+        st = os.fstat(fd)
+        if offset and (known is None or (known.dev, known.ino) != (st.st_dev, st.st_ino)
+                       or st.st_size < offset or _last_seq_before(fd, offset) != after):
+            offset = 0
+        data = _pread_all(fd, st.st_size - offset, offset)
+    finally:
+        os.close(fd)
     cut = data.rfind(b"\n") + 1
-    events = [e for e in map(parse_line, data[:cut].split(b"\n")) if e]
-    return events, offset + cut
+    events = [e for e in map(parse_line, data[:cut].split(b"\n")) if e and e["seq"] > after]
+    return FileIdentity.of(st), events, offset + cut
 
 
 def read_events(path, after=0, limit=None):
@@ -171,7 +208,9 @@ def _open_locked(path):
 
 def commit(path, events, state):
     """Append `events` (dicts without seq) as one batch; runs in a threadpool thread,
-    one at a time per session in this process."""
+    one at a time per session in this process. The file is closed after its
+    fdatasync: that close is what tells the other workers' feeds (inotify's
+    CLOSE_WRITE, app.decks.logwatch) to read the batch."""
     fd, st = _open_locked(path)
     try:
         before = FileIdentity.of(st)

@@ -1,23 +1,42 @@
 """Live delivery of a session's events to the streams open in this process.
 
-Events appended by this process are published at once. Events appended by another
-gunicorn worker are found by tailing the log: while anyone here listens, one
-watcher greenlet per session checks the file's identity every `POLL_SECONDS` and
-reads what is new. Either way events are published strictly in seq order with no
-hole, so a stream that skips seqs it already sent never skips one it has not: when
-a local batch does not follow directly on what was delivered, the missing events
-are read from the file first.
+Events appended by this process are published at once, by the session's writer.
+Events appended by another gunicorn worker, and a log restored under the running
+service, are heard of through inotify: the process's one inotify instance
+(app.decks.logwatch) wakes the session's feed when the log is written and closed,
+created, replaced or deleted, or its directory replaced, and the feed reads what is
+new. Where inotify cannot watch (its instances or watches are used up, or the
+system has none) the feed logs a warning and checks the file every `POLL_SECONDS`
+instead.
+
+Either way events are published strictly in seq order with no hole, so a stream
+that skips seqs it already sent never skips one it has not: when a local batch
+does not follow directly on what was delivered, the missing events are read from
+the file first. The feed lives while anyone in this process listens: closing the
+last subscription stops it and its watch. The broker is this process's own
+(`broker` below), whatever the environment says: no Redis for decks.
 """
+import logging
 import os
 
 import gevent
+from gevent.event import Event
 from gevent.lock import Semaphore
 
-from app.common.broker import broker
+from app.common import lifecycle
+from app.common.broker import Broker
 from app.common.offload import blocking
-from app.decks.eventlog import FileIdentity, read_complete_events, scan_tail
+from app.decks import logwatch
+from app.decks.eventlog import FileIdentity, read_new_events, scan_tail
 
 POLL_SECONDS = 0.5
+log = logging.getLogger("bundle.decks.feed")
+
+# The deck service's streams are fed in the process, always: each worker reads the
+# shared log itself (DATA_DIR is all it reads), so a REDIS_URL in its environment
+# changes nothing here. Closed, like the shared broker, when the worker stops.
+broker = Broker()
+lifecycle.on_stop(broker.close_all)
 
 
 def _baseline(path):
@@ -37,21 +56,51 @@ def _baseline(path):
 def _stat_identity(path):
     try:
         return FileIdentity.of(os.stat(path))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
 
 
 class LiveFeed:
-    def __init__(self, session_log, topic):
+    """Publishes a session's new events on the broker, in seq order, while anyone
+    in this process listens. `watcher`: the LogWatcher to use (this process's)."""
+
+    def __init__(self, session_log, topic, watcher=None):
         self.log = session_log
         self.topic = topic
+        self._watcher = watcher
         self._lock = Semaphore()
+        self._changed = Event()
+        self.watch = None          # the inotify watch of the log; None: polling
+        self.stopped = False
         self.identity, self.offset, self.delivered = None, 0, 0
 
+    @property
+    def polling(self):
+        return self.watch is None
+
     def start(self):
+        watcher = self._watcher or logwatch.process_watcher()
+        try:
+            # Watch first, then read the baseline: a change after the read is heard of.
+            self.watch = watcher.watch(self.log.path, self._changed.set)
+        except logwatch.Unavailable as exc:
+            log.warning("events that other workers append to %s are looked for every %g s instead of "
+                        "at once: %s", self.log.path, POLL_SECONDS, exc)
         with self._lock:
             self.identity, self.offset, self.delivered = blocking(_baseline, self.log.path)
-        gevent.spawn(self._watch)
+        if not self.stopped:
+            gevent.spawn(self._follow)
+
+    def stop(self):
+        """Stop publishing and watching; the next subscriber starts a new feed."""
+        if self.stopped:
+            return
+        self.stopped = True
+        if self.watch is not None:
+            self.watch.cancel()
+        self._changed.set()  # the follower ends
+        if self.log.feed is self:
+            self.log.feed = None
 
     def committed(self, outcome):
         """A batch this process just wrote (called by the session's writer)."""
@@ -66,38 +115,82 @@ class LiveFeed:
                 self._catch_up()
 
     def _publish(self, events):
+        if self.stopped:
+            return  # a newer feed may be publishing: never interleave with it
         for event in events:
             if event["seq"] > self.delivered:
                 broker.publish(self.topic, event)
                 self.delivered = event["seq"]
 
     def _catch_up(self):
-        identity = _stat_identity(self.log.path)
-        if identity is None:
-            return
-        if (self.identity is None or (identity.dev, identity.ino) != (self.identity.dev, self.identity.ino)
-                or identity.size < self.offset):
-            self.offset = 0  # a new or rewritten file (a restore): read it whole
-        events, self.offset = blocking(read_complete_events, self.log.path, self.offset)
-        self.identity = identity
+        if _stat_identity(self.log.path) == self.identity:
+            return  # nothing new (our own batch, already published, woke us)
+        self.identity, events, self.offset = blocking(
+            read_new_events, self.log.path, self.identity, self.offset, self.delivered)
         self._publish(events)
 
-    def _watch(self):
-        try:
-            while broker.subscriber_count(self.topic):
-                gevent.sleep(POLL_SECONDS)
-                if _stat_identity(self.log.path) != self.identity:
-                    with self._lock:
+    def _follow(self):
+        failing = False
+        while not self.stopped:
+            self._changed.wait(POLL_SECONDS if self.polling else None)
+            self._changed.clear()
+            if self.stopped:
+                break
+            if not broker.subscriber_count(self.topic):
+                self.stop()
+                break
+            try:
+                with self._lock:
+                    if not self.stopped:
                         self._catch_up()
-        finally:
-            if self.log.feed is self:
-                self.log.feed = None
+                failing = False
+            except Exception:
+                if not failing:
+                    log.exception("reading new events of %s failed; retrying", self.log.path)
+                failing = True
+                gevent.sleep(POLL_SECONDS)
+                self._changed.set()
 
 
-def subscribe(session_log, topic):
-    """A broker subscription to the session's live events, fed in seq order."""
-    subscription = broker.subscribe(topic)
+class FeedSubscription:
+    """A broker subscription to a session's live events. Closing it stops the
+    session's feed when it was the last subscription in this process."""
+
+    __slots__ = ("_subscription", "_log")
+
+    def __init__(self, subscription, session_log):
+        self._subscription = subscription
+        self._log = session_log
+
+    @property
+    def closed_reason(self):
+        return self._subscription.closed_reason
+
+    def get(self, timeout=None):
+        return self._subscription.get(timeout)
+
+    def close(self):
+        self._subscription.close()
+        feed = self._log.feed
+        if feed is not None and not broker.subscriber_count(feed.topic):
+            feed.stop()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def subscribe(session_log, topic, watcher=None):
+    """A subscription to the session's live events, fed in seq order."""
+    subscription = FeedSubscription(broker.subscribe(topic), session_log)
     if session_log.feed is None:
-        session_log.feed = LiveFeed(session_log, topic)
-        session_log.feed.start()
+        feed = session_log.feed = LiveFeed(session_log, topic, watcher)
+        try:
+            feed.start()
+        except BaseException:
+            feed.stop()
+            subscription.close()
+            raise
     return subscription

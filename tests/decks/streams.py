@@ -16,12 +16,14 @@ class StreamReader(threading.Thread):
         self.seqs, self.events, self.comment_lines = [], [], []
         self.connected = threading.Event()
         self.response = None
+        self.local_port = None   # the client's port: tests.decks.workers tells which worker serves it
         self.error = None
 
     def run(self):
         try:
             with requests.get(self.url, headers=self.headers, stream=True, timeout=(5, 60)) as response:
                 self.response = response
+                self.local_port = response.raw.connection.sock.getsockname()[1]
                 self.connected.set()
                 for record in iter_records(response, include_comments=True):
                     if record.comment is not None:

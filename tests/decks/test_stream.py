@@ -1,4 +1,7 @@
 """The live stream: replay, cursor, no gap or duplicate, keepalive, graceful stop."""
+import json
+import os
+import shutil
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -6,8 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
+from devtools.waiting import wait_for
 from tests.decks.helpers import post_event
 from tests.decks.streams import StreamReader
+from tests.decks.workers import post_event_on, streams_on_every_worker
 
 
 def stream_url(service, session, after=None):
@@ -177,3 +182,76 @@ def test_a_stream_opened_on_a_kept_alive_connection_while_stopping_is_closed(dec
         assert b": closed: server is stopping" in body
     service.process.wait(20)
     assert time.monotonic() - started < 5
+
+
+def two_workers(start_service, tmp_path):
+    """A 2-worker service with the sample deck and one session, its stderr in a file:
+    (service, session, log path)."""
+    from tests.conftest import copy_sample_deck
+    data = tmp_path / "data"
+    data.mkdir()
+    body = copy_sample_deck(data)
+    log_path = tmp_path / "service.log"
+    with open(log_path, "wb") as log:
+        service = start_service("decks", data_dir=data, workers=2, stderr=log)
+    requests.post(f"{service.base_url}/api/decks/import", json=body, timeout=10).raise_for_status()
+    session = requests.post(f"{service.base_url}/api/sessions", json={"deck_id": "welcome"}, timeout=10).json()
+    wait_for(lambda: len(service.worker_pids()) == 2, "both workers running")
+    return service, session, log_path
+
+
+def note_via(service, pid, session, text):
+    return post_event_on(service, pid, session["id"], {"type": "note", "slide": 0, "text": text})["seq"]
+
+
+def assert_every_stream_saw(by_worker, seqs):
+    for pid, readers in by_worker.items():
+        for reader in readers:
+            reader.join(30)
+            assert reader.error is None and reader.seqs == seqs, (pid, reader.seqs, reader.error)
+
+
+def test_an_event_posted_through_one_worker_reaches_the_streams_of_the_other(start_service, tmp_path):
+    """Streams held by each worker (told apart through /proc), posts through each in
+    turn: every stream sees every event. Delivery across workers is inotify's (a feed
+    that watches never polls), and the service never fell back to polling."""
+    service, session, log_path = two_workers(start_service, tmp_path)
+    by_worker = streams_on_every_worker(service, stream_url(service, session, after=0), until=6)
+    first, second = sorted(by_worker)
+    assert [note_via(service, pid, session, f"via {pid}")
+            for pid in (first, second, first, first, second, second)] == [1, 2, 3, 4, 5, 6]
+    assert_every_stream_saw(by_worker, [1, 2, 3, 4, 5, 6])
+    assert b"instead of at once" not in log_path.read_bytes()
+
+
+def restored_log(path, last):
+    path.write_text("".join(json.dumps({"seq": n, "ts": "2026-01-01T00:00:00.000Z", "type": "note", "slide": 0,
+                                        "text": f"restored {n}"}) + "\n" for n in range(1, last + 1)))
+    return path
+
+
+def test_streams_on_both_workers_follow_a_log_restored_while_running(start_service, tmp_path):
+    """A restore renames a copy over the log, copies one over it, or puts back the
+    whole session directory; streams on both workers get the restored events, then
+    the ones posted through either worker, in order and without gap."""
+    service, session, log_path = two_workers(start_service, tmp_path)
+    session_dir = service.data_dir / "sessions" / session["id"]
+    events = session_dir / "events.jsonl"
+    by_worker = streams_on_every_worker(service, stream_url(service, session, after=0), until=13)
+    first, second = sorted(by_worker)
+    assert note_via(service, first, session, "before the restores") == 1
+
+    os.replace(restored_log(tmp_path / "backup-5.jsonl", 5), events)      # a new inode at the path
+    assert [note_via(service, second, session, "a"), note_via(service, first, session, "b")] == [6, 7]
+
+    shutil.copyfile(restored_log(tmp_path / "backup-9.jsonl", 9), events)  # same inode, new content
+    assert note_via(service, second, session, "c") == 10
+
+    backup = tmp_path / "backup-session"
+    shutil.copytree(session_dir, backup)
+    restored_log(backup / "events.jsonl", 12)
+    shutil.rmtree(session_dir)                                             # the whole directory put back
+    os.rename(backup, session_dir)
+    assert note_via(service, first, session, "d") == 13
+    assert_every_stream_saw(by_worker, list(range(1, 14)))
+    assert b"instead of at once" not in log_path.read_bytes()
