@@ -77,6 +77,7 @@ from bench.common import (  # noqa: E402
     timed_answers,
     verdict,
 )
+from devtools.worker_sockets import connection_workers  # noqa: E402
 
 SAMPLE_DECK = ROOT / "samples" / "decks" / "welcome"
 
@@ -127,44 +128,6 @@ def copy_sample_deck(data_dir, name="welcome"):
     (as tests/conftest.py does)."""
     shutil.copytree(SAMPLE_DECK, Path(data_dir) / "sources" / name)
     return {"id": name, "md_path": f"sources/{name}/deck.md", "copy_from": f"sources/{name}"}
-
-
-def socket_inodes(pid):
-    """The inodes of the sockets among a process's open files (/proc/<pid>/fd)."""
-    found = set()
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return found
-    for fd in fds:
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            found.add(int(target[8:-1]))
-    return found
-
-
-def connection_workers(port, pids):
-    """{client port: worker pid} of the connections to `port` that a worker has
-    accepted: the server side of each is a socket inode in /proc/net/tcp, held among
-    the fds of the worker that accepted it."""
-    owner = {inode: pid for pid in pids for inode in socket_inodes(pid)}
-    found = {}
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as f:
-                rows = f.read().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            fields = row.split()
-            if int(fields[1].rsplit(":", 1)[1], 16) == port:
-                pid = owner.get(int(fields[9]))
-                if pid is not None:
-                    found[int(fields[2].rsplit(":", 1)[1], 16)] = pid
-    return found
 
 
 def client_on(port, pid, pids, attempts=200):

@@ -4,13 +4,13 @@ on Redis leaves the worker free to answer the others."""
 import os
 import signal
 import threading
-from pathlib import Path
 
 import pytest
 
 from app.common import redis_client
 from app.common.config import ConfigError
 from devtools.waiting import wait_for
+from devtools.worker_sockets import tcp_sockets
 from tests.wizard.conftest import TEST_IDENTITY, WizardClient
 
 
@@ -33,12 +33,7 @@ def test_keys_and_connection_names():
 
 def _unread_bytes_in(port):
     """Bytes that clients sent to the server on `port` and it has not read (Redis stopped)."""
-    total = 0
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        if int(fields[1].rsplit(":", 1)[1], 16) == port:
-            total += int(fields[4].split(":")[1], 16)  # tx_queue:rx_queue
-    return total
+    return sum(sock.rx_queue for sock in tcp_sockets() if sock.local_port == port)
 
 
 def test_a_request_waiting_on_redis_leaves_the_worker_free(start_service, redis_server):

@@ -7,7 +7,6 @@ the service refuses to start on several workers."""
 import os
 import subprocess
 import uuid
-from pathlib import Path
 
 import pytest
 import redis
@@ -16,6 +15,7 @@ from app.common.sse_client import iter_records
 from devtools.fake_openai import FakeOpenAI
 from devtools.services import GUNICORN, ROOT, free_port
 from devtools.waiting import wait_for
+from devtools.worker_sockets import worker_holding
 from tests.wizard.conftest import TEST_IDENTITY, WizardClient
 
 WORKERS = 4
@@ -40,28 +40,9 @@ def scaled(start_module_service, redis_server, fake_ai):
 # --------------------------------------------------------------------------- which worker holds a connection
 
 def serving_pid(service, response):
-    """The pid of the worker whose process holds the server side of the (still open)
-    connection of a streamed `response`: the kernel's socket table names the socket,
-    and the worker's file descriptors show who has it."""
-    client_port = response.raw.connection.sock.getsockname()[1]
-    inode = _server_socket_inode(service.port, client_port)
-    for pid in service.worker_pids():
-        for fd in Path(f"/proc/{pid}/fd").iterdir():
-            try:
-                if os.readlink(fd) == f"socket:[{inode}]":
-                    return pid
-            except OSError:
-                continue  # a descriptor closed while we looked
-    raise AssertionError(f"no worker of {service.worker_pids()} holds the connection from port {client_port}")
-
-
-def _server_socket_inode(server_port, client_port):
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        local, remote, inode = fields[1], fields[2], fields[9]
-        if int(local.rsplit(":", 1)[1], 16) == server_port and int(remote.rsplit(":", 1)[1], 16) == client_port:
-            return inode
-    raise AssertionError(f"no server socket for the connection from port {client_port}")
+    """The pid of the worker that holds the server side of the (still open)
+    connection of a streamed `response` (requests), as the kernel tells."""
+    return worker_holding(service, response.raw.connection.sock.getsockname()[1])
 
 
 def on_every_worker(service, open_one):
