@@ -54,8 +54,9 @@ class Target:
 
     def __init__(self, name, root, workers, env):
         self.name, self.workers = name, workers
-        self.log = open(root / f"{name}-{workers}w.log", "wb")
-        self.service = services.start(name, root / f"{name}-{workers}w", env=env, workers=workers,
+        folder = Path(tempfile.mkdtemp(prefix=f"{name}-{workers}w-", dir=root))
+        self.log = open(folder / "service.log", "wb")
+        self.service = services.start(name, folder / "data", env=env, workers=workers,
                                       stdout=self.log, stderr=subprocess.STDOUT)
         self.url = self.service.base_url
         if name == "wizard":
@@ -73,10 +74,10 @@ class Target:
 
 def wrk(target, seconds, connections):
     """requests/s of one wrk segment; non-2xx answers make it fail loudly."""
-    command = ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency"]
+    command = ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--timeout", "10s", "--latency"]
     for name, value in target.headers.items():
         command += ["-H", f"{name}: {value}"]
-    done = subprocess.run(command + [target.url + target.path], capture_output=True, text=True, timeout=seconds + 60)
+    done = subprocess.run(command + [target.url + target.path], capture_output=True, text=True, timeout=round(seconds) + 60)
     if done.returncode != 0 or "Non-2xx" in done.stdout or "Socket errors" in done.stdout:
         raise RuntimeError(f"wrk against {target.name}: {done.stdout}{done.stderr}")
     return float(re.search(r"Requests/sec:\s+([\d.]+)", done.stdout).group(1))
@@ -88,7 +89,7 @@ def throughput(name, args, root, env_of):
     for workers in (1, 2, 2, 1):
         target = Target(name, root, workers, env_of())
         try:
-            wrk(target, max(1, int(args.seconds / 3)), args.connections)   # warm-up
+            wrk(target, args.seconds / 3, args.connections)   # warm-up
             rates[workers].append(wrk(target, args.seconds, args.connections))
         finally:
             target.stop()
