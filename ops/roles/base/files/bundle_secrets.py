@@ -2,6 +2,9 @@
 
     python3 bundle_secrets.py FILE ensure NAME=KIND ...   # adds the missing ones
     python3 bundle_secrets.py FILE rotate NAME=KIND       # replaces one
+    python3 bundle_secrets.py FILE import PATTERN ... < OTHER_FILE
+        # takes the names matching the (shell-style) patterns from another host's
+        # secrets file on stdin, e.g. 'postgresql_*' 'redis_password' from the data host
 
 Prints "changed" when it wrote the file, nothing else: never a secret. Kinds:
 token (32 random bytes, URL-safe base64), fernet (a Fernet key), client_secret (a
@@ -9,6 +12,7 @@ token as NAME and its PBKDF2-SHA512 digest in Authelia's format as NAME_digest).
 Standard library only: it runs with the host's python3 before any venv exists.
 """
 import base64
+import fnmatch
 import hashlib
 import json
 import os
@@ -40,17 +44,33 @@ def generate(name, kind):
     raise SystemExit(f"bundle_secrets: unknown kind {kind!r}")
 
 
+def imported(other, patterns):
+    """The entries of `other` whose names match one of `patterns` (each must match one)."""
+    if not patterns:
+        raise SystemExit("bundle_secrets: import needs the names (or patterns) to take")
+    taken = {}
+    for pattern in patterns:
+        names = fnmatch.filter(sorted(other), pattern)
+        if not names:
+            raise SystemExit(f"bundle_secrets: nothing named {pattern!r} in the secrets given on stdin")
+        taken.update((name, other[name]) for name in names)
+    return taken
+
+
 def main(path, action, *specs):
     try:
         with open(path) as handle:
             stored = json.load(handle)
     except FileNotFoundError:
         stored = {}
-    wanted = dict(spec.split("=", 1) for spec in specs)
     updated = dict(stored)
-    for name, kind in wanted.items():
-        if action == "rotate" or name not in updated:
-            updated.update(generate(name, kind))
+    if action == "import":
+        updated.update(imported(json.load(sys.stdin), specs))
+    else:
+        wanted = dict(spec.split("=", 1) for spec in specs)
+        for name, kind in wanted.items():
+            if action == "rotate" or name not in updated:
+                updated.update(generate(name, kind))
     if updated == stored:
         return
     temporary = f"{path}.new"
@@ -64,6 +84,6 @@ def main(path, action, *specs):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 3 or sys.argv[2] not in ("ensure", "rotate"):
+    if len(sys.argv) < 3 or sys.argv[2] not in ("ensure", "rotate", "import"):
         raise SystemExit(__doc__)
     main(*sys.argv[1:])
