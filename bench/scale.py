@@ -77,7 +77,8 @@ def wrk(target, seconds, connections):
     command = ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--timeout", "10s", "--latency"]
     for name, value in target.headers.items():
         command += ["-H", f"{name}: {value}"]
-    done = subprocess.run(command + [target.url + target.path], capture_output=True, text=True, timeout=round(seconds) + 60)
+    done = subprocess.run(command + [target.url + target.path], capture_output=True, text=True,
+                          timeout=round(seconds) + 60)
     if done.returncode != 0 or "Non-2xx" in done.stdout or "Socket errors" in done.stdout:
         raise RuntimeError(f"wrk against {target.name}: {done.stdout}{done.stderr}")
     return float(re.search(r"Requests/sec:\s+([\d.]+)", done.stdout).group(1))

@@ -7,7 +7,7 @@ changes behind its back (an expiry moved into the past).
 
 SQL with `?` placeholders runs on both (quote names that PostgreSQL reserves, such
 as "user"). Rows are tuples that also answer by column name, like sqlite3.Row.
-Timestamps, UUIDs and JSON come back as text in the form SQLite keeps them.
+Timestamps and UUIDs come back as text in the form SQLite keeps them.
 """
 import sqlite3
 import uuid
@@ -59,10 +59,7 @@ class _PostgresCursor:
 class _PostgresPeek:
     def __init__(self, url):
         import psycopg
-        from psycopg.types.string import TextLoader
         self._connection = psycopg.connect(url, autocommit=True)
-        for json_type in ("json", "jsonb"):   # JSON as the text it is stored as, as SQLite gives it
-            self._connection.adapters.register_loader(json_type, TextLoader)
 
     def execute(self, sql, params=()):
         return _PostgresCursor(self._connection.execute(sql.replace("?", "%s"), params))

@@ -24,8 +24,9 @@ class CopyRefused(Exception):
     pass
 
 
-def copy_database(history, source_url, target_url, out=sys.stdout):
-    """Copy every table of `history`'s models; returns [(table, source rows, target rows)]."""
+def copy_database(history, source_url, target_url, out=sys.stdout, derived=()):
+    """Copy every table of `history`'s models but the `derived` ones (an index that
+    differs by engine, rebuilt by the caller); returns [(table, source rows, target rows)]."""
     if not target_url.startswith(("postgresql://", "postgres://")):
         raise CopyRefused("the target must be a postgresql:// URL")
     if not source_url.startswith("sqlite:///"):
@@ -38,7 +39,7 @@ def copy_database(history, source_url, target_url, out=sys.stdout):
         _refuse_unless_empty(target)
         with target.bind_ctx(history.models):
             bring_up_to_date(target, history)
-        models = sort_models(history.models)
+        models = [m for m in sort_models(history.models) if m not in derived]
         with target.atomic():
             _empty_seeded_tables(target, models)
             for model in models:
@@ -111,15 +112,18 @@ def report(counts, out):
     return all(s == t for _, s, t in counts)
 
 
-def run(history, source_url, target_url, out=sys.stdout, err=sys.stderr):
-    """The command's body: exit code 0 when copied and counted equal."""
+def run(history, source_url, target_url, out=sys.stdout, err=sys.stderr, derived=(), rebuild=None):
+    """The command's body: exit code 0 when copied and counted equal. `rebuild()` then
+    makes the `derived` tables on the target."""
     try:
-        counts = copy_database(history, source_url, target_url, out)
+        counts = copy_database(history, source_url, target_url, out, derived)
     except CopyRefused as exc:
         err.write(f"error: {exc}\n")
         return 2
     if not report(counts, out):
         err.write("error: the row counts differ\n")
         return 1
+    if rebuild is not None:
+        out.write(rebuild() + "\n")
     return 0
 

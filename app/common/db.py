@@ -13,7 +13,7 @@ import json
 import os
 from contextlib import contextmanager
 
-from peewee import SQL, InterfaceError, OperationalError, SqliteDatabase, TextField
+from peewee import InterfaceError, OperationalError, SqliteDatabase, TextField
 from playhouse.db_url import connect
 
 from app.common.failures import ApiError
@@ -77,20 +77,15 @@ def run_sql(proxy, sql, params=()):
 
 
 class JSONField(TextField):
-    """JSON as compact text, the same on both engines (playhouse's JSON fields are each
-    tied to one). The column is declared JSON: SQLite takes the name as it is, and
-    PostgreSQL's `json` type keeps the text as written (key order included)."""
-    declared_type = "JSON"
-
-    def ddl_datatype(self, ctx):
-        return SQL(self.declared_type)
+    """JSON as compact text in a TEXT column, the same on both engines (playhouse's JSON
+    fields are each tied to one; its SQLite one declares TEXT too, so databases made by
+    earlier releases keep their schema)."""
 
     def db_value(self, value):
         return None if value is None else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
     def python_value(self, value):
-        # psycopg decodes json columns itself; SQLite hands back the text.
-        return json.loads(value) if isinstance(value, str | bytes) else value
+        return None if value is None else json.loads(value)
 
 
 DATABASE_UNAVAILABLE = (OperationalError, InterfaceError)

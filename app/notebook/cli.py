@@ -3,15 +3,20 @@
     python -m app.notebook worker     consume the job queue (sources, note embeddings)
     python -m app.notebook reembed    queue the embedding of every chunk and note that the
                                       configured model did not make (after a model change)
+    python -m app.notebook copy-to-postgres postgresql://USER:PASSWORD@HOST/DB
+                                      move this SQLite database into an empty PostgreSQL one
 
 The worker reads the same environment as the service (DATA_DIR, DATABASE_URL,
-NOTEBOOK_*); stop it with SIGINT to let running jobs finish, SIGTERM to stop at
-once (a job cut off is marked failed at the next start and can be retried).
+REDIS_URL, NOTEBOOK_*); stop it with SIGINT to let running jobs finish, SIGTERM to
+stop at once (a job cut off is marked failed at the next start, or by another worker
+of a Redis queue, and can be retried). With REDIS_URL, any number of workers, on any
+hosts, share the queue.
 """
 import argparse
 import logging
 import sys
 import threading
+import time
 
 from app.common import config
 from app.common.logsetup import configure_logging
@@ -43,21 +48,48 @@ def worker(args):
     configure_logging()
     logging.getLogger("huey").setLevel(logging.WARNING)
     settings = NotebookSettings.from_env(config.data_dir("notebook"), serving=False)
-    open_database(settings.database_url, pool=False)
+    database = open_database(settings.database_url, pool=False)
     queue = JobQueue(settings)
     processing.configure(settings, queue)
-    recovered = processing.recover_interrupted()
+    orphaned = None
+    if queue.on_redis:
+        # Other workers may share the queue: only the jobs of gone workers are cut off.
+        from app.common import redis_client
+        from app.notebook.presence import Presence
+        queue.presence = Presence(redis_client.for_url(settings.redis_url))
+        orphaned = queue.presence.orphaned
+        if not queue.presence.beat():
+            log.warning("waiting for the job queue's Redis to answer")
+            while not queue.presence.beat():
+                time.sleep(1)
+    recovered = processing.recover_interrupted(orphaned)
     if recovered:
-        log.warning("%d job(s) were cut off by the last stop: marked failed", recovered)
+        log.warning("%d job(s) were cut off by a stopped worker: marked failed", recovered)
     processing.requeue_waiting(queue)
+    if queue.presence:
+        queue.presence.start(lambda: _sweep(database, orphaned))
     threading.Thread(target=_preload_model, args=(settings,), daemon=True, name="model-preload").start()
-    # Poll the SQLite queue every 50 ms when busy, backing off to 0.5 s when idle:
-    # a queued job starts within half a second.
+    # SQLite: poll the queue every 50 ms when busy, backing off to 0.5 s when idle (a
+    # queued job starts within half a second). Redis: each thread waits in BRPOP, and
+    # the back-off paces its attempts while Redis does not answer.
     consumer = queue.huey.create_consumer(workers=settings.worker_threads, worker_type="thread",
                                           periodic=False, initial_delay=0.05, backoff=1.15, max_delay=0.5)
-    log.info("notebook worker: %d thread(s), queue %s", settings.worker_threads, settings.jobs_path)
-    consumer.run()
+    log.info("notebook worker: %d thread(s), queue %s", settings.worker_threads, queue.describe())
+    try:
+        consumer.run()
+    finally:
+        if queue.presence:
+            queue.presence.stop()
     return 0
+
+
+def _sweep(database, orphaned):
+    """The sweep thread's periodic look for jobs of workers that are gone."""
+    from app.notebook import processing
+    with database.connection_context():
+        recovered = processing.recover_interrupted(orphaned)
+    if recovered:
+        log.warning("%d job(s) were cut off by a stopped worker: marked failed", recovered)
 
 
 def reembed(args):
@@ -97,13 +129,35 @@ def reembed(args):
     return 0
 
 
+def copy_to_postgres(args):
+    """The tables, but the full-text index: each engine has its own, made again from
+    the copied sources and notes."""
+    from app.common import copy_to_postgres as copying
+    from app.notebook.models import SearchDoc, database
+    from app.notebook.schema import HISTORY, index_everything, open_database
+    from app.notebook.settings import NotebookSettings
+
+    def rebuild():
+        db = open_database(args.url, pool=False)
+        with database.connection_context(), database.atomic():
+            index_everything(db)
+            return f"indexed for text search: {SearchDoc.select().count()} rows"
+
+    settings = NotebookSettings.from_env(config.data_dir("notebook"), serving=False)
+    return copying.run(HISTORY, settings.database_url, args.url, derived=(SearchDoc,), rebuild=rebuild)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m app.notebook", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("worker", help="consume the job queue until stopped")
     commands.add_parser("reembed", help="queue embeddings for what the configured model did not embed")
+    copy = commands.add_parser("copy-to-postgres", help="copy this SQLite database into an empty PostgreSQL one")
+    copy.add_argument("url", help="postgresql://user:password@host:port/database")
     args = parser.parse_args(argv)
     try:
+        if args.command == "copy-to-postgres":
+            return copy_to_postgres(args)
         return worker(args) if args.command == "worker" else reembed(args)
     except config.ConfigError as exc:
         sys.stderr.write(f"error: {exc}\n")

@@ -57,6 +57,17 @@ def fail(command, message):
              .where(Source.command_id == command.id).execute())
 
 
+def fail_unqueued(command, message):
+    """A command the queue did not take (its storage did not answer): `failed`, not left
+    `new` with no job to run it; a source it processes is failed too (retry it)."""
+    with write_transaction():
+        failed = (Command.update(status="failed", error_message=message, updated=now())
+                  .where((Command.id == command.id) & (Command.status == "new")).execute())
+        if failed and command.kind == "process_source":
+            (Source.update(status="failed", error_message=message, updated=now())
+             .where((Source.command_id == command.id) & (Source.status == "new")).execute())
+
+
 def stop(command, reason):
     """A command stopped because what it works on went away is `canceled`, not left
     `running` (one canceled through the API is already; this changes nothing then)."""

@@ -143,4 +143,4 @@ def extract(kind, data, url=None):
     text = text.replace("\x00", "").strip()
     if not text:
         raise ExtractionError(f"no text could be extracted from the {kind.upper()} document")
-    return text, title
+    return text, (title.replace("\x00", "").strip() or None) if title else None

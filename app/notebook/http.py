@@ -3,6 +3,7 @@ from flask import current_app, request
 from marshmallow import EXCLUDE
 
 from app.common.body import json_object, validated
+from app.common.failures import ApiError
 
 
 def settings():
@@ -21,4 +22,8 @@ def body(schema):
 def query(schema_class):
     """The query string through `schema_class`; unknown parameters (cache busters)
     are left out, known ones are checked."""
-    return validated(schema_class(unknown=EXCLUDE), request.args.to_dict())
+    args = request.args.to_dict()
+    for name, value in args.items():
+        if "\x00" in name or "\x00" in value:
+            raise ApiError(400, f"{name[:40]!r}: must not contain NUL characters", field=name[:40])
+    return validated(schema_class(unknown=EXCLUDE), args)

@@ -70,7 +70,8 @@ def set_defaults():
         chosen[key] = record.id
     with write_transaction():
         for key, model_key in chosen.items():
-            DefaultModel.insert(key=key, model=model_key).on_conflict_replace().execute()
+            (DefaultModel.insert(key=key, model=model_key)
+             .on_conflict(conflict_target=[DefaultModel.key], update={DefaultModel.model: model_key}).execute())
     return _defaults()
 
 

@@ -19,8 +19,8 @@ from peewee import (
     SqliteDatabase,
     TextField,
 )
-from playhouse.sqlite_ext import JSONField
 
+from app.common.db import JSONField
 from app.common.db import write_transaction as common_write_transaction
 
 database = DatabaseProxy()

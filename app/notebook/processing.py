@@ -41,6 +41,15 @@ def configure(settings, queue=None):
 
 def run(command_key):
     """The huey task: run one command to its end (completed, failed or canceled)."""
+    presence = _queue.presence if _queue is not None else None
+    if presence is None:
+        _run(command_key)
+        return
+    with presence.holding(command_key):
+        _run(command_key)
+
+
+def _run(command_key):
     command = claim(command_key)
     if command is None:
         log.info("command %s skipped: it is no longer queued", command_key)
@@ -63,10 +72,15 @@ def run(command_key):
         fail(command, f"processing failed: {type(exc).__name__}: {str(exc)[:300]}")
 
 
-def recover_interrupted():
-    """At worker start: a command left `running` was cut off by a stop or a crash;
-    it is failed (retry starts it again), not left running forever."""
+def recover_interrupted(orphaned=None):
+    """A command left `running` by a worker that stopped or crashed is failed (retry
+    starts it again), not left running forever. `orphaned(keys)`: those of the
+    running commands whose worker is gone (presence.Presence.orphaned, when several
+    workers share the queue); without it, every running command (at the start of
+    the one worker there is)."""
     keys = [c.id for c in Command.select(Command.id).where(Command.status == "running")]
+    if orphaned is not None:
+        keys = orphaned(keys)
     for key in keys:
         fail(Command.get_by_id(key), "the worker stopped while this job ran; retry it")
     return len(keys)
@@ -78,7 +92,7 @@ def requeue_waiting(queue):
     twice runs once: the second claim finds it no longer `new`."""
     waiting = list(Command.select().where(Command.status == "new").order_by(Command.created))
     for command in waiting:
-        queue.enqueue(command)
+        queue.requeue(command)
     return len(waiting)
 
 

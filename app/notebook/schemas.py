@@ -13,11 +13,28 @@ NOTE_TYPES = ("human", "ai")
 _id = fields.String(validate=validate.Length(min=1, max=100))
 
 
+def refuse_nul(data, path=""):
+    """A NUL character anywhere in a request's strings is a 400 naming its field: no
+    text stored by either database may hold one (PostgreSQL's text cannot)."""
+    if isinstance(data, str):
+        if "\x00" in data:
+            raise ValidationError({path or "_schema": ["must not contain NUL characters"]})
+    elif isinstance(data, dict):
+        for key, value in data.items():
+            refuse_nul(key, path)
+            refuse_nul(value, f"{path}.{key}" if path else str(key))
+    elif isinstance(data, list):
+        for value in data:
+            refuse_nul(value, path)
+
+
 class _Strict(Schema):
-    """Text fields are stripped of surrounding spaces before validation."""
+    """Text fields are stripped of surrounding spaces before validation; no string
+    may hold a NUL character."""
 
     @pre_load
     def strip_strings(self, data, **kwargs):
+        refuse_nul(data)
         if isinstance(data, dict):
             return {k: v.strip() if isinstance(v, str) and k not in ("content",) else v
                     for k, v in data.items()}

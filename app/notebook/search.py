@@ -1,13 +1,14 @@
-"""POST /search: full-text (FTS5, BM25) or vector (cosine similarity with the
-configured embedding model) over sources and notes, one hit per parent with its
-best score, optionally within one notebook."""
+"""POST /search: full-text (SQLite: FTS5, BM25; PostgreSQL: tsvector, ts_rank) or
+vector (cosine similarity with the configured embedding model) over sources and
+notes, one hit per parent with its best score, optionally within one notebook."""
 from app.common import offload
+from app.common.db import run_sql
 from app.common.failures import ApiError
 from app.common.offload import blocking
 from app.notebook import embeddings
 from app.notebook.blueprint import bp
 from app.notebook.http import body, settings
-from app.notebook.index import match_expression
+from app.notebook.index import PART_CHARS, PART_OVERLAP, TS_CONFIG, match_expression, websearch_expression
 from app.notebook.models import Chunk, Note, Source, SourceNotebook, database, is_sqlite, vectors_generation
 from app.notebook.notebooks import get_notebook
 from app.notebook.schemas import SearchRequest
@@ -16,7 +17,7 @@ from app.notebook.schemas import SearchRequest
 def _scope_sql(data, notebook_key):
     """SQL conditions on the index's `parent` for the kinds and the notebook asked for
     (none when everything is asked for: the cheapest query)."""
-    conditions, params = ["1"], []
+    conditions, params = ["1 = 1"], []
     if not (data["search_sources"] and data["search_notes"]):
         conditions.append("parent LIKE ?")
         params.append("source:%" if data["search_sources"] else "note:%")
@@ -52,19 +53,40 @@ def _hit(parent, title, score, kind_of_score, match):
             "score": score, kind_of_score: score, "matches": [match] if match else []}
 
 
+# PostgreSQL: a title word is worth five body words (as SQLite's BM25 weights say);
+# ts_rank's weights are {D, C, B, A}. Normalization 1 divides by 1 + log(length).
+_PG_WEIGHTS = "'{0.2, 0.2, 0.2, 1.0}'"
+_PG_HEADLINE = 'StartSel="", StopSel="", MaxWords=24, MinWords=12, ShortWord=2, MaxFragments=1'
+
+
 def _ranked(data, notebook_key):
-    """(FTS expression, [(parent, score, FTS rowid)] best first) of a text search."""
-    if not is_sqlite():
-        raise ApiError(400, "text search needs the SQLite database (PostgreSQL full-text search is not built yet)")
-    expression = match_expression(data["query"])
+    """(query expression, [(parent, score, index row id)] best first) of a text search."""
+    if is_sqlite():
+        expression = match_expression(data["query"])
+        _require_words(expression)
+        where, params = _scope_sql(data, notebook_key)
+        rows = database.execute_sql(
+            f"SELECT parent, -rank, rowid FROM search_fts"
+            f" WHERE search_fts MATCH ? AND {where} ORDER BY rank LIMIT ?",
+            [expression, *params, data["limit"]]).fetchall()
+        return expression, rows
+    expression = websearch_expression(data["query"])
+    _require_words(expression)
+    where, params = _scope_sql(data, notebook_key)
+    # Each parent's best part (most parents have one), then the best parents.
+    rows = run_sql(database,
+                   "SELECT parent, score, id FROM (SELECT DISTINCT ON (parent) parent, id,"
+                   f" ts_rank({_PG_WEIGHTS}, document, tsq, 1) AS score"
+                   f" FROM searchdoc, websearch_to_tsquery('{TS_CONFIG}', ?) AS tsq"
+                   f" WHERE document @@ tsq AND {where} ORDER BY parent, score DESC, id) AS best"
+                   " ORDER BY score DESC, parent LIMIT ?",
+                   [expression, *params, data["limit"]]).fetchall()
+    return expression, rows
+
+
+def _require_words(expression):
     if expression is None:
         raise ApiError(400, "query: has no word to search for", field="query")
-    where, params = _scope_sql(data, notebook_key)
-    rows = database.execute_sql(
-        f"SELECT parent, -rank, rowid FROM search_fts"
-        f" WHERE search_fts MATCH ? AND {where} ORDER BY rank LIMIT ?",
-        [expression, *params, data["limit"]]).fetchall()
-    return expression, rows
 
 
 def text_search(data, notebook_key):
@@ -90,10 +112,21 @@ def _snippets(expression, rowids):
     if not rowids:
         return {}
     marks = ",".join("?" for _ in rowids)
-    cursor = database.execute_sql(
-        f"SELECT rowid, snippet(search_fts, -1, '', '', '…', 24) FROM search_fts"
-        f" WHERE search_fts MATCH ? AND rowid IN ({marks})", [expression, *rowids])
-    return dict(cursor.fetchall())
+    if is_sqlite():
+        cursor = database.execute_sql(
+            f"SELECT rowid, snippet(search_fts, -1, '', '', '…', 24) FROM search_fts"
+            f" WHERE search_fts MATCH ? AND rowid IN ({marks})", [expression, *rowids])
+        return dict(cursor.fetchall())
+    # The headline of the part that ranked best, read from the record's text (the
+    # index keeps lexemes only).
+    cursor = run_sql(
+        database,
+        f"SELECT d.id, ts_headline('{TS_CONFIG}', substr(COALESCE(s.full_text, n.content, ''), d.body_start + 1, ?),"
+        f" websearch_to_tsquery('{TS_CONFIG}', ?), ?) FROM searchdoc d"
+        " LEFT JOIN source s ON d.part = 'source' AND s.id = substr(d.parent, 8)"
+        " LEFT JOIN note n ON d.part = 'note' AND n.id = substr(d.parent, 6)"
+        f" WHERE d.id IN ({marks})", [PART_CHARS + PART_OVERLAP, expression, _PG_HEADLINE, *rowids])
+    return {rid: snippet.strip() for rid, snippet in cursor.fetchall()}
 
 
 class VectorCache:

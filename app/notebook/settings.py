@@ -67,6 +67,7 @@ class NotebookSettings:
     embedding_api_key: str      # NOTEBOOK_EMBEDDING_API_KEY (a secret)
     sync_timeout: float         # NOTEBOOK_SYNC_TIMEOUT: how long a synchronous add waits for the worker
     jobs_path: str              # NOTEBOOK_JOBS_DB: huey's SQLite queue, default $DATA_DIR/jobs.db
+    redis_url: str              # REDIS_URL: the job queue on Redis instead (a secret: it holds a password)
     worker_threads: int         # NOTEBOOK_WORKER_THREADS: jobs run at once by the worker
     swagger_ui_dir: str         # NOTEBOOK_SWAGGER_UI_DIR: the swagger-ui-dist files
     encryption_key: str         # NOTEBOOK_ENCRYPTION_KEY: Fernet key of stored API keys (a secret)
@@ -131,6 +132,7 @@ class NotebookSettings:
             embedding_api_key=os.environ.get("NOTEBOOK_EMBEDDING_API_KEY", ""),
             sync_timeout=env_seconds("NOTEBOOK_SYNC_TIMEOUT", 300.0, maximum=3600),
             jobs_path=os.path.abspath(env_str("NOTEBOOK_JOBS_DB", os.path.join(data_dir, "jobs.db"))),
+            redis_url=env_str("REDIS_URL"),
             worker_threads=env_int("NOTEBOOK_WORKER_THREADS", 1, minimum=1, maximum=32),
             swagger_ui_dir=os.path.abspath(env_str("NOTEBOOK_SWAGGER_UI_DIR", default_ui)),
             encryption_key=_encryption_key(),

@@ -137,8 +137,10 @@ def _new_source(data, upload):
                     delete_file=data["delete_source"] and kind == "upload")
     if kind == "upload":
         _checked_upload(upload)
-        source.original_name = os.path.basename(upload.filename.replace("\\", "/"))[:255] or "upload"
-        source.content_type = upload.mimetype or None
+        # Neither database keeps a NUL character (PostgreSQL's text cannot hold one).
+        name = upload.filename.replace("\\", "/").replace("\x00", "")
+        source.original_name = os.path.basename(name)[:255] or "upload"
+        source.content_type = (upload.mimetype or "").replace("\x00", "") or None
         source.file_name, _ = blocking(uploads.store, upload.stream, upload.filename,
                                        settings().uploads_dir, settings().max_upload_bytes)
     elif kind == "link":

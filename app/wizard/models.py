@@ -23,11 +23,6 @@ def now_text():
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-class CompactJSONField(JSONField):
-    """JSON in a TEXT column (on SQLite, json_set lays fields over it in place)."""
-    declared_type = "TEXT"
-
-
 class BaseModel(Model):
     class Meta:
         database = database
@@ -42,7 +37,7 @@ class CollectionRow(BaseModel):
     blueprint_id = CharField(null=True, index=True)
     key = CharField(null=True)
     likes_count = IntegerField(null=True)
-    data = CompactJSONField(default=dict)
+    data = JSONField(default=dict)   # on SQLite, json_set lays fields over it in place
 
 
 class Wizard(CollectionRow):

@@ -1,7 +1,12 @@
 """Fixtures of the notebook's tests: the service under gunicorn (as production
 starts it) AND its job worker (`python -m app.notebook worker`) on one DATA_DIR,
 shared by the whole notebook suite (tests scope their data by notebook), plus a
-local HTTP server on 127.0.0.2 that serves the links."""
+local HTTP server on 127.0.0.2 that serves the links.
+
+`nb` and `llm_nb` follow `db_backend` (tests/conftest.py): every module that uses
+them runs once on the embedded default (SQLite, huey's SQLite queue) and once scaled
+out (PostgreSQL, and the job queue on Redis). Each backend's stack is started once,
+at its first use, and shared by the modules after."""
 import http.server
 import os
 import subprocess
@@ -27,7 +32,15 @@ JOB_DEADLINE = 120.0             # the worker's first job waits for the model to
 # --------------------------------------------------------------------------- the link server
 
 class LinkHandler(http.server.BaseHTTPRequestHandler):
-    state = {"flaky_ok": False, "hits": {}}
+    # hits: requests per path. gates: name -> threading.Event that /gate/<name> waits on.
+    state = {"flaky_ok": False, "hits": {}, "gates": {}}
+    lock = threading.Lock()
+
+    @classmethod
+    def gate(cls, name):
+        """The event that releases the requests for /gate/<name>."""
+        with cls.lock:
+            return cls.state["gates"].setdefault(name, threading.Event())
 
     def log_message(self, *args):
         pass
@@ -43,7 +56,8 @@ class LinkHandler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self):
         path = self.path.split("?", 1)[0]
-        self.state["hits"][path] = self.state["hits"].get(path, 0) + 1
+        with self.lock:
+            self.state["hits"][path] = self.state["hits"].get(path, 0) + 1
         if path == "/article.html":
             self._send(200, documents.ARTICLE_HTML.encode(), "text/html; charset=utf-8")
         elif path == "/paper.pdf":
@@ -52,6 +66,13 @@ class LinkHandler(http.server.BaseHTTPRequestHandler):
             # A job that takes a while, so that the jobs behind it stay queued.
             time.sleep(float(self.path.split("seconds=", 1)[1]) if "seconds=" in self.path else 3.0)
             self._send(200, b"A slow page about glaciers and ice ages.", "text/plain")
+        elif path.startswith("/page/"):
+            # A page of its own per job: its hit count says how many times the job ran.
+            self._send(200, f"Page {path[6:]} is about tides and estuaries.".encode(), "text/plain")
+        elif path.startswith("/gate/"):
+            # A job that runs until the test releases it (never longer than a minute).
+            self.gate(path[6:]).wait(60)
+            self._send(200, b"The gate opened onto a meadow of clover.", "text/plain")
         elif path == "/flaky":
             if self.state["flaky_ok"]:
                 self._send(200, b"The flaky page finally talks about volcanoes.", "text/plain")
@@ -73,6 +94,7 @@ def link_server():
     thread.start()
     server.base_url = f"http://{LINK_HOST}:{server.server_address[1]}"
     server.state = LinkHandler.state
+    server.gate = LinkHandler.gate
     yield server
     server.shutdown()
     server.server_close()
@@ -88,8 +110,8 @@ def notebook_env(data_dir, **extra):
 class Worker:
     """`python -m app.notebook worker` on a DATA_DIR, its log in a file."""
 
-    def __init__(self, data_dir, env):
-        self.log_path = Path(data_dir) / "worker.log"
+    def __init__(self, data_dir, env, name="worker"):
+        self.log_path = Path(data_dir) / f"{name}.log"
         self.log = open(self.log_path, "wb")
         self.process = subprocess.Popen([sys.executable, "-m", "app.notebook", "worker"], cwd=ROOT,
                                         env={**os.environ, **env}, stdout=self.log, stderr=subprocess.STDOUT)
@@ -127,6 +149,18 @@ class Client:
 
     def delete(self, path, **kwargs):
         return self.call("DELETE", path, **kwargs)
+
+    def query(self, sql, params=()):
+        """Rows of `sql` (`?` placeholders) read straight from the stack's database,
+        SQLite file or PostgreSQL."""
+        url = getattr(self, "env", {}).get("DATABASE_URL")
+        if url:
+            import psycopg
+            with psycopg.connect(url) as db:
+                return db.execute(sql.replace("?", "%s"), params).fetchall()
+        import sqlite3
+        with sqlite3.connect(self.data_dir / "notebook.db") as db:
+            return db.execute(sql, params).fetchall()
 
     def notebook(self, name=None):
         name = name or f"notebook {time.monotonic_ns()}"
@@ -166,13 +200,36 @@ def stop_stack(client):
     assert took < 20 and worker_took < 20
 
 
+def scaled_out_env(postgres_server, redis_server):
+    """A new PostgreSQL database and a Redis database of its own: one stack's."""
+    return {"DATABASE_URL": postgres_server.new_database(), "REDIS_URL": redis_server.new_url()}
+
+
+def _shared_stack(tmp_path_factory, name, backend, links, **env):
+    client = start_stack(tmp_path_factory.mktemp(f"{name}-{backend}") / "data", **env)
+    client.links, client.backend = links, backend
+    return client
+
+
 @pytest.fixture(scope="session")
-def nb(tmp_path_factory, link_server):
-    """One service + worker for the notebook suite."""
-    client = start_stack(tmp_path_factory.mktemp("notebook") / "data")
-    client.links = link_server
+def nb_sqlite(tmp_path_factory, link_server):
+    client = _shared_stack(tmp_path_factory, "notebook", "sqlite", link_server)
     yield client
     stop_stack(client)
+
+
+@pytest.fixture(scope="session")
+def nb_postgresql(tmp_path_factory, link_server, postgres_server, redis_server):
+    client = _shared_stack(tmp_path_factory, "notebook", "postgresql", link_server,
+                           **scaled_out_env(postgres_server, redis_server))
+    yield client
+    stop_stack(client)
+
+
+@pytest.fixture(scope="module")
+def nb(db_backend, request):
+    """The service + worker of the notebook suite, on the module's backend."""
+    return request.getfixturevalue(f"nb_{db_backend.name}")
 
 
 @pytest.fixture
@@ -195,16 +252,35 @@ def fake_providers():
         yield fake
 
 
-@pytest.fixture(scope="session")
-def llm_nb(tmp_path_factory, fake_providers):
+def _llm_stack(tmp_path_factory, fake_providers, backend, **env):
     """A service + worker of its own for the model features: an encryption key, the
     fake providers allowed, a short model time-out, no embedding model to load."""
-    client = start_stack(tmp_path_factory.mktemp("notebook-llm") / "data",
-                         NOTEBOOK_ENCRYPTION_KEY=ENCRYPTION_KEY,
-                         NOTEBOOK_MODEL_HOST_ALLOWLIST=f"{PROVIDER_HOST}/32",
-                         NOTEBOOK_LLM_TIMEOUT=str(LLM_TIMEOUT), NOTEBOOK_EMBEDDING_PROVIDER="none",
-                         OPENAI_API_KEY="sk-good", OPENAI_BASE_URL=fake_providers.base_url("openai"),
-                         ANTHROPIC_API_KEY="", OLLAMA_API_BASE="")
+    client = _shared_stack(tmp_path_factory, "notebook-llm", backend, None,
+                           NOTEBOOK_ENCRYPTION_KEY=ENCRYPTION_KEY,
+                           NOTEBOOK_MODEL_HOST_ALLOWLIST=f"{PROVIDER_HOST}/32",
+                           NOTEBOOK_LLM_TIMEOUT=str(LLM_TIMEOUT), NOTEBOOK_EMBEDDING_PROVIDER="none",
+                           OPENAI_API_KEY="sk-good", OPENAI_BASE_URL=fake_providers.base_url("openai"),
+                           ANTHROPIC_API_KEY="", OLLAMA_API_BASE="", **env)
     client.fake = fake_providers
+    return client
+
+
+@pytest.fixture(scope="session")
+def llm_nb_sqlite(tmp_path_factory, fake_providers):
+    client = _llm_stack(tmp_path_factory, fake_providers, "sqlite")
     yield client
     stop_stack(client)
+
+
+@pytest.fixture(scope="session")
+def llm_nb_postgresql(tmp_path_factory, fake_providers, postgres_server, redis_server):
+    client = _llm_stack(tmp_path_factory, fake_providers, "postgresql",
+                        **scaled_out_env(postgres_server, redis_server))
+    yield client
+    stop_stack(client)
+
+
+@pytest.fixture(scope="module")
+def llm_nb(db_backend, request):
+    """The model features' service + worker, on the module's backend."""
+    return request.getfixturevalue(f"llm_nb_{db_backend.name}")

@@ -157,3 +157,26 @@ def test_huge_json_body_is_413(nb):
     response = nb.post("/notes", data=b'{"content": "' + b"x" * (11 * 1024 * 1024) + b'"}',
                        headers={"Content-Type": "application/json"})
     assert response.status_code == 413 and response.json()["detail"]
+
+
+def test_a_nul_character_is_refused_on_either_database(nb, notebook_id):
+    """PostgreSQL's text cannot hold one: a 400 naming the field on both backends, and
+    nothing stored; an upload's name loses it."""
+    notes_before = len(nb.get(f"/notes?notebook_id={notebook_id}").json())
+    sources_before = _count_sources(nb, notebook_id)
+    cases = [("/notebooks", {"name": "nul\x00name"}, "name"),
+             ("/notes", {"content": "a\x00b", "notebook_id": notebook_id}, "content"),
+             ("/sources", {"type": "text", "content": "a\x00b", "notebook_id": notebook_id}, "content"),
+             ("/search", {"query": "tides\x00"}, "query"),
+             ("/credentials", {"name": "k\x00", "provider": "anthropic"}, "name")]
+    for path, body, field in cases:
+        response = nb.post(path, json=body)
+        assert response.status_code == 400 and response.json()["field"] == field, (path, response.text)
+    response = nb.get("/sources", params={"sort_by": "title\x00"})
+    assert response.status_code == 400 and response.json()["field"] == "sort_by"
+    assert len(nb.get(f"/notes?notebook_id={notebook_id}").json()) == notes_before
+    assert _count_sources(nb, notebook_id) == sources_before
+    upload = nb.post("/sources", data={"type": "upload", "notebook_id": notebook_id, "embed": "false"},
+                     files={"file": ("tide\x00s.txt", b"Spring tides and neap tides.", "text/plain")})
+    assert upload.status_code == 201, upload.text
+    assert upload.json()["asset"]["file_name"] == "tides.txt"

@@ -1,7 +1,6 @@
 """Provider credentials, models and defaults against the running service, with the
 fake providers (devtools.fake_providers) standing in for OpenAI, Ollama and
 Anthropic: what our code sends, and what it makes of the answers."""
-import sqlite3
 import time
 
 import pytest
@@ -50,10 +49,7 @@ def test_a_key_is_stored_encrypted_and_never_answered(llm_nb):
     created = credential(nb, "openai", key=secret)
     assert created["has_api_key"] is True and created["decryption_error"] is None
     assert secret not in str(nb.get("/credentials").json()) and "api_key" not in created
-    stored = nb.data_dir / "notebook.db"
-    with sqlite3.connect(stored) as db:
-        (token,) = db.execute("SELECT api_key_encrypted FROM credential WHERE id = ?",
-                              (created["id"].split(":")[1],)).fetchone()
+    [(token,)] = nb.query("SELECT api_key_encrypted FROM credential WHERE id = ?", (created["id"].split(":")[1],))
     assert token and secret not in token
     updated = nb.put(f"/credentials/{created['id']}", json={"name": "renamed", "api_key": None})
     assert updated.status_code == 200 and updated.json()["has_api_key"] is False

@@ -47,10 +47,14 @@ class Searches:
             thread.join(60)
 
 
-def test_restarting_the_job_worker_or_a_web_worker_never_fails_a_request_on_the_others(tmp_path):
+def test_restarting_the_job_worker_or_a_web_worker_never_fails_a_request_on_the_others(tmp_path, db_backend,
+                                                                                      request):
     data_dir = tmp_path / "data"
     data_dir.mkdir()
-    env = notebook_env(data_dir, NOTEBOOK_EMBEDDING_PROVIDER="none")
+    backend = db_backend.env()
+    if backend:  # scaled out: the job queue on Redis too
+        backend["REDIS_URL"] = request.getfixturevalue("redis_server").new_url()
+    env = notebook_env(data_dir, NOTEBOOK_EMBEDDING_PROVIDER="none", **backend)
     worker = Worker(data_dir, env)
     service = services.start("notebook", data_dir, env=env, workers=2)
     client = Client(service, worker)

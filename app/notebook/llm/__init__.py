@@ -47,13 +47,14 @@ def _adapter(target, capability):
 
 
 def chat(target, model, messages):
-    """The whole reply's text."""
-    return _adapter(target, "language").chat(target, model, messages)
+    """The whole reply's text (without NUL characters, which no database of ours keeps)."""
+    return _adapter(target, "language").chat(target, model, messages).replace("\x00", "")
 
 
 def chat_stream(target, model, messages):
-    """The reply's text deltas as they come."""
-    return _adapter(target, "language").chat_stream(target, model, messages)
+    """The reply's text deltas as they come (without NUL characters)."""
+    for delta in _adapter(target, "language").chat_stream(target, model, messages):
+        yield delta.replace("\x00", "")
 
 
 def list_models(target):
