@@ -134,6 +134,18 @@ def nspawn_unavailable():
     return None
 
 
+def publish_snapshot(folder):
+    """The working tree (snapshot_commit) as the branch `staging` of a new bare
+    repository `folder/bundle.git`, for a box to ansible-pull from; returns (that
+    repository's path, the snapshot's ops/bootstrap.sh text)."""
+    commit = snapshot_commit()
+    repo = Path(folder) / "bundle.git"
+    _run(["git", "init", "--quiet", "--bare", str(repo)], timeout=60)
+    _run(["git", "-C", str(ROOT), "push", "--quiet", str(repo), f"{commit}:refs/heads/staging"], timeout=300)
+    bootstrap = _run(["git", "-C", str(ROOT), "show", f"{commit}:ops/bootstrap.sh"], timeout=60).stdout
+    return repo, bootstrap
+
+
 def snapshot_commit(repo=ROOT):
     """A commit of the WORKING TREE as it is on disk (tracked changes, untracked files
     that are not ignored), made with a temporary index: the real index, HEAD and the

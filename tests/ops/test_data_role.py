@@ -340,13 +340,7 @@ def data_box(tmp_path_factory):
         pytest.skip(f"!!! STAGING BOX NOT RUN: {reason} !!!")
     root = staging.ensure_root(log=lambda line: print(line, file=sys.stderr))
     work = tmp_path_factory.mktemp("data-staging")
-    commit = staging.snapshot_commit()
-    repo = work / "bundle.git"
-    subprocess.run(["git", "init", "--quiet", "--bare", str(repo)], check=True)
-    subprocess.run(["git", "-C", str(ROOT), "push", "--quiet", str(repo), f"{commit}:refs/heads/staging"],
-                   check=True, capture_output=True)
-    bootstrap = subprocess.run(["git", "-C", str(ROOT), "show", f"{commit}:ops/bootstrap.sh"], check=True,
-                               capture_output=True, text=True).stdout
+    repo, bootstrap = staging.publish_snapshot(work)
     ports = {"bundle_postgresql_port": free_port(), "bundle_redis_port": free_port()}
     debs = staging.CACHE / "debs"
     debs.mkdir(parents=True, exist_ok=True)

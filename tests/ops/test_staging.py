@@ -124,13 +124,7 @@ def stage(tmp_path_factory):
     root = staging.ensure_root(log=lambda line: print(line, file=sys.stderr))
     work = tmp_path_factory.mktemp("staging")
     # The working tree as it is on disk, as the branch `staging` of a bare repository.
-    commit = staging.snapshot_commit()
-    repo = work / "bundle.git"
-    subprocess.run(["git", "init", "--quiet", "--bare", str(repo)], check=True)
-    subprocess.run(["git", "-C", str(ROOT), "push", "--quiet", str(repo), f"{commit}:refs/heads/staging"],
-                   check=True, capture_output=True)
-    bootstrap = subprocess.run(["git", "-C", str(ROOT), "show", f"{commit}:ops/bootstrap.sh"], check=True,
-                               capture_output=True, text=True).stdout
+    repo, bootstrap = staging.publish_snapshot(work)
     port, idp_port = free_port(), free_port()
     service_ports = {name: free_port() for name in ("workspace", "decks", "notebook", "audio", "wizard")}
     pip_cache = staging.CACHE / "pip"
