@@ -19,6 +19,7 @@ import pytest
 import requests
 
 from devtools import services
+from devtools.database_peek import peek
 from tests.notebook import documents
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -152,14 +153,8 @@ class Client:
 
     def query(self, sql, params=()):
         """Rows of `sql` (`?` placeholders) read straight from the stack's database,
-        SQLite file or PostgreSQL."""
-        url = getattr(self, "env", {}).get("DATABASE_URL")
-        if url:
-            import psycopg
-            with psycopg.connect(url) as db:
-                return db.execute(sql.replace("?", "%s"), params).fetchall()
-        import sqlite3
-        with sqlite3.connect(self.data_dir / "notebook.db") as db:
+        SQLite file or PostgreSQL (devtools.database_peek)."""
+        with peek(self.service) as db:
             return db.execute(sql, params).fetchall()
 
     def notebook(self, name=None):

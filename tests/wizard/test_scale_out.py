@@ -29,9 +29,11 @@ def fake_ai():
 
 
 @pytest.fixture(scope="module")
-def scaled(start_module_service, redis_server, fake_ai):
+def scaled(start_module_service, redis_server, postgres_server, fake_ai):
+    """Four workers on PostgreSQL and Redis, as a scaled-out deployment runs."""
     service = start_module_service("wizard", workers=WORKERS, env={
-        **TEST_IDENTITY, "REDIS_URL": redis_server.new_url(), "WIZ_AI_BASE_URL": fake_ai.base_url,
+        **TEST_IDENTITY, "REDIS_URL": redis_server.new_url(), "DATABASE_URL": postgres_server.new_database(),
+        "WIZ_AI_BASE_URL": fake_ai.base_url,
         "WIZ_AI_API_KEY": KEY, "WIZ_TEXT_MODEL": "fake-text", "WIZ_AI_PROVIDER": "fake-openai"})
     wait_for(lambda: len(service.worker_pids()) == WORKERS, f"{WORKERS} workers")
     return service

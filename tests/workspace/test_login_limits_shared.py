@@ -10,9 +10,11 @@ WORKERS = 4
 LIMIT = 5
 
 
-def test_the_sign_in_limit_counts_the_attempts_of_every_worker_together(start_service, redis_server):
+def test_the_sign_in_limit_counts_the_attempts_of_every_worker_together(start_service, redis_server,
+                                                                         postgres_server):
     service = start_service("workspace", workers=WORKERS, env={
-        "REDIS_URL": redis_server.new_url(), "WORKSPACE_LOGIN_RATE_PER_ACCOUNT": str(LIMIT),
+        "REDIS_URL": redis_server.new_url(), "DATABASE_URL": postgres_server.new_database(),
+        "WORKSPACE_LOGIN_RATE_PER_ACCOUNT": str(LIMIT),
         "WORKSPACE_LOGIN_RATE_PER_ADDRESS": "1000"})
     wait_for(lambda: len(service.worker_pids()) == WORKERS, f"{WORKERS} workers")
     ws = Workspace(service)
