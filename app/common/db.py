@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from peewee import InterfaceError, OperationalError, SqliteDatabase, TextField
 from playhouse.db_url import connect
 
+from app.common.config import ConfigError
 from app.common.failures import ApiError
 from app.common.migrations import bring_up_to_date
 
@@ -45,7 +46,8 @@ def connect_database(proxy, url, history, pool=True):
         db = connect("psycopg3+pool://" + url.split("://", 1)[1], max_connections=POSTGRES_POOL_SIZE,
                      stale_timeout=300, timeout=POOL_WAIT_SECONDS)
     else:
-        raise ValueError(f"DATABASE_URL must be sqlite:///<path> or postgresql://..., got {url.split(':', 1)[0]}:...")
+        # The URL may carry a password: only its scheme is shown.
+        raise ConfigError(f"DATABASE_URL must be sqlite:///<path> or postgresql://..., got {url.split(':', 1)[0]}:...")
     proxy.initialize(db)
     bring_up_to_date(db, history)
     return db

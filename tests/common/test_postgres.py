@@ -6,7 +6,11 @@ not the service.
 The wait is made with a lock the test holds, not with a sleep: a request reading the
 locked table waits in PostgreSQL for exactly as long as the test wants.
 """
+import os
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -66,3 +70,12 @@ def test_a_database_restart_fails_requests_in_flight_cleanly_then_heals(wizard_o
         assert client.get("/api/collections/blueprints").status_code == 200
     assert client.post("/api/collections/blueprints", json={"title": "two"}).status_code == 201
     assert [row["title"] for row in client.get("/api/collections/blueprints").json()][:2] == ["two", "one"]
+
+
+def test_a_database_url_of_another_engine_stops_the_start_with_one_line(tmp_path):
+    done = subprocess.run([sys.executable, "-c", "import wsgi"], cwd=Path(__file__).resolve().parents[2],
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "SERVICE": "wizard", "DATA_DIR": str(tmp_path),
+                               "DATABASE_URL": "mysql://bundle:s3cret@db.example/wizard"})
+    assert done.returncode == 3
+    assert done.stderr == "error: DATABASE_URL must be sqlite:///<path> or postgresql://..., got mysql:...\n"
