@@ -163,7 +163,7 @@ class OtherMeter:
 
 def counting_engine(directory, binary):
     """A wrapper around espeak-ng that logs the wall-clock time and the arguments
-    of each start (as tests/audio/conftest.py's counting_engine logs the arguments).
+    of each start (as tests/support/audio.py's counting_engine logs the arguments).
     bash, for $EPOCHREALTIME without starting one more process. Returns (script, log)."""
     log = Path(directory) / "engine.log"
     script = Path(directory) / "espeak-wrapper"

@@ -125,7 +125,7 @@ def filesystem_of(path):
 
 def copy_sample_deck(data_dir, name="welcome"):
     """The sample deck's sources under DATA_DIR/sources/<name>; returns the import body
-    (as tests/conftest.py does)."""
+    (as tests/support/decks.py does)."""
     shutil.copytree(SAMPLE_DECK, Path(data_dir) / "sources" / name)
     return {"id": name, "md_path": f"sources/{name}/deck.md", "copy_from": f"sources/{name}"}
 

@@ -447,8 +447,8 @@ PROVIDER_HOST = "127.0.0.3"
 
 
 def _notebook_constants():
-    """The password and encryption key the notebook's tests use (tests/notebook/conftest.py)."""
-    from tests.notebook.conftest import ENCRYPTION_KEY, PASSWORD
+    """The password and encryption key the notebook's tests use (tests/support/notebook.py)."""
+    from tests.support.notebook import ENCRYPTION_KEY, PASSWORD
     return PASSWORD, ENCRYPTION_KEY
 
 

@@ -1,39 +1,13 @@
 """Fixtures shared by every test: services started exactly as production starts
 them (gunicorn, gevent worker, real files), and the Flask app for unit tests."""
-import shutil
-from pathlib import Path
-
 import pytest
 import requests
 
 from app import create_app
-from devtools import services
-
-ROOT = Path(__file__).resolve().parents[1]
-SAMPLE_DECK = ROOT / "samples" / "decks" / "welcome"
-STOP_TIMEOUT = 20.0
-
-
-class ServiceStarter:
-    """start(name, data_dir=None, workers=1, env=None) -> RunningService.
-
-    Every service started is stopped by `stop_all` with SIGTERM, and the test fails
-    if one takes 20 s or more to exit (systemd's stop time-out)."""
-
-    def __init__(self, tmp_path_factory):
-        self.tmp_path_factory = tmp_path_factory
-        self.started = []
-
-    def __call__(self, name, data_dir=None, workers=1, env=None, **kwargs):
-        data_dir = data_dir or self.tmp_path_factory.mktemp(f"{name}-data")
-        service = services.start(name, data_dir, workers=workers, env=env, **kwargs)
-        self.started.append(service)
-        return service
-
-    def stop_all(self):
-        for service in self.started:
-            took = service.stop(timeout=STOP_TIMEOUT)
-            assert took < STOP_TIMEOUT, f"{service.name} took {took:.1f} s to stop"
+from tests.support.acceptance import ACCEPTANCE_SERVICES
+from tests.support.decks import copy_sample_deck, decks_with_sample
+from tests.support.shared import DatabaseBackend, ServiceStarter
+from tests.support.wizard import FORWARD_AUTH_PASSWORD
 
 
 @pytest.fixture
@@ -52,33 +26,18 @@ def start_module_service(tmp_path_factory):
     starter.stop_all()
 
 
-def copy_sample_deck(data_dir, name="welcome"):
-    """The sample deck's sources under DATA_DIR/sources/<name>; returns the import body."""
-    target = Path(data_dir) / "sources" / name
-    shutil.copytree(SAMPLE_DECK, target)
-    return {"id": name, "md_path": f"sources/{name}/deck.md", "copy_from": f"sources/{name}"}
-
-
-def _decks_with_sample(starter, data_dir):
-    data_dir.mkdir()
-    body = copy_sample_deck(data_dir)
-    service = starter("decks", data_dir=data_dir)
-    service.import_body = body
-    return service
-
-
 @pytest.fixture
 def decks_server(start_service, tmp_path):
     """A running deck review service whose DATA_DIR holds the sample deck's sources
     (not yet imported): `decks_server.import_body` imports it."""
-    return _decks_with_sample(start_service, tmp_path / "decks-data")
+    return decks_with_sample(start_service, tmp_path / "decks-data")
 
 
 @pytest.fixture(scope="module")
 def shared_decks_server(start_module_service, tmp_path_factory):
     """One deck service per test module with the sample deck imported and one
     session (`.session`), for tests that change nothing."""
-    service = _decks_with_sample(start_module_service, tmp_path_factory.mktemp("shared") / "decks-data")
+    service = decks_with_sample(start_module_service, tmp_path_factory.mktemp("shared") / "decks-data")
     requests.post(f"{service.base_url}/api/decks/import", json=service.import_body, timeout=10).raise_for_status()
     created = requests.post(f"{service.base_url}/api/sessions", json={"deck_id": "welcome"}, timeout=10)
     created.raise_for_status()
@@ -111,9 +70,6 @@ def decks_client(decks_app):
     return decks_app.test_client()
 
 
-ACCEPTANCE_SERVICES = ("workspace", "decks", "notebook", "audio", "wizard")
-
-
 def pytest_addoption(parser):
     group = parser.getgroup("acceptance", "targets of tests/acceptance (default: a local stack)")
     for name in ACCEPTANCE_SERVICES:
@@ -122,9 +78,6 @@ def pytest_addoption(parser):
         group.addoption(f"--{name}-host", default=None,
                         help=f"Host header to send to --{name}-url (when the URL is an address)")
     group.addoption("--insecure", action="store_true", help="do not verify TLS certificates (staging)")
-
-
-FORWARD_AUTH_PASSWORD = "correct horse battery staple"
 
 
 @pytest.fixture(scope="module")
@@ -160,20 +113,6 @@ def redis_server():
     from devtools.redis_server import RedisServer
     with RedisServer() as server:
         yield server
-
-
-class DatabaseBackend:
-    """Where a test's services keep their tables: `env()` is the environment that
-    points one service at a new, empty database of this backend."""
-
-    def __init__(self, name, postgres=None):
-        self.name, self.postgres = name, postgres
-
-    def env(self):
-        return {} if self.postgres is None else {"DATABASE_URL": self.postgres.new_database()}
-
-    def __repr__(self):
-        return self.name
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])

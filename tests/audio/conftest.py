@@ -1,59 +1,8 @@
 """Fixtures of the audio service's tests: the service under gunicorn with a seeded
 local sound library, and a counting wrapper around espeak-ng to watch probes."""
-import shutil
-import stat
-
 import pytest
-import requests
 
-from app.audio.seed import seed
-
-ORIGIN = "https://audio.test.example"
-APP = {"X-App-Request": "1"}
-
-
-class Audio:
-    """The running service plus helpers to call it."""
-
-    def __init__(self, service, engine_log=None, down_flag=None):
-        self.service, self.engine_log, self.down_flag = service, engine_log, down_flag
-        self.slow_flag = down_flag.with_name("engine.slow") if down_flag else None
-        self.url = service.base_url + "/api/audio"
-
-    def get(self, path, headers=None, **kwargs):
-        return requests.get(self.url + path, headers={**APP, **(headers or {})}, timeout=30, **kwargs)
-
-    def speech(self, body, headers=None, **kwargs):
-        return requests.post(self.url + "/speech", json=body, headers={**APP, **(headers or {})}, timeout=30, **kwargs)
-
-    def probes_run(self):
-        """How many times the engine was started for a probe (no voice chosen)."""
-        if not self.engine_log.exists():
-            return 0
-        return sum(1 for line in self.engine_log.read_text().splitlines() if line.strip() == "--stdout")
-
-
-def counting_engine(directory):
-    """A wrapper that logs each start of espeak-ng, fails while engine.down exists,
-    and synthesizes 5 s late while engine.slow exists."""
-    log, down, slow = directory / "engine.log", directory / "engine.down", directory / "engine.slow"
-    script = directory / "espeak-wrapper"
-    script.write_text(f"""#!/bin/sh
-echo "$@" >> {log}
-if [ -e {down} ]; then echo "the engine is down" >&2; exit 1; fi
-case "$*" in *-v*) [ -e {slow} ] && sleep 5;; esac
-exec {shutil.which("espeak-ng")} "$@"
-""")
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    return script, log, down
-
-
-def start_audio(starter, data_dir, env=None, engine=True):
-    seed(str(data_dir / "soundlib"))
-    script, log, down = counting_engine(data_dir)
-    service = starter("audio", data_dir=data_dir, env={
-        "AUDIO_PUBLIC_ORIGIN": ORIGIN, **({"AUDIO_ESPEAK_BINARY": str(script)} if engine else {}), **(env or {})})
-    return Audio(service, log, down)
+from tests.support.audio import start_audio
 
 
 @pytest.fixture(scope="module")

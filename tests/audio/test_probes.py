@@ -11,7 +11,7 @@ import requests
 from app.audio.probes import Probe
 from app.audio.providers import Unavailable
 from app.audio.seed import seed
-from tests.audio.conftest import start_audio
+from tests.support.audio import start_audio
 
 
 def test_fifty_concurrent_ready_calls_cost_one_probe_then_the_cache_holds(fresh_audio):

@@ -16,7 +16,7 @@ from app.audio.probes import SharedProbe
 from app.common import redis_client
 from devtools.services import GUNICORN, ROOT, free_port
 from devtools.waiting import wait_for
-from tests.audio.conftest import start_audio
+from tests.support.audio import start_audio
 
 WORKERS = 4
 

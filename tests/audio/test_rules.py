@@ -4,7 +4,7 @@ import http.client
 import pytest
 import requests
 
-from tests.audio.conftest import ORIGIN
+from tests.support.audio import ORIGIN
 
 APP_ROUTES = ["/voices", "/soundlib/search?q=bell", "/soundlib/preview/local:bell.mp3"]
 OPEN_ROUTES = ["/health", "/ready", "/capabilities"]

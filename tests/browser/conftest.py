@@ -12,35 +12,12 @@ Fixtures:
   `.service` (the RunningService), `.api` (its direct address), `.proxy`,
   `.restart_service()`. Stopped at the end of the test.
 """
-import re
-import shutil
 from pathlib import Path
 
 import pytest
 
 from devtools import nginx, services
-
-ROOT = Path(__file__).resolve().parents[2]
-ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--no-first-run", "--disable-sync", "--disable-quic"]
-
-
-class Site:
-    def __init__(self, service, proxy, name, env):
-        self.service, self.proxy, self.name, self.env = service, proxy, name, env
-        # Chromium resolves *.localhost to loopback by itself, so the Host is right.
-        self.url = f"http://{proxy.host(name)}:{proxy.port}"
-        self.host = proxy.host(name)
-        self.api = service.base_url    # straight to gunicorn, for set-up and checks
-
-    def restart_service(self):
-        """SIGTERM the service and start it again on the same port and DATA_DIR (as
-        systemctl restart does); nginx stays up."""
-        self.service.stop()
-        self.service = services.start(self.name, self.service.data_dir, port=self.service.port, env=self.env)
-        return self.service
+from tests.support.browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, Site, artifact_name
 
 
 @pytest.fixture(scope="session")
@@ -54,10 +31,6 @@ def browser():
         chromium.close()
 
 
-def _artifact_name(request):
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)[:120]
-
-
 @pytest.fixture
 def context(browser, request):
     ctx = browser.new_context(viewport={"width": 1200, "height": 800})
@@ -67,7 +40,7 @@ def context(browser, request):
     for index, open_page in enumerate(ctx.pages):
         suffix = f"-{index + 1}" if index else ""
         try:
-            open_page.screenshot(path=str(ARTIFACTS / f"{_artifact_name(request)}{suffix}.png"), full_page=True)
+            open_page.screenshot(path=str(ARTIFACTS / f"{artifact_name(request)}{suffix}.png"), full_page=True)
         except Exception as exc:   # a screenshot must not hide the test's own result
             print(f"no screenshot of page {index}: {exc}")
     ctx.close()
@@ -95,7 +68,3 @@ def site(tmp_path_factory):
     for running in reversed(started):
         running.proxy.stop()
         running.service.stop()
-
-
-def copy_tree(source, target):
-    shutil.copytree(source, target, dirs_exist_ok=True)

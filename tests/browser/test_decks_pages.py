@@ -4,7 +4,7 @@ reconnects by itself after the service restarts, with no duplicate and no gap.""
 import requests
 from playwright.sync_api import expect
 
-from tests.conftest import copy_sample_deck
+from tests.support.decks import copy_sample_deck
 
 
 def review_site(site, tmp_path):

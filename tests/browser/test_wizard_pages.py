@@ -16,8 +16,8 @@ from playwright.sync_api import expect
 
 from devtools.fake_openai import FakeOpenAI
 from devtools.oidc_provider import SESSION_COOKIE, portal_session
-from tests.browser.conftest import ARTIFACTS
-from tests.conftest import FORWARD_AUTH_PASSWORD
+from tests.support.browser import ARTIFACTS
+from tests.support.wizard import FORWARD_AUTH_PASSWORD
 
 KEY = "sk-test-wizard-pages-0123456789"
 SEVEN = ["wizards", "blueprints", "prompt_history", "saved_prompts", "likes", "admin_prompts", "llm_logs"]

@@ -5,7 +5,7 @@ its output (xterm.js served from the bundle's own files)."""
 import requests
 from playwright.sync_api import expect
 
-from tests.workspace.conftest import AgentProcess
+from tests.support.workspace import AgentProcess
 
 OWNER = {"email": "owner@example.com", "username": "owner", "password": "Tr1cky-horse-battery"}
 

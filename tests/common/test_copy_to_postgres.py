@@ -8,8 +8,8 @@ from pathlib import Path
 
 import requests
 
-from tests.wizard.conftest import TEST_IDENTITY, WizardClient
-from tests.workspace.conftest import OWNER, Workspace
+from tests.support.wizard import TEST_IDENTITY, WizardClient
+from tests.support.workspace import OWNER, Workspace
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from devtools.waiting import wait_for
-from tests.wizard.conftest import TEST_IDENTITY, WizardClient
+from tests.support.wizard import TEST_IDENTITY, WizardClient
 
 
 @pytest.fixture

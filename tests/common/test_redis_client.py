@@ -11,7 +11,7 @@ from app.common import redis_client
 from app.common.config import ConfigError
 from devtools.waiting import wait_for
 from devtools.worker_sockets import tcp_sockets
-from tests.wizard.conftest import TEST_IDENTITY, WizardClient
+from tests.support.wizard import TEST_IDENTITY, WizardClient
 
 
 def test_unset_means_the_embedded_default(monkeypatch):

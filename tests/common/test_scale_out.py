@@ -8,8 +8,8 @@ import pytest
 import requests
 
 from devtools.database_peek import peek
-from tests.wizard.conftest import TEST_IDENTITY, WizardClient
-from tests.workspace.conftest import OWNER, Workspace
+from tests.support.wizard import TEST_IDENTITY, WizardClient
+from tests.support.workspace import OWNER, Workspace
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKERS = 4

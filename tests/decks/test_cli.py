@@ -7,8 +7,9 @@ import threading
 
 import requests
 
-from tests.conftest import ROOT, copy_sample_deck
 from tests.decks.helpers import post_event
+from tests.support.decks import copy_sample_deck
+from tests.support.shared import ROOT
 
 
 def lines_of(process):

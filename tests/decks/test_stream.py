@@ -90,7 +90,7 @@ def test_no_gap_and_no_duplicate_while_events_flow_during_connects(deck_session)
 def test_streams_on_several_workers_see_events_posted_to_any_worker(start_service, tmp_path):
     """With two workers, events appended by one reach streams held by the other
     (through the log), in order and without gap."""
-    from tests.conftest import copy_sample_deck
+    from tests.support.decks import copy_sample_deck
     data = tmp_path / "data"
     data.mkdir()
     body = copy_sample_deck(data)
@@ -143,7 +143,7 @@ def test_keepalive_comment_every_25_seconds(shared_decks_server):
 def test_a_gone_client_is_noticed_on_the_next_write(start_service, tmp_path):
     import socket
 
-    from tests.conftest import copy_sample_deck
+    from tests.support.decks import copy_sample_deck
     data = tmp_path / "data"
     data.mkdir()
     body = copy_sample_deck(data)
@@ -187,7 +187,7 @@ def test_a_stream_opened_on_a_kept_alive_connection_while_stopping_is_closed(dec
 def two_workers(start_service, tmp_path):
     """A 2-worker service with the sample deck and one session, its stderr in a file:
     (service, session, log path)."""
-    from tests.conftest import copy_sample_deck
+    from tests.support.decks import copy_sample_deck
     data = tmp_path / "data"
     data.mkdir()
     body = copy_sample_deck(data)

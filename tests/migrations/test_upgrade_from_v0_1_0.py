@@ -187,7 +187,7 @@ def _sso(base_url, username, password):
 
 
 def test_workspace_upgrade(start_service, tmp_path):
-    from tests.workspace.conftest import TOKEN_HEADER, AgentProcess, Workspace, wait_status
+    from tests.support.workspace import TOKEN_HEADER, AgentProcess, Workspace, wait_status
     from tests.workspace.local_app import LocalApp
 
     fx = fixtures_of("workspace")
@@ -324,7 +324,7 @@ COLLECTIONS = ("wizards", "blueprints", "prompt_history", "saved_prompts", "like
 
 
 def test_wizard_upgrade(start_service, tmp_path):
-    from tests.wizard.conftest import TEST_IDENTITY, WizardClient
+    from tests.support.wizard import TEST_IDENTITY, WizardClient
 
     fx = fixtures_of("wizard")
     data_dir = tmp_path / "wizard-data"
@@ -393,7 +393,7 @@ def test_wizard_upgrade(start_service, tmp_path):
 
 def test_notebook_upgrade(start_service, tmp_path):
     from devtools.fake_providers import FakeProviders
-    from tests.notebook.conftest import PASSWORD, PROVIDER_HOST, Worker, notebook_env
+    from tests.support.notebook import PASSWORD, PROVIDER_HOST, Worker, notebook_env
 
     fx = fixtures_of("notebook")
     data_dir = tmp_path / "notebook-data"

@@ -7,7 +7,8 @@ import pytest
 import requests
 
 from devtools import services
-from tests.notebook.conftest import PASSWORD, ROOT, notebook_env
+from tests.support.notebook import PASSWORD, notebook_env
+from tests.support.shared import ROOT
 
 
 def test_refuses_to_start_without_password(tmp_path):

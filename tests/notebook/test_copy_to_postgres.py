@@ -5,8 +5,9 @@ import os
 import subprocess
 import sys
 
-from tests.notebook.conftest import ROOT, start_stack, stop_stack
 from tests.notebook.test_search import _note, _text_source
+from tests.support.notebook import start_stack, stop_stack
+from tests.support.shared import ROOT
 
 
 def search(nb, query):

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from devtools.fake_providers import FakeProviders
-from tests.notebook.conftest import ROOT, Worker, start_stack, stop_stack
+from tests.support.notebook import Worker, start_stack, stop_stack
+from tests.support.shared import ROOT
 
 WITHOUT_TORCH = Path(__file__).parent / "without_torch"
 

@@ -2,7 +2,7 @@
 import pytest
 import requests
 
-from tests.notebook.conftest import MAX_UPLOAD, PASSWORD
+from tests.support.notebook import MAX_UPLOAD, PASSWORD
 
 
 def _count_sources(nb, notebook_id):

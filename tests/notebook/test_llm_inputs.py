@@ -12,7 +12,8 @@ import pytest
 import requests
 
 from devtools import nginx
-from tests.notebook.conftest import (
+from tests.notebook.test_llm_setup import credential, model
+from tests.support.notebook import (
     AUTH,
     ENCRYPTION_KEY,
     LLM_TIMEOUT,
@@ -21,7 +22,6 @@ from tests.notebook.conftest import (
     start_stack,
     stop_stack,
 )
-from tests.notebook.test_llm_setup import credential, model
 
 MAX_TEXT = 64 * 1024
 OTHER_KEY = "QmFkS2V5QmFkS2V5QmFkS2V5QmFkS2V5QmFkS2V5MDA="  # a Fernet key, not ENCRYPTION_KEY

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from tests.notebook.conftest import PROVIDER_HOST
+from tests.support.notebook import PROVIDER_HOST
 
 
 def credential(nb, provider, key=None, base_url=None, name=None):

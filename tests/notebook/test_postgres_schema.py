@@ -10,7 +10,7 @@ import sys
 import psycopg
 
 from app.notebook.schema import HISTORY
-from tests.notebook.conftest import ROOT
+from tests.support.shared import ROOT
 
 SEARCH = """
 import json, sys

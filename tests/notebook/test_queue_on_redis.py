@@ -17,7 +17,7 @@ import redis
 from devtools import services
 from devtools.redis_server import RedisServer
 from devtools.waiting import wait_for
-from tests.notebook.conftest import Client, Worker, notebook_env
+from tests.support.notebook import Client, Worker, notebook_env
 
 JOBS = 12
 PROCESS_STOP = 20.0

@@ -12,7 +12,7 @@ import threading
 from devtools import services
 from devtools.waiting import wait_for
 from tests.notebook import documents
-from tests.notebook.conftest import Client, Worker, notebook_env
+from tests.support.notebook import Client, Worker, notebook_env
 
 SEARCHERS = 4
 

@@ -13,7 +13,7 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from tests.notebook.conftest import AUTH
+from tests.support.notebook import AUTH
 
 EXAMPLES_PER_OPERATION = 12
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]

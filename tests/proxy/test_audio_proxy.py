@@ -6,7 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from tests.audio.conftest import ORIGIN, start_audio
+from tests.support.audio import ORIGIN, start_audio
 
 
 @pytest.fixture

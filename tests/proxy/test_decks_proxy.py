@@ -19,7 +19,8 @@ import requests
 
 from devtools import nginx as nginx_tool
 from devtools import services
-from tests.conftest import SAMPLE_DECK, STOP_TIMEOUT
+from tests.support.decks import SAMPLE_DECK
+from tests.support.shared import STOP_TIMEOUT
 
 ROOT = Path(__file__).resolve().parents[2]
 READ_TIMEOUT = 5.0  # far below the 25 s keepalive: a held-back record cannot hide behind it

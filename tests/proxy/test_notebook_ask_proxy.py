@@ -7,7 +7,7 @@ import requests
 
 from app.common.sse_client import iter_records
 from devtools.fake_providers import FakeProviders
-from tests.notebook.conftest import AUTH, ENCRYPTION_KEY, LLM_TIMEOUT, PROVIDER_HOST, start_stack, stop_stack
+from tests.support.notebook import AUTH, ENCRYPTION_KEY, LLM_TIMEOUT, PROVIDER_HOST, start_stack, stop_stack
 
 
 @pytest.fixture(scope="module")

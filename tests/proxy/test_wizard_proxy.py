@@ -11,7 +11,7 @@ from PIL import Image
 
 from app.common.sse_client import iter_records
 from devtools.oidc_provider import SESSION_COOKIE, portal_session
-from tests.conftest import FORWARD_AUTH_PASSWORD
+from tests.support.wizard import FORWARD_AUTH_PASSWORD
 
 FORGED = {"Remote-User": "root", "Remote-Groups": "admins", "X-Wiz-Test-User": "root",
           "X-Wiz-Test-Groups": "admins", "X-Forwarded-For": "127.0.0.1"}

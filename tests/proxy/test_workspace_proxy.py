@@ -15,9 +15,9 @@ from simple_websocket import Client
 from simple_websocket import ConnectionError as HandshakeRefused
 
 from devtools import nginx as nginx_tool
-from tests.proxy.conftest import EchoServer
+from tests.support.proxy import EchoServer
+from tests.support.workspace import AGENT_ENV, TOKEN_HEADER, Workspace, create_workspace, wait_status
 from tests.workspace import conftest as workspace_fixtures
-from tests.workspace.conftest import TOKEN_HEADER, Workspace
 
 
 def test_no_gate_json_clients_get_json_not_a_redirect(start_service, nginx_for):
@@ -66,13 +66,13 @@ local_app = workspace_fixtures.local_app
 def _platform_with_agent_behind(nginx_for, start_service, start_agent, local_app):
     """A platform behind nginx (the site named 127.0.0.1, so that plain URLs reach it),
     a workspace with an app, and its agent connected through nginx."""
-    ws = Workspace(start_service("workspace", env=workspace_fixtures.AGENT_ENV))
+    ws = Workspace(start_service("workspace", env=AGENT_ENV))
     proxy = nginx_for(ws.service, hosts={"workspace": "127.0.0.1"})
     owner = ws.first_user()
-    agent = workspace_fixtures.create_workspace(ws, owner, "dev", [
+    agent = create_workspace(ws, owner, "dev", [
         {"name": "main", "apps": [{"slug": "app", "url": local_app.url}]}])["agents"][0]
     start_agent(proxy.url, agent["token"])
-    workspace_fixtures.wait_status(ws, owner, agent["id"], "connected")
+    wait_status(ws, owner, agent["id"], "connected")
     return ws, proxy, owner, agent
 
 

@@ -9,7 +9,7 @@ import requests
 
 from app.common.sse_client import iter_records
 from devtools.fake_openai import FakeOpenAI
-from tests.wizard.conftest import TEST_IDENTITY, WizardClient
+from tests.support.wizard import TEST_IDENTITY, WizardClient
 
 KEY = "sk-test-wizard-0123456789"
 

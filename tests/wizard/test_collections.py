@@ -175,7 +175,7 @@ def test_concurrent_writes_in_two_workers_all_succeed(start_service, redis_serve
     # its turn for the database, none fails with "database is locked".
     from concurrent.futures import ThreadPoolExecutor
 
-    from tests.wizard.conftest import TEST_IDENTITY, WizardClient
+    from tests.support.wizard import TEST_IDENTITY, WizardClient
     service = start_service("wizard", workers=2, env={**TEST_IDENTITY, "REDIS_URL": redis_server.new_url()})
     client = WizardClient(service.base_url, "alice")
     row = client.post("/api/collections/saved_prompts", json={"text": "v0"}).json()

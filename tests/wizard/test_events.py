@@ -55,7 +55,7 @@ def test_writes_in_one_worker_reach_streams_in_every_worker(start_service, redis
     # Two worker processes: the kernel spreads the streams over both, and a write is
     # handled by one of them; the other hears of it through Redis (test_scale_out.py
     # checks that every worker holds streams, and the exact order).
-    from tests.wizard.conftest import TEST_IDENTITY, WizardClient
+    from tests.support.wizard import TEST_IDENTITY, WizardClient
     service = start_service("wizard", workers=2, env={**TEST_IDENTITY, "REDIS_URL": redis_server.new_url()})
     client = WizardClient(service.base_url, "alice")
     streams = [open_stream(WizardClient(service.base_url, f"reader{i}")) for i in range(8)]

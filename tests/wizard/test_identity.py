@@ -1,7 +1,7 @@
 """Identity from the proxy's trusted headers, and the loopback test identity."""
 import requests
 
-from tests.wizard.conftest import WizardClient
+from tests.support.wizard import WizardClient
 
 
 def test_every_api_route_needs_remote_user(wizard_server):

@@ -6,7 +6,7 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.wizard.conftest import WizardClient
+from tests.support.wizard import WizardClient
 
 
 def like_rows(admin, blueprint_id):

@@ -1,5 +1,5 @@
 """Check 8 and the life of the data across restarts of the gunicorn process."""
-from tests.wizard.conftest import TEST_IDENTITY, WizardClient
+from tests.support.wizard import TEST_IDENTITY, WizardClient
 
 
 def test_check_8_after_a_restart_the_service_answers_with_its_data(start_service, tmp_path):

@@ -16,7 +16,7 @@ from devtools.fake_openai import FakeOpenAI
 from devtools.services import GUNICORN, ROOT, free_port
 from devtools.waiting import wait_for
 from devtools.worker_sockets import worker_holding
-from tests.wizard.conftest import TEST_IDENTITY, WizardClient
+from tests.support.wizard import TEST_IDENTITY, WizardClient
 
 WORKERS = 4
 KEY = "sk-test-wizard-scale-out"

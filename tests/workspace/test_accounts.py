@@ -6,7 +6,7 @@ import pytest
 import requests
 
 from app.workspace import VERSION
-from tests.workspace.conftest import OWNER
+from tests.support.workspace import OWNER
 
 
 def test_first_user_once_with_a_session_and_its_cookie(workspace):

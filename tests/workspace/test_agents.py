@@ -15,7 +15,7 @@ from simple_websocket import ConnectionError as HandshakeRefused
 from app.workspace.mux import HEADER, HELLO, VERSION, VERSION_REFUSED
 from app.workspace.websocket import OP_CLOSE, accept_value, frame_head
 from devtools.services import free_port
-from tests.workspace.conftest import AGENT_ENV, TOKEN_HEADER, Workspace, agent_status, create_workspace, wait_status
+from tests.support.workspace import AGENT_ENV, TOKEN_HEADER, Workspace, agent_status, create_workspace, wait_status
 
 
 def _rpc_url(ws):

@@ -12,7 +12,7 @@ from pathlib import Path
 import requests
 from simple_websocket import Client
 
-from tests.workspace.conftest import TOKEN_HEADER
+from tests.support.workspace import TOKEN_HEADER
 from tests.workspace.local_app import Handler, random_pieces
 
 
@@ -275,7 +275,7 @@ def test_the_token_in_a_cookie_or_the_query_is_accepted(connected):
 
 
 def test_a_proxied_request_is_logged_once_with_its_request_id(start_service, start_agent, local_app, tmp_path):
-    from tests.workspace.conftest import AGENT_ENV, Workspace, create_workspace, wait_status
+    from tests.support.workspace import AGENT_ENV, Workspace, create_workspace, wait_status
 
     log_path = tmp_path / "platform.log"
     with open(log_path, "wb") as log:

@@ -6,8 +6,8 @@ import pytest
 import requests
 
 from app.workspace.pages import safe_redirect
-from tests.conftest import ROOT
-from tests.workspace.conftest import OWNER
+from tests.support.shared import ROOT
+from tests.support.workspace import OWNER
 
 
 @pytest.mark.parametrize("value,expected", [

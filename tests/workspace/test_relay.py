@@ -13,7 +13,8 @@ from simple_websocket import Client, ConnectionClosed
 from simple_websocket import ConnectionError as HandshakeRefused
 
 from app.workspace import mux
-from tests.workspace.conftest import ROOT, TOKEN_HEADER, create_workspace
+from tests.support.shared import ROOT
+from tests.support.workspace import TOKEN_HEADER, create_workspace
 
 
 @pytest.fixture(scope="module")

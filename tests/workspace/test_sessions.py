@@ -4,7 +4,7 @@ from datetime import datetime, timedelta
 
 import requests
 
-from tests.workspace.conftest import OWNER
+from tests.support.workspace import OWNER
 
 
 def test_token_from_header_cookie_or_query_in_that_order(owned):

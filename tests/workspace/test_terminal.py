@@ -6,7 +6,7 @@ import uuid
 import requests
 from simple_websocket import Client, ConnectionClosed
 
-from tests.workspace.conftest import TOKEN_HEADER
+from tests.support.workspace import TOKEN_HEADER
 
 
 def _open(connected, reconnect, width=80, height=24, token=None):

@@ -1,7 +1,7 @@
 """The workspaces API: create, list, get, delete; validation; who sees what."""
 import requests
 
-from tests.workspace.conftest import create_workspace
+from tests.support.workspace import create_workspace
 
 OTHER = {"email": "bo@example.com", "username": "bo", "password": "second good passphrase"}
 

@@ -1,0 +1,37 @@
+"""The browser tests' helpers: where Chromium is and how it starts, where the
+screenshots go, and `Site`, a service behind a real nginx."""
+import re
+import shutil
+
+from devtools import services
+from tests.support.shared import ROOT
+
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--no-first-run", "--disable-sync", "--disable-quic"]
+
+
+class Site:
+    def __init__(self, service, proxy, name, env):
+        self.service, self.proxy, self.name, self.env = service, proxy, name, env
+        # Chromium resolves *.localhost to loopback by itself, so the Host is right.
+        self.url = f"http://{proxy.host(name)}:{proxy.port}"
+        self.host = proxy.host(name)
+        self.api = service.base_url    # straight to gunicorn, for set-up and checks
+
+    def restart_service(self):
+        """SIGTERM the service and start it again on the same port and DATA_DIR (as
+        systemctl restart does); nginx stays up."""
+        self.service.stop()
+        self.service = services.start(self.name, self.service.data_dir, port=self.service.port, env=self.env)
+        return self.service
+
+
+def artifact_name(request):
+    """The test's name as a file name (its screenshots under ARTIFACTS)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)[:120]
+
+
+def copy_tree(source, target):
+    shutil.copytree(source, target, dirs_exist_ok=True)
