@@ -118,7 +118,8 @@ class SharedProbe(Probe):
         try:
             return self._from_peers_or_probe()
         except redis.RedisError as exc:
-            log.warning("probe %s runs in this process only: Redis failed: %s", self._result_key, _describe(exc))
+            log.warning("probe %s runs in this process only: Redis failed: %s", self._result_key,
+                        redis_client.describe(exc))
             return self._probe()
 
     def _from_peers_or_probe(self):
@@ -170,9 +171,4 @@ class SharedProbe(Probe):
         try:
             call(*args, **kwargs)
         except redis.RedisError as exc:
-            log.warning("probe %s: Redis failed: %s", self._result_key, _describe(exc))
-
-
-def _describe(exc):
-    text = str(exc).strip()
-    return text.splitlines()[0][:200] if text else type(exc).__name__
+            log.warning("probe %s: Redis failed: %s", self._result_key, redis_client.describe(exc))

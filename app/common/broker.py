@@ -187,7 +187,7 @@ class RedisBroker:
             self._client.publish(self._prefix + topic, payload)
         except redis.RedisError as exc:
             # The change it announces is stored; streams resync when they reconnect.
-            log.warning("live events: a message on %s was not published: %s", topic, _describe(exc))
+            log.warning("live events: a message on %s was not published: %s", topic, redis_client.describe(exc))
 
     def subscriber_count(self, topic):
         """The subscribers of `topic` in this process."""
@@ -225,7 +225,7 @@ class RedisBroker:
                 self._read(conn)
             # ValueError: redis-py reading a buffer that a failed write closed meanwhile.
             except (redis.RedisError, OSError, ValueError) as exc:
-                self._lost(conn, _describe(exc), backoff)
+                self._lost(conn, redis_client.describe(exc), backoff)
             except Exception:  # the reader must outlive any surprise, and say so
                 log.exception("live events: the Redis reader failed")
                 self._lost(conn, "the Redis reader failed", backoff)
@@ -287,7 +287,7 @@ class RedisBroker:
                 conn.send_command(*command, check_health=False)
         except (redis.RedisError, OSError) as exc:
             # redis-py closed the connection: the reader notices and reconnects.
-            log.warning("live events: a %s to Redis failed: %s", command[0], _describe(exc))
+            log.warning("live events: a %s to Redis failed: %s", command[0], redis_client.describe(exc))
 
     def _lost(self, conn, reason, backoff):
         was_up = self._up.is_set()
@@ -325,11 +325,6 @@ class RedisBroker:
             self._listening.pop(sub.topic, None)
             if self._up.is_set():
                 self._send("UNSUBSCRIBE", (self._prefix + sub.topic).encode("utf-8"))
-
-
-def _describe(exc):
-    """A Redis error in a few words, never the URL (it carries the password)."""
-    return str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
 
 
 # --------------------------------------------------------------------------- the process's broker

@@ -66,10 +66,6 @@ def bind_to_requests(app, proxy):
             proxy.close()
 
 
-def is_postgres(proxy):
-    return not isinstance(proxy.obj, SqliteDatabase)
-
-
 def run_sql(proxy, sql, params=()):
     """`proxy.execute_sql` for hand-written SQL with `?` placeholders, on either
     engine (psycopg's are `%s`). Keep literal `%` and `?` out of such SQL."""

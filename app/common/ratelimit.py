@@ -77,7 +77,7 @@ class SharedRateLimiter:
                                    args=[int(self.window * 1000), self.limit, secrets.token_hex(8)])
         except redis.RedisError as exc:
             log.warning("rate limit %s counted in this process only: Redis failed: %s", self._name,
-                        str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
+                        redis_client.describe(exc))
             return self._fallback.hit(key)
         return None if wait_ms < 0 else max(1, math.ceil(wait_ms / 1000))
 

@@ -73,6 +73,12 @@ def database_number(shared_client):
     return int(shared_client.connection_pool.connection_kwargs.get("db") or 0)
 
 
+def describe(exc):
+    """A Redis error in a few words for a log line, never the URL (it carries the password)."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
+
+
 def key(*parts):
     """A key of the bundle: `bundle:<part>:<part>...`."""
     return ":".join((PREFIX, *(str(p) for p in parts)))

@@ -62,9 +62,7 @@ def worker(args):
             log.warning("waiting for the job queue's Redis to answer")
             while not queue.presence.beat():
                 time.sleep(1)
-    recovered = processing.recover_interrupted(orphaned)
-    if recovered:
-        log.warning("%d job(s) were cut off by a stopped worker: marked failed", recovered)
+    _sweep(database, orphaned)
     processing.requeue_waiting(queue)
     if queue.presence:
         queue.presence.start(lambda: _sweep(database, orphaned))
@@ -84,7 +82,8 @@ def worker(args):
 
 
 def _sweep(database, orphaned):
-    """The sweep thread's periodic look for jobs of workers that are gone."""
+    """Fail the jobs of workers that are gone: at the start, then periodically in the
+    presence thread (several workers)."""
     from app.notebook import processing
     with database.connection_context():
         recovered = processing.recover_interrupted(orphaned)

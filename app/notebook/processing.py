@@ -9,6 +9,7 @@ result in the same transaction that checks once more. A job that raises is
 `failed` with its error, never `completed`."""
 import logging
 import os
+from contextlib import nullcontext
 
 from app.common.failures import ApiError
 from app.notebook import chunking, embeddings, episodes, extract, index, llm, model_choice, ssrf, transform
@@ -42,10 +43,8 @@ def configure(settings, queue=None):
 def run(command_key):
     """The huey task: run one command to its end (completed, failed or canceled)."""
     presence = _queue.presence if _queue is not None else None
-    if presence is None:
-        _run(command_key)
-        return
-    with presence.holding(command_key):
+    # Several workers: this one is recorded as the command's holder while it runs it.
+    with presence.holding(command_key) if presence else nullcontext():
         _run(command_key)
 
 
