@@ -35,7 +35,8 @@ Think time (for the benchmark), before the answer's first byte: a model name wit
 of the same conversation, past the moment, answers at once). The marker is not
 part of what the model "reads". Once it answers, it answers at once: a whole
 non-streamed answer goes out in one write, and `first_byte` (time.time(), the same
-clock as any other process's on this machine) is taken when that write is done.
+clock as any other process's on this machine) is taken just before that write, so
+that it is in the log by the time the caller holds the answer.
 """
 import argparse
 import hashlib
@@ -294,10 +295,11 @@ def _handler(fake):
             else:
                 self.send_header("Content-Length", str(length))
             self._headers_buffer.append(b"\r\n" + data)  # what end_headers() appends, and the body
+            if self.entry is not None:
+                # Stamped before the write: once the bytes are out the caller may read the log at once.
+                self.entry["first_byte"] = time.time()
             self.flush_headers()
             self.wfile.flush()
-            if self.entry is not None:
-                self.entry["first_byte"] = time.time()
 
         def _send(self, status, data, content_type):
             self._head(status, content_type, len(data), data)
