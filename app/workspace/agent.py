@@ -147,7 +147,7 @@ class PtySession:
         with self._writing:
             self.stream = stream
             stream.on_resize = self.resize
-            self.resize(rows, cols)
+            self.resize(*(stream.unheard_size or (rows, cols)))  # resized while the shell started
             if self.replay:
                 stream.write(bytes(self.replay))
         try:

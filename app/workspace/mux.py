@@ -114,6 +114,7 @@ class Stream:
         self._window_open.set()
         self._consumed = 0
         self.on_resize = None  # pty streams: callable(rows, cols)
+        self.unheard_size = None  # the last RESIZE that came while on_resize was None
 
     # -- reading
     def read(self, timeout=None):
@@ -131,6 +132,14 @@ class Stream:
         self._buffered -= len(chunk)
         self._grant(len(chunk))
         return chunk
+
+    def take_buffered(self):
+        """What has arrived and not been read yet (b"" if nothing), without waiting."""
+        data = b"".join(self._chunks)
+        self._chunks.clear()
+        self._buffered = 0
+        self._grant(len(data))
+        return data
 
     def _grant(self, count):
         self._consumed += count
@@ -345,16 +354,20 @@ class Mux:
             stream._window(payload)
         elif kind == CLOSE:
             stream._closed(payload.decode(errors="replace"))
-        elif kind == RESIZE and stream.on_resize:
+        elif kind == RESIZE:
             self._resize(stream, payload)
 
     @staticmethod
     def _resize(stream, payload):
         try:
             size = json.loads(payload)
-            stream.on_resize(int(size["rows"]), int(size["cols"]))
+            rows, cols = int(size["rows"]), int(size["cols"])
         except (ValueError, KeyError, TypeError):
-            pass
+            return
+        if stream.on_resize:
+            stream.on_resize(rows, cols)
+        else:
+            stream.unheard_size = (rows, cols)
 
     # -- keepalive and the end
     def keepalive(self, interval):
@@ -408,6 +421,29 @@ def relay_mux(transport, opens, peer, me, on_open=None, hello=None):
     mux.ready = ready
     mux.hello(hello or {})
     return mux
+
+
+def join(one, other):
+    """Copy bytes both ways between two streams until both directions ended: an end
+    of input is passed on as a half-close, a cut as a close with its reason."""
+    def copy(source, target):
+        try:
+            while True:
+                data = source.read()
+                if not data:
+                    target.write_eof()
+                    return
+                target.write(data)
+        except StreamClosed as exc:
+            source.close(str(exc))
+            target.close(str(exc))
+
+    other_way = gevent.spawn(copy, other, one)
+    try:
+        copy(one, other)
+        other_way.join()
+    finally:
+        other_way.kill()
 
 
 def splice(stream, sock, chunk=MAX_DATA):
