@@ -31,6 +31,7 @@ def error_body(status, message, extra):
 
 def init_app(app):
     # Importing the route modules registers their routes on bp.
+    from app.common import redis_client
     from app.workspace import (  # noqa: F401
         agents,
         api,
@@ -41,6 +42,7 @@ def init_app(app):
         terminal,
         workspaces,
     )
+    from app.workspace.mesh import mesh
     from app.workspace.models import database
     from app.workspace.schema import open_database
     from app.workspace.settings import WorkspaceSettings
@@ -48,6 +50,7 @@ def init_app(app):
     settings = WorkspaceSettings.from_env(app.config["DATA_DIR"])
     app.config["WORKSPACE"] = settings
     open_database(settings.database_url)
+    mesh.configure(redis_client.client(), settings.mesh_secret, settings.mesh_address)
     bind_to_requests(app, database)
 
     app.register_blueprint(bp)

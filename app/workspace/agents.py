@@ -3,9 +3,11 @@
 `GET /api/v2/workspaceagents/me/rpc` is the agent's websocket (mux.py's protocol),
 authenticated by the agent token in `Workspace-Session-Token` before the upgrade.
 A process keeps the connections it holds in `connections`; a reconnecting agent
-replaces (and closes) its previous connection. The platform serves agents from one
-worker process (WEB_CONCURRENCY=1; gevent gives the concurrency): a request for an
-agent held by another worker answers 502 saying so.
+replaces (and closes) its previous connection. Without REDIS_URL the platform runs
+one worker, which holds them all. With it, each worker records the agents it holds
+in Redis and a request for an agent held by another worker is carried there over
+the mesh between the workers (mesh.py): `open_stream`, `relay_invitation` and
+`disconnect` work whichever worker holds the agent.
 
 Status, as Coder derives it from the timestamps:
   connecting    never connected, and created less than WORKSPACE_AGENT_CONNECTION_TIMEOUT ago
@@ -15,7 +17,6 @@ Status, as Coder derives it from the timestamps:
   disconnected  otherwise (closed, two pings missed, or the platform went away)
 """
 import logging
-import os
 from datetime import timedelta
 
 import gevent
@@ -25,8 +26,9 @@ from app.common import lifecycle
 from app.common.broker import broker
 from app.common.failures import ApiError
 from app.workspace import bp, schemas, websocket
+from app.workspace.mesh import Refused, Unreachable, mesh
 from app.workspace.models import WorkspaceAgent, WorkspaceApp, database, now
-from app.workspace.mux import MAX_DATA, VERSION_REFUSED, Mux, StreamClosed, version_mismatch
+from app.workspace.mux import MAX_DATA, VERSION_REFUSED, Mux, StreamClosed, join, version_mismatch
 from app.workspace.sessions import HEADER, TOKEN_SHAPE, new_token, secret_matches
 
 log = logging.getLogger("bundle.workspace.agents")
@@ -123,50 +125,117 @@ class AgentConnection:
         self.agent_id, self.owner_id, self.mux = agent_id, owner_id, mux
 
 
-def connection_of(agent_id):
-    """The agent's connection held by this process; else 502 saying why."""
-    connection = connections.get(str(agent_id))
-    if connection is None:
-        if _connected_elsewhere(agent_id):
-            raise AgentUnavailable(f"the agent is connected to another worker process of the platform "
-                                   f"(this is pid {os.getpid()}); run the platform with one worker")
-        raise AgentUnavailable("the agent has no open connection to the platform")
-    return connection
+NOT_CONNECTED = "the agent has no open connection to the platform"
+
+
+def _holder(agent_id):
+    """The mesh address of the other worker holding the agent's connection; else 502."""
+    address = mesh.holder(agent_id)
+    if address is None or address == mesh.address:  # this worker's entry, of a connection just gone
+        raise AgentUnavailable(NOT_CONNECTED)
+    return address
+
+
+def _unreachable(agent_id, address, exc):
+    if isinstance(exc, Refused):  # a misconfigured worker (this one, perhaps) must not drop a good entry
+        return AgentUnavailable(f"the worker holding the agent's connection refused this one: {exc}")
+    mesh.forget(agent_id, address)
+    return AgentUnavailable(f"the worker holding the agent's connection does not answer ({exc})")
 
 
 def open_stream(agent_id, meta, data=b""):
-    """A new stream to the agent's connection held by this process, its first `data`
-    sent with the OPEN; or 502."""
-    connection = connection_of(agent_id)
+    """A new stream to the agent, its first `data` sent with the OPEN, through the
+    worker holding its connection (this one or another); or 502."""
+    connection = connections.get(str(agent_id))
+    if connection is not None:
+        try:
+            return connection.mux.open(meta, data)
+        except StreamClosed as exc:
+            raise AgentUnavailable(f"the agent's connection is closing: {exc}") from None
+    address = _holder(agent_id)
     try:
-        return connection.mux.open(meta, data)
+        return mesh.open(address, {"kind": "agent", "agent": str(agent_id), "meta": meta}, data)
+    except Unreachable as exc:
+        raise _unreachable(agent_id, address, exc) from None
+
+
+@mesh.serves("agent")
+def _serve_stream_for_another_worker(link):
+    """A stream to an agent held here, opened by another worker: joined to the agent's."""
+    connection = connections.get(str(link.meta.get("agent")))
+    if connection is None:
+        link.close(NOT_CONNECTED)
+        return
+    meta = link.meta.get("meta")
+    # What came with the OPEN goes with ours, unless a terminal was resized before
+    # this ran: then the size goes first, and what was typed after it.
+    resized = link.unheard_size
+    try:
+        stream = connection.mux.open(meta if isinstance(meta, dict) else {}, b"" if resized else link.take_buffered())
     except StreamClosed as exc:
-        raise AgentUnavailable(f"the agent's connection is closing: {exc}") from None
+        link.close(f"the agent's connection is closing: {exc}")
+        return
+    link.on_resize = stream.resize
+    try:
+        if resized:
+            stream.resize(*resized)
+        join(link, stream)
+    finally:
+        stream.close()
 
 
 def relay_invitation(agent_id, session):
-    """502 now if the agent is not connected to this process; else a function that
-    invites it (mux RELAY, with its apps) to join relay `session` and says whether the
-    invitation could be sent."""
-    connection_of(agent_id)
-    apps = WorkspaceApp.select(WorkspaceApp.slug, WorkspaceApp.url).where(WorkspaceApp.agent == agent_id)
-    info = {"session": session, "apps": [{"slug": app.slug, "url": app.url} for app in apps]}
+    """502 now if the agent is not connected; else a function that invites it (mux
+    RELAY, with its apps) to join relay `session`, through the worker holding its
+    connection, and says whether the invitation could be sent."""
+    key = str(agent_id)
+    address = None if key in connections else _holder(agent_id)
+    with database.connection_context():
+        apps = WorkspaceApp.select(WorkspaceApp.slug, WorkspaceApp.url).where(WorkspaceApp.agent == agent_id)
+        info = {"session": session, "apps": [{"slug": app.slug, "url": app.url} for app in apps]}
 
     def invite():
-        connection = connections.get(str(agent_id))
-        return connection is not None and connection.mux.invite(info)
+        if address is None:
+            return _invite_here(key, info)
+        try:
+            return mesh.call(address, {"kind": "invite", "agent": key, "info": info}) == b"1"
+        except Unreachable:
+            return False
     return invite
 
 
-def _connected_elsewhere(agent_id):
-    agent = WorkspaceAgent.get_or_none(WorkspaceAgent.id == agent_id)
-    return agent is not None and status_of(agent, _settings()) == "connected"
+def _invite_here(key, info):
+    connection = connections.get(key)
+    return connection is not None and connection.mux.invite(info)
+
+
+@mesh.serves("invite")
+def _invite_for_another_worker(link):
+    info = link.meta.get("info")
+    mesh.answer(link, b"1" if _invite_here(str(link.meta.get("agent")), info if isinstance(info, dict) else {})
+                else b"0")
 
 
 def disconnect(agent_id, reason):
+    """Close the agent's connection, whichever worker holds it."""
     connection = connections.get(str(agent_id))
     if connection is not None:
         connection.mux.close(reason)
+        return
+    address = mesh.holder(agent_id)
+    if address is not None and address != mesh.address:
+        try:
+            mesh.call(address, {"kind": "disconnect", "agent": str(agent_id), "reason": reason})
+        except Unreachable:
+            pass  # a worker gone took the connection with it
+
+
+@mesh.serves("disconnect")
+def _disconnect_for_another_worker(link):
+    connection = connections.get(str(link.meta.get("agent")))
+    if connection is not None:
+        connection.mux.close(str(link.meta.get("reason") or "closed by the platform")[:200])
+    mesh.answer(link, b"1")
 
 
 def refuse_while_stopping():
@@ -235,6 +304,11 @@ def _serve_agent(app, agent_id, owner_id, transport):
 
     mux = Mux(transport, opens=True, on_hello=hello,
               on_pong=lambda: _update(agent_id, last_connected_at=now()))
+    try:
+        holding = mesh.hold(key, on_lost=lambda: mux.close("replaced by a newer connection of the agent"))
+    except ApiError as exc:
+        mux.close(exc.message, 1013)  # "try again later": the agent reconnects
+        return
     connection = AgentConnection(agent_id, owner_id, mux)
     previous, connections[key] = connections.get(key), connection
     if previous is not None:
@@ -246,10 +320,12 @@ def _serve_agent(app, agent_id, owner_id, transport):
             reason = mux.run()
         finally:
             pinger.kill()
-            if connections.get(key) is connection:
-                del connections[key]
+            # A newer connection, here or on another worker, keeps the agent connected.
+            if mesh.release(holding) and connections.get(key) is connection:
                 _update(agent_id, disconnected_at=now())
                 _publish(agent_id, owner_id)
+            if connections.get(key) is connection:
+                del connections[key]
     log.info("agent %s disconnected: %s", agent_id, reason)
 
 

@@ -23,11 +23,18 @@ Who may use it:
   role=client  a signed-in user (session header, cookie or query token) who may
                manage the agent's workspace: its owner or an administrator.
 
+Across workers (with REDIS_URL): the first peer's worker claims the session (mesh.py)
+and pairs it; the other peer, whichever worker it reaches, is carried there over the
+mesh, its websocket's messages framed on a link stream (LinkPeer), and the answers
+before the upgrade (409, 502) are the pairing worker's.
+
 Limits: one peer of each role per (agent, session): a second one is 409 before the
 upgrade. A message is at most 1 MiB (larger closes the websocket with 1009). A peer
 waits at most WORKSPACE_RELAY_IDLE_SECONDS for its partner, and a pair with no
 message for that long is closed. When one side leaves, the other is closed.
 """
+import json
+import struct
 import time
 import uuid
 
@@ -39,7 +46,9 @@ from simple_websocket import ConnectionClosed
 from app.common import lifecycle
 from app.common.failures import ApiError
 from app.workspace import agents, bp, sessions, websocket
+from app.workspace.mesh import Unreachable, mesh
 from app.workspace.models import database
+from app.workspace.mux import StreamClosed
 from app.workspace.workspaces import visible_agent
 
 MESSAGE_LIMIT = 1024 * 1024
@@ -87,19 +96,149 @@ def relay():
     role, agent_id, session = _query()
     _authorize(role, agent_id)
     key = (agent_id, session)
+    idle = current_app.config["WORKSPACE"].relay_idle_seconds
+    pairing = mesh.claim(("relay", agent_id, session), idle + INVITE_WAIT_SECONDS)
+    if pairing is not None and pairing != mesh.address:
+        return _relay_elsewhere(pairing, key, role, idle)
+    try:
+        invite = _admit(key, role)
+        if not websocket.is_upgrade():
+            raise ApiError(400, "This is the relay's websocket: send a websocket upgrade request.")
+        agents.refuse_while_stopping()
+    except ApiError:
+        if key not in pairs:
+            mesh.unclaim(("relay", agent_id, session))
+        raise
+    database.close()
+    return websocket.accept(lambda transport: _serve(key, role, transport, idle, invite),
+                            max_message_size=MESSAGE_LIMIT)
+
+
+def _admit(key, role):
+    """409 if the session has its `role` already; else the function that invites the
+    agent when a client comes first (502 now when the agent is not connected)."""
     pair = pairs.get(key)
     if pair is not None and role in pair.peers:
         raise ApiError(409, f"This relay session already has its {role}.")
-    invite = None
     if role == "client" and (pair is None or "agent" not in pair.peers):
-        invite = agents.relay_invitation(agent_id, session)  # 502 when the agent is not connected here
+        return agents.relay_invitation(*key)
+    return None
+
+
+# --------------------------------------------------------------------------- a peer on another worker
+
+def _relay_elsewhere(pairing, key, role, idle):
+    """Carry this peer to the worker pairing the session: its answer before the
+    upgrade is that worker's; then the websocket's messages go both ways."""
+    agent_id, session = key
+    try:
+        peer = LinkPeer(mesh.open(pairing, {"kind": "relay", "agent": agent_id, "session": session,
+                                            "role": role, "idle": idle}))
+        verdict = json.loads(peer.receive(CALL_SECONDS))
+    except (Unreachable, ConnectionClosed, TypeError, ValueError) as exc:
+        mesh.unclaim(("relay", agent_id, session), pairing)  # a worker gone: the next try pairs here
+        raise ApiError(502, "The relay session's worker does not answer.", detail=str(exc)) from None
+    if verdict.get("status") != 200:
+        peer.close()
+        raise ApiError(int(verdict.get("status") or 502), str(verdict.get("message")), detail=verdict.get("detail"))
     if not websocket.is_upgrade():
+        peer.close()
         raise ApiError(400, "This is the relay's websocket: send a websocket upgrade request.")
-    agents.refuse_while_stopping()
     database.close()
-    idle = current_app.config["WORKSPACE"].relay_idle_seconds
-    return websocket.accept(lambda transport: _serve(key, role, transport, idle, invite),
-                            max_message_size=MESSAGE_LIMIT)
+    return websocket.accept(lambda transport: _carry(transport, peer), max_message_size=MESSAGE_LIMIT)
+
+
+def _carry(transport, peer):
+    def down():
+        try:
+            while True:
+                transport.send(peer.receive())
+        except ConnectionClosed as exc:
+            transport.close(exc.reason, exc.message)
+        except OSError:
+            transport.close()
+
+    downward = gevent.spawn(down)
+    try:
+        while True:
+            message = transport.receive()
+            peer.send(message)
+    except ConnectionClosed as exc:
+        peer.close(exc.reason or 1000, exc.message or "")
+    finally:
+        downward.join(timeout=1.0)
+        downward.kill()
+        peer.stream.close()
+
+
+@mesh.serves("relay")
+def _pair_for_another_worker(link):
+    """A relay peer whose websocket another worker holds: admitted and paired here."""
+    meta = link.meta
+    key, role = (str(meta.get("agent")), str(meta.get("session"))), meta.get("role")
+    peer = LinkPeer(link)
+    try:
+        if role not in ROLES:
+            raise ApiError(400, "role: must be client or agent", field="role")
+        invite = _admit(key, role)
+    except ApiError as exc:
+        peer.send(json.dumps({"status": exc.status, "message": exc.message, "detail": exc.extra.get("detail")}))
+        peer.close()
+        return
+    peer.send(json.dumps({"status": 200}))
+    _serve(key, role, peer, int(meta.get("idle") or 300), invite)
+
+
+CALL_SECONDS = 10.0
+KIND = struct.Struct("!BI")
+BINARY, TEXT, CLOSE = 0, 1, 2
+
+
+class LinkPeer:
+    """A websocket's messages on a mesh link stream, with the interface of
+    websocket.Transport that _serve and _forward use: send, receive, close."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self._buffer = b""
+        self._closed = False
+
+    def send(self, message):
+        kind, data = (TEXT, message.encode()) if isinstance(message, str) else (BINARY, bytes(message))
+        try:
+            self.stream.write(KIND.pack(kind, len(data)) + data)
+        except StreamClosed as exc:
+            raise ConnectionClosed(1006, str(exc)) from None
+
+    def receive(self, timeout=None):
+        """The next message; None after `timeout`; ConnectionClosed at the end."""
+        while len(self._buffer) < KIND.size or len(self._buffer) < KIND.size + KIND.unpack_from(self._buffer)[1]:
+            try:
+                data = self.stream.read(timeout)
+            except StreamClosed as exc:
+                raise ConnectionClosed(1006, str(exc)) from None
+            if data is None:
+                return None
+            if not data:
+                raise ConnectionClosed(1006, "the relay's link ended")
+            self._buffer += data
+        kind, length = KIND.unpack_from(self._buffer)
+        data, self._buffer = self._buffer[KIND.size:KIND.size + length], self._buffer[KIND.size + length:]
+        if kind == CLOSE:
+            code = struct.unpack_from("!H", data)[0] if len(data) >= 2 else 1000
+            raise ConnectionClosed(code, data[2:].decode(errors="replace"))
+        return data.decode() if kind == TEXT else data
+
+    def close(self, code=None, message=None):
+        if self._closed:
+            return
+        self._closed = True
+        data = struct.pack("!H", code or 1000) + (message or "").encode()[:120]
+        try:
+            self.stream.write(KIND.pack(CLOSE, len(data)) + data)
+            self.stream.write_eof()
+        except StreamClosed:
+            pass
 
 
 def _serve(key, role, transport, idle, invite):
@@ -129,6 +268,7 @@ def _serve(key, role, transport, idle, invite):
         pair.peers.pop(role, None)
         if pairs.get(pair.key) is pair and not pair.peers:
             del pairs[pair.key]
+            mesh.unclaim(("relay", *pair.key))
         other = pair.other(role)
         if other is not None:
             other.close(1000, f"the {role} left")

@@ -1,9 +1,12 @@
 """The workspace platform's configuration, read once from the environment at start."""
+import ipaddress
 import os
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from app.common.config import ConfigError, env_bool, env_int, env_str
+
+MESH_SECRET_MIN = 16
 
 
 @dataclass(frozen=True)
@@ -24,6 +27,8 @@ class WorkspaceSettings:
     agent_timeout_seconds: int  # WORKSPACE_AGENT_CONNECTION_TIMEOUT: a new agent is `timeout` past it
     agent_ping_seconds: int    # WORKSPACE_AGENT_PING_SECONDS: the platform pings each agent this often
     relay_idle_seconds: int    # WORKSPACE_RELAY_IDLE_SECONDS: a quiet relay pair is closed after it
+    mesh_secret: str           # WORKSPACE_MESH_SECRET: what the workers' mesh is signed with (with REDIS_URL)
+    mesh_address: str          # WORKSPACE_MESH_ADDRESS: this host's private address for the mesh; "": one host
 
     @property
     def oidc_enabled(self):
@@ -43,6 +48,10 @@ class WorkspaceSettings:
         access_url = env_str("WORKSPACE_ACCESS_URL", "http://127.0.0.1:7080").rstrip("/")
         if urlsplit(access_url).scheme not in ("http", "https") or not urlsplit(access_url).netloc:
             raise ConfigError(f"WORKSPACE_ACCESS_URL must be an http(s) URL, got {access_url!r}")
+        mesh_secret = env_str("WORKSPACE_MESH_SECRET")
+        if env_str("REDIS_URL") and len(mesh_secret) < MESH_SECRET_MIN:
+            raise ConfigError(f"WORKSPACE_MESH_SECRET must be set (at least {MESH_SECRET_MIN} characters, the same on"
+                              " every host) when REDIS_URL is: the workers carry agents' requests to each other")
         return cls(
             database_url=env_str("DATABASE_URL", "sqlite:///" + os.path.join(data_dir, "workspace.db")),
             access_url=access_url,
@@ -62,4 +71,17 @@ class WorkspaceSettings:
             agent_timeout_seconds=env_int("WORKSPACE_AGENT_CONNECTION_TIMEOUT", 120, minimum=1),
             agent_ping_seconds=env_int("WORKSPACE_AGENT_PING_SECONDS", 15, minimum=1, maximum=300),
             relay_idle_seconds=env_int("WORKSPACE_RELAY_IDLE_SECONDS", 300, minimum=1),
+            mesh_secret=mesh_secret,
+            mesh_address=_mesh_address(),
         )
+
+
+def _mesh_address():
+    value = env_str("WORKSPACE_MESH_ADDRESS").strip("[]")
+    if value:
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            raise ConfigError(f"WORKSPACE_MESH_ADDRESS must be an IP address of this host, got {value[:60]!r}") \
+                from None
+    return value

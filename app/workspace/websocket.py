@@ -187,8 +187,13 @@ class FrameTransport:
     what it sends and expects unmasked frames, the server the other way round.
     receive() is for one reader; send()/send_parts() for any number of greenlets."""
 
-    def __init__(self, sock, client, buffered=b"", max_message_size=None):
+    def __init__(self, sock, client, buffered=b"", max_message_size=None, masking=True):
         self.sock, self.client = sock, client
+        # RFC 6455 masks what a client sends. The mesh between the platform's own
+        # workers (mesh.py) speaks these frames unmasked both ways: masking guards
+        # proxies in between, and there are none there.
+        self._masks = client and masking
+        self._expects_mask = masking and not client
         self.max_message_size = max_message_size
         self.connected = True
         self._sending = Semaphore()
@@ -220,7 +225,7 @@ class FrameTransport:
         """One binary message of `prefix` + `payload` (any bytes-like), written whole
         from the reused send buffer."""
         length = len(prefix) + len(payload)
-        key = os.urandom(4) if self.client else b""
+        key = os.urandom(4) if self._masks else b""
         head = frame_head(OP_BINARY, length, key)
         start = len(head)
         with self._sending:
@@ -238,7 +243,7 @@ class FrameTransport:
 
     def _encode(self, prefix, payload):
         length = len(prefix) + len(payload)
-        if self.client:
+        if self._masks:
             key = os.urandom(4)
             head = frame_head(OP_BINARY, length, key)
             pad = -len(head) % 8  # the masked part starts 8-aligned: numpy XORs aligned words
@@ -252,7 +257,7 @@ class FrameTransport:
         return b"".join((frame_head(OP_BINARY, length), prefix, payload))
 
     def _send_frame(self, opcode, payload):
-        if self.client:
+        if self._masks:
             key = os.urandom(4)
             body = bytearray(payload)
             mask_in_place(body, 0, len(body), key)
@@ -310,7 +315,7 @@ class FrameTransport:
             length = LENGTH64.unpack_from(head, 2)[0]
         if first & 0x70:
             self._protocol_error(1002, "reserved bits are set")
-        if bool(masked) == self.client:
+        if bool(masked) != self._expects_mask:
             self._protocol_error(1002, "a client's frames must be masked, a server's must not")
         if self.max_message_size is not None and length > self.max_message_size:
             self._protocol_error(1009, "the message is too large")
@@ -367,7 +372,7 @@ class FrameTransport:
                     self._close_sent = True
                     body = CLOSE_CODE.pack(code or 1000) + (message or "").encode()[:120]
                     self.connected = False
-                    if self.client:
+                    if self._masks:
                         key = os.urandom(4)
                         masked = bytearray(body)
                         mask_in_place(masked, 0, len(masked), key)

@@ -11,6 +11,7 @@ import pytest
 import requests
 
 from devtools.waiting import wait_for
+from tests.support.workspace import MESH_ENV
 
 CLIENTS = 4
 
@@ -39,7 +40,7 @@ NEED_REDIS = {"wizard", "workspace"}
 def test_a_worker_restarted_while_requests_run_fails_none_of_them(start_service, name, request):
     env = dict(ENVIRONMENTS.get(name, {}))
     if name in NEED_REDIS:
-        env["REDIS_URL"] = request.getfixturevalue("redis_server").new_url()
+        env.update(REDIS_URL=request.getfixturevalue("redis_server").new_url(), **MESH_ENV)
     service = start_service(name, workers=2, env=env)
     path, headers = READERS[name](service)
     statuses, failures, stopping = [], [], threading.Event()

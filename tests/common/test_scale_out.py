@@ -9,7 +9,7 @@ import requests
 
 from devtools.database_peek import peek
 from tests.support.wizard import TEST_IDENTITY, WizardClient
-from tests.support.workspace import OWNER, Workspace
+from tests.support.workspace import MESH_ENV, OWNER, Workspace
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKERS = 4
@@ -20,7 +20,8 @@ def scaled_out(start_service, postgres_server, redis_server):
     """start(name, env=None) -> a service with 4 workers on a new database and Redis."""
     def start(name, env=None):
         return start_service(name, workers=WORKERS, env={"DATABASE_URL": postgres_server.new_database(),
-                                                         "REDIS_URL": redis_server.new_url(), **(env or {})})
+                                                         "REDIS_URL": redis_server.new_url(), **MESH_ENV,
+                                                         **(env or {})})
     return start
 
 

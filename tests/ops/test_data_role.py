@@ -269,7 +269,7 @@ def test_env_files_with_a_data_host_get_their_urls(tmp_path):
     result, files = _write_env_files(
         tmp_path, bundle_data_host="10.0.0.5", bundle_postgresql_port=5433, services_web_concurrency=4,
         base_secret_values={"notebook_password": "nb", "notebook_encryption_key": "key",
-                            "workspace_oidc_client_secret": "oidc", **passwords},
+                            "workspace_oidc_client_secret": "oidc", "workspace_mesh_secret": "mesh", **passwords},
         services_database_url={"notebook": "postgresql://nb:pw@db.internal:5432/notebook"})
     assert result.returncode == 0, result.stdout[-3000:]
     for secret in passwords.values():
@@ -283,6 +283,7 @@ def test_env_files_with_a_data_host_get_their_urls(tmp_path):
     assert redis == {"decks": None, **{s: f"redis://:{passwords['redis_password']}@10.0.0.5:6379/{n}"
                                        for s, n in GROUP_VARS["bundle_redis_databases"].items()}}
     assert {values["WEB_CONCURRENCY"] for values in files.values()} == {"4"}
+    assert files["workspace"]["WORKSPACE_MESH_SECRET"] == "mesh" and "WORKSPACE_MESH_ADDRESS" not in files["workspace"]
 
 
 def test_env_files_are_not_written_without_the_data_hosts_passwords(tmp_path):
@@ -302,7 +303,8 @@ def test_an_ipv6_data_host_is_bracketed_in_the_urls(tmp_path):
     passwords = _passwords()
     result, files = _write_env_files(tmp_path, bundle_data_host="fd00::5",
                                      base_secret_values={"notebook_password": "nb", "notebook_encryption_key": "k",
-                                                         "workspace_oidc_client_secret": "o", **passwords})
+                                                         "workspace_oidc_client_secret": "o",
+                                                         "workspace_mesh_secret": "m", **passwords})
     assert result.returncode == 0, result.stdout[-3000:]
     assert files["audio"]["REDIS_URL"].endswith("@[fd00::5]:6379/2")
 

@@ -1,7 +1,10 @@
 """The workspace platform's test helpers: the running platform with its calls
 (`Workspace`), workspaces and their agents (`create_workspace`, `wait_status`,
 `AgentProcess`), and the setting the `connected` fixture builds (`Connected`)."""
+import base64
+import http.client
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -9,10 +12,13 @@ import time
 import requests
 
 from devtools.database_peek import peek
+from devtools.worker_sockets import worker_holding
 from tests.support.shared import ROOT
 
 OWNER = {"email": "owner@example.com", "username": "owner", "password": "correct horse battery"}
 TOKEN_HEADER = "Workspace-Session-Token"
+# With REDIS_URL the platform's workers sign their mesh with this (WORKSPACE_MESH_SECRET).
+MESH_ENV = {"WORKSPACE_MESH_SECRET": "the workers' test mesh secret"}
 
 
 class Workspace:
@@ -100,3 +106,47 @@ class AgentProcess:
 class Connected:
     """A platform with an owner, a second user, a workspace `dev` with agent `main`
     (apps: `echo` for the owner, `shared` for anyone signed in) and its agent running."""
+
+
+# --------------------------------------------------------------------------- one chosen worker
+
+def connect_to_worker(service, pid, timeout=30.0):
+    """A keep-alive connection to `service` that its worker `pid` holds: connections
+    are opened (each answering one GET /healthz) until the kernel hands one to it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        sock = socket.create_connection(("127.0.0.1", service.port), timeout=30)
+        status, _ = http_on(sock, "GET", "/healthz")
+        if status == 200 and worker_holding(service, sock.getsockname()[1]) == pid:
+            return sock
+        sock.close()
+        assert time.monotonic() < deadline, f"no connection reached worker {pid} in {timeout} s"
+
+
+def http_on(sock, method, path, headers=None, body=b""):
+    """One HTTP/1.1 request on a kept-alive connection: (status, body)."""
+    lines = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1", f"Content-Length: {len(body)}",
+             *(f"{name}: {value}" for name, value in (headers or {}).items())]
+    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
+    response = http.client.HTTPResponse(sock, method=method)
+    response.begin()
+    return response.status, response.read()
+
+
+def websocket_on(sock, path, headers=None):
+    """Upgrade a kept-alive connection to a websocket: a client FrameTransport."""
+    from app.workspace.websocket import FrameTransport, accept_value
+    key = base64.b64encode(os.urandom(16)).decode()
+    lines = [f"GET {path} HTTP/1.1", "Host: 127.0.0.1", "Upgrade: websocket", "Connection: Upgrade",
+             f"Sec-WebSocket-Key: {key}", "Sec-WebSocket-Version: 13",
+             *(f"{name}: {value}" for name, value in (headers or {}).items())]
+    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        data = sock.recv(65536)
+        assert data, f"the connection closed during the upgrade: {answer!r}"
+        answer += data
+    head, rest = answer.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 101 ") and accept_value(key).encode() in head, head
+    sock.settimeout(30)  # a receive that waits longer fails the test rather than hanging it
+    return FrameTransport(sock, client=True, buffered=rest)

@@ -3,7 +3,7 @@ number of attempts is allowed for the whole deployment, not for each worker."""
 import requests
 
 from devtools.waiting import wait_for
-from tests.support.workspace import OWNER, Workspace
+from tests.support.workspace import MESH_ENV, OWNER, Workspace
 from tests.wizard.test_scale_out import serving_pid
 
 WORKERS = 4
@@ -13,7 +13,7 @@ LIMIT = 5
 def test_the_sign_in_limit_counts_the_attempts_of_every_worker_together(start_service, redis_server,
                                                                          postgres_server):
     service = start_service("workspace", workers=WORKERS, env={
-        "REDIS_URL": redis_server.new_url(), "DATABASE_URL": postgres_server.new_database(),
+        "REDIS_URL": redis_server.new_url(), "DATABASE_URL": postgres_server.new_database(), **MESH_ENV,
         "WORKSPACE_LOGIN_RATE_PER_ACCOUNT": str(LIMIT),
         "WORKSPACE_LOGIN_RATE_PER_ADDRESS": "1000"})
     wait_for(lambda: len(service.worker_pids()) == WORKERS, f"{WORKERS} workers")
