@@ -23,6 +23,13 @@ straight from the app and through the platform, reading into one reused buffer.
 One warm-up download of each, then N of each, alternating; the median's MB/s of
 each, all runs shown; the ratio of the medians (target >= 0.3).
 
+Phase 3, the extra hop between workers (issue "agents on any worker"): the
+platform as it scales out (REDIS_URL, a mesh secret, one database) twice, two
+gunicorn masters of one worker each, the agent connected to the first. The same
+small GETs and downloads go to the worker holding the agent and to the other one,
+which carries each request over the mesh to the holder; the ratio of the two is
+the hop's cost.
+
 The clients run in this process on gevent and share the 2 CPUs with the platform,
 the agent and the app (the bench client's CPU per request is printed: it is what the
 path's processes could not use). Other work on the machine shows as "other"; a
@@ -63,6 +70,7 @@ from bench.common import (  # noqa: E402
     run_header,
 )
 from bench.workspace import TOKEN_HEADER, create_first_user, run_clients  # noqa: E402
+from devtools.redis_server import RedisServer  # noqa: E402
 from devtools.services import free_port, terminate, wait_healthy  # noqa: E402
 
 TARGET_RATIO = 0.3
@@ -74,7 +82,7 @@ CONNECT_TIMEOUT_S = 30.0
 class Stack:
     """The app, the platform and the agent, started together and stopped together."""
 
-    def __init__(self, root):
+    def __init__(self, root, env=None):
         self.processes = []
         self.service = None
         try:
@@ -83,7 +91,7 @@ class Stack:
             wait_healthy(f"http://{HOST}:{self.app_port}/hello")
             data_dir = root / "platform-data"
             data_dir.mkdir()
-            self.service = Service("workspace", data_dir, root / "platform.log")
+            self.service = Service("workspace", data_dir, root / "platform.log", env=env)
             self.token = create_first_user(self.service.port, f"{HOST}:{self.service.port}")
             agent = self._create_workspace()
             env = {**os.environ, "WORKSPACE_AGENT_TOKEN": agent["token"]}
@@ -138,21 +146,31 @@ class Stack:
 
 # --------------------------------------------------------------------------- phase 1: small GETs
 
+def platform_request(port, token):
+    return build_request("GET", APP_PREFIX + "/hello", f"{HOST}:{port}", {TOKEN_HEADER: token})
+
+
 def run_small(args, stack):
     print(f"\n== Small GET: {args.clients} keep-alive clients, {args.rounds} rounds x {args.seconds:g} s ==",
           flush=True)
     ways = {"app": (stack.app_port, build_request("GET", "/hello", f"{HOST}:{stack.app_port}")),
-            "platform": (stack.service.port, build_request("GET", APP_PREFIX + "/hello", f"{HOST}:{stack.service.port}",
-                                                           {TOKEN_HEADER: stack.token}))}
+            "platform": (stack.service.port, platform_request(stack.service.port, stack.token))}
     app_pid = stack.processes[0][0].pid
     # "worker" is the process that answers the bench's request, "proxy" the rest of the path.
     meters = {"app": lambda: CpuMeter([app_pid]),
               "platform": lambda: CpuMeter(stack.service.worker_pids, [stack.agent_pid, app_pid])}
+    return small_rounds(args, ways, meters)
+
+
+def small_rounds(args, ways, meters):
+    """Warm-up, then ABBA rounds of the two `ways` ({name: (port, request)}); the
+    figures of each, printed."""
+    first, second = ways
     for way, (port, raw) in ways.items():  # warm-up, not counted
         run_clients(port, raw, args.clients, 2.0, meters[way]())
-    segments = {"app": [], "platform": []}
+    segments = {way: [] for way in ways}
     for r in range(args.rounds):
-        for way in (("app", "platform") if r % 2 == 0 else ("platform", "app")):
+        for way in ((first, second) if r % 2 == 0 else (second, first)):
             port, raw = ways[way]
             segment = run_clients(port, raw, args.clients, args.seconds, meters[way]())
             segments[way].append(segment)
@@ -167,7 +185,7 @@ def run_small(args, stack):
         print(f"   {way:<9} {figure['rate']:7.0f} req/s (rounds {min(rates):.0f}..{max(rates):.0f}), "
               f"p50 {fmt_ms(figure['p50'])}, p99 {fmt_ms(figure['p99'])}; CPU per request: "
               + (f"app {figure['worker_per_req'] * 1e6:.0f} us" if way == "app" else
-                 f"platform worker {figure['worker_per_req'] * 1e6:.0f} us, agent + app "
+                 f"platform worker(s) {figure['worker_per_req'] * 1e6:.0f} us, rest of the path "
                  f"{figure['proxy_per_req'] * 1e6:.0f} us")
               + f"; bench client {figure['client_per_req'] * 1e6:.0f} us; answers {dict(figure['statuses'])}"
               + (f"; disturbed rounds {figure['disturbed_rounds']}" if figure["disturbed_rounds"] else ""))
@@ -209,13 +227,17 @@ def download(port, path, headers):
 def run_bulk(args, stack):
     print(f"\n== Bulk: {BULK_BYTES // (1024 * 1024)} MB download x {args.downloads}, one client ==", flush=True)
     path = f"/bytes?count={BULK_BYTES}"
-    ways = {"app": (stack.app_port, path, None),
-            "platform": (stack.service.port, APP_PREFIX + path, {TOKEN_HEADER: stack.token})}
+    return bulk_rounds(args, {"app": (stack.app_port, path, None),
+                              "platform": (stack.service.port, APP_PREFIX + path, {TOKEN_HEADER: stack.token})})
+
+
+def bulk_rounds(args, ways):
+    first, second = ways
     for port, target, headers in ways.values():  # warm-up, not counted
         download(port, target, headers)
     times = {way: [] for way in ways}
     for r in range(args.downloads):  # alternating, as the small GETs
-        for way in (("app", "platform") if r % 2 == 0 else ("platform", "app")):
+        for way in ((first, second) if r % 2 == 0 else (second, first)):
             times[way].append(download(*ways[way]))
     speeds = {}
     for way, runs in times.items():
@@ -225,6 +247,37 @@ def run_bulk(args, stack):
         print(f"   {way:<9} median {median:.3f} s = {speeds[way]:.0f} MB/s (runs "
               + ", ".join(f"{BULK_BYTES / t / 1e6:.0f}" for t in runs) + " MB/s)", flush=True)
     return speeds
+
+
+# --------------------------------------------------------------------------- phase 3: the hop between workers
+
+def run_hop(args, root):
+    print("\n== The extra hop: the worker holding the agent, and another worker that carries each request to it ==",
+          flush=True)
+    with RedisServer() as redis_server:
+        hop_root = root / "hop"
+        hop_root.mkdir()
+        env = {"REDIS_URL": redis_server.new_url(), "WORKSPACE_MESH_SECRET": "the bench's mesh secret",
+               "DATABASE_URL": f"sqlite:///{hop_root}/workspace.db"}
+        stack = Stack(hop_root, env)
+        other = None
+        try:
+            other_data = hop_root / "other-data"
+            other_data.mkdir()
+            other = Service("workspace", other_data, hop_root / "other.log", env=env)
+            app_pid = stack.processes[0][0].pid
+            ports = {"holder": stack.service.port, "other": other.port}
+            requests = {way: (port, platform_request(port, stack.token)) for way, port in ports.items()}
+            small = small_rounds(args, requests, {
+                "holder": lambda: CpuMeter(stack.service.worker_pids, [stack.agent_pid, app_pid]),
+                "other": lambda: CpuMeter(other.worker_pids, [*stack.service.worker_pids, stack.agent_pid, app_pid])})
+            path = APP_PREFIX + f"/bytes?count={BULK_BYTES}"
+            bulk = bulk_rounds(args, {way: (port, path, {TOKEN_HEADER: stack.token}) for way, port in ports.items()})
+        finally:
+            if other is not None:
+                other.stop()
+            stack.stop()
+    return small, bulk
 
 
 def main():
@@ -243,8 +296,11 @@ def main():
             bulk = run_bulk(args, stack)
         finally:
             stack.stop()
+        hop_small, hop_bulk = run_hop(args, Path(directory))
     ratio = small["platform"]["rate"] / small["app"]["rate"] if small["app"]["rate"] else 0.0
     bulk_ratio = bulk["platform"] / bulk["app"] if bulk["app"] else 0.0
+    hop_small_ratio = hop_small["other"]["rate"] / hop_small["holder"]["rate"] if hop_small["holder"]["rate"] else 0.0
+    hop_bulk_ratio = hop_bulk["other"] / hop_bulk["holder"] if hop_bulk["holder"] else 0.0
     print("\n== Summary ==")
     print_targets([
         ("small GET req/s, platform / app", f"{ratio:.2f} ({small['platform']['rate']:.0f} / "
@@ -254,8 +310,13 @@ def main():
          None),
         ("100 MB download, platform / app", f"{bulk_ratio:.2f} ({bulk['platform']:.0f} / {bulk['app']:.0f} MB/s)",
          f">= {TARGET_RATIO}", bulk_ratio >= TARGET_RATIO),
+        ("small GET req/s, other worker / holder", f"{hop_small_ratio:.2f} ({hop_small['other']['rate']:.0f} / "
+                                                   f"{hop_small['holder']['rate']:.0f})", "-", None),
+        ("100 MB download, other worker / holder", f"{hop_bulk_ratio:.2f} ({hop_bulk['other']:.0f} / "
+                                                   f"{hop_bulk['holder']:.0f} MB/s)", "-", None),
     ])
-    print(json.dumps({"small_ratio": round(ratio, 3), "bulk_ratio": round(bulk_ratio, 3)}))
+    print(json.dumps({"small_ratio": round(ratio, 3), "bulk_ratio": round(bulk_ratio, 3),
+                      "hop_small_ratio": round(hop_small_ratio, 3), "hop_bulk_ratio": round(hop_bulk_ratio, 3)}))
 
 
 if __name__ == "__main__":
