@@ -222,12 +222,16 @@ def disconnect(agent_id, reason):
     if connection is not None:
         connection.mux.close(reason)
         return
-    address = mesh.holder(agent_id)
-    if address is not None and address != mesh.address:
-        try:
+    try:
+        address = mesh.holder(agent_id)
+        if address is not None and address != mesh.address:
             mesh.call(address, {"kind": "disconnect", "agent": str(agent_id), "reason": reason})
-        except Unreachable:
-            pass  # a worker gone took the connection with it
+    except Unreachable:
+        pass  # a worker gone took the connection with it
+    except ApiError:
+        # Redis is down: the token is revoked all the same, and the connection,
+        # refused at its next upgrade, ends when the holder next loses it.
+        log.warning("agent %s: its connection could not be closed: %s", agent_id, reason)
 
 
 @mesh.serves("disconnect")

@@ -295,24 +295,33 @@ class Mesh:
         log.info("the link to %s ended: %s", address, reason)
 
     def _listen(self):
-        """This worker's mesh address, listening from the first call on."""
+        """This worker's mesh address, listening from the first call on; ApiError 503
+        if it cannot listen (WORKSPACE_MESH_ADDRESS not an address of this host)."""
         if self.address is None:
-            if self._listen_host:
-                server = StreamServer((self._listen_host, 0), self._accept)
-                server.start()
-                host, port = server.address[:2]
-                address = f"tcp:[{host}]:{port}" if ":" in host else f"tcp:{host}:{port}"
-            else:
-                name = f"bundle-workspace-mesh-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-                listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                listener.bind("\0" + name)
-                listener.listen(1024)
-                server = StreamServer(listener, self._accept)
-                server.start()
-                address = f"unix:@{name}"
-            self._server, self.address = server, address
-            log.info("listening for the other workers at %s", address)
+            try:
+                self._start_listening()
+            except OSError as exc:
+                log.error("cannot listen for the other workers on %r: %s", self._listen_host or "a unix socket", exc)
+                raise ApiError(503, "The platform cannot reach its other workers; see its log.", retry_after=5) \
+                    from None
         return self.address
+
+    def _start_listening(self):
+        if self._listen_host:
+            server = StreamServer((self._listen_host, 0), self._accept)
+            server.start()
+            host, port = server.address[:2]
+            address = f"tcp:[{host}]:{port}" if ":" in host else f"tcp:{host}:{port}"
+        else:
+            name = f"bundle-workspace-mesh-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            listener.bind("\0" + name)
+            listener.listen(1024)
+            server = StreamServer(listener, self._accept)
+            server.start()
+            address = f"unix:@{name}"
+        self._server, self.address = server, address
+        log.info("listening for the other workers at %s", address)
 
     def _accept(self, sock, peer):
         nonce = os.urandom(NONCE_BYTES)
