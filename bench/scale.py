@@ -105,6 +105,8 @@ def run_throughput(args, root, redis_server, postgres):
     for name in ("wizard", "workspace"):
         def env_of():
             env = {"REDIS_URL": redis_server.new_url()}
+            if name == "workspace":  # its workers carry agents' requests to each other
+                env["WORKSPACE_MESH_SECRET"] = "the bench's mesh secret"
             if postgres is not None:
                 env["DATABASE_URL"] = postgres.new_database()
             return env
