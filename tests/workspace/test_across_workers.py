@@ -15,6 +15,7 @@ import requests
 from simple_websocket import ConnectionClosed
 
 from devtools.waiting import wait_for
+from devtools.worker_sockets import socket_inodes, tcp_sockets
 from tests.support.shared import ROOT
 from tests.support.workspace import (
     AGENT_ENV,
@@ -170,6 +171,34 @@ def test_a_killed_holder_s_agent_comes_back_on_a_live_worker(platform):
     wait_for(lambda: len(platform.service.worker_pids()) == WORKERS, f"{WORKERS} workers again")
     for pid in platform.service.worker_pids():
         _serves_everything(platform, pid)
+
+
+def test_a_holder_that_stops_answering_loses_its_agent_to_a_live_worker(platform):
+    # SIGSTOP: the worker's sockets stay open and say nothing, as a host powered off.
+    holder = platform.holder_pid()
+    others = [pid for pid in platform.service.worker_pids() if pid != holder]
+    os.kill(holder, signal.SIGSTOP)
+    try:
+        wait_for(lambda: platform.holder_pid() in others, "the agent reconnected to a live worker", timeout=30)
+        for pid in others:
+            _serves_everything(platform, pid)
+    finally:
+        os.kill(holder, signal.SIGCONT)
+    # The old holder, back, lets its stale connection go without marking the agent
+    # disconnected. Its record of the connection went with it (released before the
+    # socket closes), so no later refresh of its can take the entry back.
+    wait_for(lambda: not _accepted_connections(platform.service, holder), "the old holder's stale connection closed",
+             timeout=30)
+    assert platform.holder_pid() in others
+    for pid in platform.service.worker_pids():
+        _serves_everything(platform, pid)
+
+
+def _accepted_connections(service, pid):
+    """The client ports of the connections to the service that worker `pid` holds."""
+    inodes = socket_inodes(pid)
+    return [sock.remote_port for sock in tcp_sockets()
+            if sock.local_port == service.port and sock.remote_port and sock.inode in inodes]
 
 
 def test_an_agent_on_another_host_is_reached_there_and_a_wrong_secret_is_refused(platform, start_service):
