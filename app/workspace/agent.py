@@ -15,7 +15,7 @@ token is better given that way than on a command line others can read.)
   reconnect id within --pty-keep-seconds (5 minutes) re-attaches to it and first
   replays its last 64 KiB of output.
 - When the connection ends (the platform restarts, the network fails, nothing
-  arrives for three ping intervals) it reconnects, waiting 0.5 s doubling to 10 s
+  arrives for two ping intervals and a second: a platform host powered off) it reconnects, waiting 0.5 s doubling to 10 s
   with jitter between attempts. Shells survive reconnections. A platform that does
   not answer the HELLO (one that speaks another protocol version closes with the
   reason, which is logged) does not reset the backoff.
@@ -318,9 +318,11 @@ class Agent:
             if refused is not None:
                 self.mux.close(refused, VERSION_REFUSED)
                 return
-            ping = info.get("ping_seconds") if isinstance(info.get("ping_seconds"), int) else 15
+            ping = info.get("ping_seconds") if isinstance(info.get("ping_seconds"), int) else 5
             self.agent_id = info.get("agent_id") if isinstance(info.get("agent_id"), str) else None
-            watcher.append(gevent.spawn(self.mux.watch_silence, 3 * max(1, ping)))
+            # Two pings missed: the platform is gone (11 s at the default 5 s), and the
+            # agent is on another host of it soon after.
+            watcher.append(gevent.spawn(self.mux.watch_silence, 2 * max(1, ping) + 1))
 
         self.mux = Mux(transport, opens=False, on_open=self.on_open, on_hello=on_hello, on_relay=self.on_relay)
         self.mux.hello({"apps": [{"slug": slug, "url": url} for slug, url in self.apps.items()],

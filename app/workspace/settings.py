@@ -69,7 +69,7 @@ class WorkspaceSettings:
             login_per_address=env_int("WORKSPACE_LOGIN_RATE_PER_ADDRESS", 20, minimum=1),
             login_per_account=env_int("WORKSPACE_LOGIN_RATE_PER_ACCOUNT", 10, minimum=1),
             agent_timeout_seconds=env_int("WORKSPACE_AGENT_CONNECTION_TIMEOUT", 120, minimum=1),
-            agent_ping_seconds=env_int("WORKSPACE_AGENT_PING_SECONDS", 15, minimum=1, maximum=300),
+            agent_ping_seconds=env_int("WORKSPACE_AGENT_PING_SECONDS", 5, minimum=1, maximum=300),
             relay_idle_seconds=env_int("WORKSPACE_RELAY_IDLE_SECONDS", 300, minimum=1),
             mesh_secret=mesh_secret,
             mesh_address=_mesh_address(),
