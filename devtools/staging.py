@@ -165,14 +165,17 @@ class Box:
     """A booted box. run(*argv) runs a command inside (nsenter into its namespaces);
     poweroff() stops it and checks that none of its processes is left."""
 
-    def __init__(self, root, process, log_path):
+    def __init__(self, root, process, log_path, netns=None):
         self.root, self.process, self.log_path = Path(root), process, Path(log_path)
+        self.netns = netns
 
     @classmethod
     @contextlib.contextmanager
-    def boot(cls, cached_root, binds=(), ro_binds=(), workdir=None, timeout=120):
+    def boot(cls, cached_root, binds=(), ro_binds=(), workdir=None, timeout=120, netns=None):
         """Copy `cached_root` into a run directory and boot it; powered off and removed
-        on exit, whatever happened. binds / ro_binds: (host path, box path) pairs."""
+        on exit, whatever happened. binds / ro_binds: (host path, box path) pairs.
+        netns: the network namespace it runs in (devtools/private_network.py); by
+        default it shares this machine's."""
         runs = CACHE / "runs"
         runs.mkdir(parents=True, exist_ok=True)
         run_dir = Path(workdir or tempfile.mkdtemp(prefix="box-", dir=runs))
@@ -182,6 +185,8 @@ class Box:
             _run(["cp", "-a", "--reflink=auto", str(cached_root), str(root)], timeout=600)
             machine = "bundle-" + re.sub(r"[^A-Za-z0-9]", "", run_dir.name)
             options = ["--boot", "--console=read-only", f"--machine={machine}"]
+            if netns:
+                options.append(f"--network-namespace-path=/run/netns/{netns}")
             for host, inside in binds:
                 options += ["--bind", f"{host}:{inside}"]
             for host, inside in ro_binds:
@@ -190,7 +195,7 @@ class Box:
             with open(log_path, "wb") as log:
                 process = subprocess.Popen(_nspawn_command(root, options, []), stdin=subprocess.DEVNULL,
                                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-            box = cls(root, process, log_path)
+            box = cls(root, process, log_path, netns)
             box.wait_booted(timeout)
             yield box
         finally:
@@ -222,7 +227,8 @@ class Box:
         environment = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                        "HOME=/root", "LANG=C.UTF-8", "TERM=dumb",
                        *[f"{k}={v}" for k, v in (env or {}).items()]]
-        return ["nsenter", "--target", str(pid), "--mount", "--uts", "--ipc", "--pid", "--cgroup",
+        namespaces = ["--mount", "--uts", "--ipc", "--pid", "--cgroup", *(["--net"] if self.netns else [])]
+        return ["nsenter", "--target", str(pid), *namespaces,
                 "--root", "--wd", "env", "-i", "-C", "/", *environment, *map(str, argv)]
 
     def run(self, *argv, check=True, timeout=120, env=None, input=None):

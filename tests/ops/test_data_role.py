@@ -17,7 +17,7 @@ import psycopg
 import pytest
 import yaml
 
-from devtools import staging
+from devtools import private_network, staging
 from devtools.pg_server import PostgresServer
 from devtools.services import free_port
 from tests.ops.test_static import _ansible_like, _tool
@@ -336,28 +336,50 @@ def test_secrets_import_takes_the_named_entries_of_another_host(tmp_path):
 @pytest.fixture(scope="module")
 def data_box(tmp_path_factory):
     """A staging box provisioned by the real bootstrap.sh (ansible-pull) as a data host
-    only (bundle_roles: [data]), on free loopback ports: the box shares the host's network."""
-    reason = staging.nspawn_unavailable()
+    only (bundle_roles: [data]), on a private network of its own (PrivateNetwork): the
+    data host, an application host allowed in (a bare namespace: the services' drivers
+    run there), and an outsider on the same network that is not."""
+    reason = staging.nspawn_unavailable() or private_network.unavailable()
     if reason:
         pytest.skip(f"!!! STAGING BOX NOT RUN: {reason} !!!")
     root = staging.ensure_root(log=lambda line: print(line, file=sys.stderr))
     work = tmp_path_factory.mktemp("data-staging")
     repo, bootstrap = staging.publish_snapshot(work)
-    ports = {"bundle_postgresql_port": free_port(), "bundle_redis_port": free_port()}
     debs = staging.CACHE / "debs"
     debs.mkdir(parents=True, exist_ok=True)
-    with staging.Box.boot(root, binds=[(debs, "/var/cache/apt/archives")],
-                          ro_binds=[(repo, "/srv/bundle.git")]) as box:
-        box.trust_host_certificates()
-        box.run("sh", "-c", "install -d -m 0755 /etc/bundle && cat > /etc/bundle/vars.yml",
-                input=yaml.safe_dump({"bundle_roles": ["data"], **ports}))
-        box.run("sh", "-c", "cat > /root/bootstrap.sh", input=bootstrap)
-        started = time.monotonic()
-        pulled = box.run("bash", "/root/bootstrap.sh", "--repo", "/srv/bundle.git", "--branch", "staging",
-                         timeout=1200)
-        print(f"data box: first pull {time.monotonic() - started:.0f} s", file=sys.stderr)
-        box.ports, box.first_pull = ports, pulled.stdout
-        yield box
+    with private_network.PrivateNetwork() as lan:
+        data, app, outsider = lan.add("data"), lan.add("app"), lan.add("outsider")
+        settings = {"bundle_roles": ["data"], "data_listen_addresses": ["127.0.0.1", data.address],
+                    "data_allowed_networks": ["127.0.0.1/32", f"{app.address}/32"]}
+        with staging.Box.boot(root, binds=[(debs, "/var/cache/apt/archives")],
+                              ro_binds=[(repo, "/srv/bundle.git")], netns=data.netns) as box:
+            box.trust_host_certificates()
+            box.run("sh", "-c", "install -d -m 0755 /etc/bundle && cat > /etc/bundle/vars.yml",
+                    input=yaml.safe_dump(settings))
+            box.run("sh", "-c", "cat > /root/bootstrap.sh", input=bootstrap)
+            started = time.monotonic()
+            pulled = box.run("bash", "/root/bootstrap.sh", "--repo", "/srv/bundle.git", "--branch", "staging",
+                             timeout=1200)
+            print(f"data box: first pull {time.monotonic() - started:.0f} s", file=sys.stderr)
+            box.lan, box.hosts, box.first_pull = lan, {"data": data, "app": app, "outsider": outsider}, pulled.stdout
+            yield box
+
+
+def _connect_from(box, host, secrets, service="notebook"):
+    """The services' drivers (psycopg, redis-py) from `host`'s namespace to the data
+    host's private address: what each printed, or the error."""
+    data = box.hosts["data"].address
+    script = f"""
+import psycopg, redis
+try:
+    with psycopg.connect(host={data!r}, user="bundle_{service}", dbname="bundle_{service}", connect_timeout=10,
+                         password={secrets[f"postgresql_{service}_password"]!r}) as conn:
+        print("postgresql", conn.execute("SELECT 1").fetchone()[0])
+except psycopg.Error as exc:
+    print("postgresql refused:", str(exc).strip().splitlines()[-1])
+print("redis", redis.Redis(host={data!r}, password={secrets["redis_password"]!r}, socket_timeout=10).ping())
+"""
+    return box.lan.run(box.hosts[host], sys.executable, "-c", script, timeout=60)
 
 
 @pytest.mark.slow
@@ -368,20 +390,22 @@ def test_a_data_host_serves_postgresql_and_redis_with_passwords_only(data_box):
     for value in secrets.values():
         assert value not in data_box.first_pull
     assert not data_box.run("sh", "-c", "ls /etc/bundle/*.env 2>/dev/null", check=False).stdout  # no service here
-    pg_port, redis_port = data_box.ports["bundle_postgresql_port"], data_box.ports["bundle_redis_port"]
     for service in DATABASE_SERVICES:  # psql inside the box, over TCP with the password
-        out = data_box.run("psql", "-h", "127.0.0.1", "-p", pg_port, "-U", f"bundle_{service}", "-d",
+        out = data_box.run("psql", "-h", "127.0.0.1", "-U", f"bundle_{service}", "-d",
                            f"bundle_{service}", "-Atc", "SELECT current_user, current_setting('password_encryption')",
                            env={"PGPASSWORD": secrets[f"postgresql_{service}_password"]}).stdout.strip()
         assert out == f"bundle_{service}|scram-sha-256"
-    wrong = data_box.run("psql", "-h", "127.0.0.1", "-p", pg_port, "-U", "bundle_wizard", "-d", "bundle_wizard",
+    wrong = data_box.run("psql", "-h", "127.0.0.1", "-U", "bundle_wizard", "-d", "bundle_wizard",
                          "-c", "SELECT 1", env={"PGPASSWORD": "wrong"}, check=False)
     assert wrong.returncode != 0 and "password authentication failed" in wrong.stderr
-    # From the host too (the box shares its network): the services' driver, psycopg.
-    with psycopg.connect(host="127.0.0.1", port=pg_port, user="bundle_notebook", dbname="bundle_notebook",
-                         password=secrets["postgresql_notebook_password"], connect_timeout=10) as conn:
-        assert conn.execute("SELECT 1").fetchone() == (1,)
-    redis_cli = ["redis-cli", "-h", "127.0.0.1", "-p", redis_port]
+    # The application host reaches both on the data host's private address, with the passwords.
+    allowed = _connect_from(data_box, "app", secrets)
+    assert allowed.stdout.split("\n")[:2] == ["postgresql 1", "redis True"], allowed.stdout + allowed.stderr
+    # Another host of the network: PostgreSQL refuses it (pg_hba.conf names it nowhere).
+    refused = _connect_from(data_box, "outsider", secrets)
+    assert "postgresql refused:" in refused.stdout and "no pg_hba.conf entry" in refused.stdout, \
+        refused.stdout + refused.stderr
+    redis_cli = ["redis-cli", "-h", "127.0.0.1"]
     assert data_box.run(*redis_cli, "-a", secrets["redis_password"], "--no-auth-warning", "ping").stdout.strip() \
         == "PONG"
     assert "NOAUTH" in data_box.run(*redis_cli, "ping").stdout
