@@ -3,6 +3,7 @@ within systemd's time-out, and the database backends a service can run on."""
 from pathlib import Path
 
 from devtools import services
+from devtools.worker_sockets import worker_holding
 
 ROOT = Path(__file__).resolve().parents[2]
 STOP_TIMEOUT = 20.0
@@ -42,3 +43,9 @@ class DatabaseBackend:
 
     def __repr__(self):
         return self.name
+
+
+def serving_pid(service, response):
+    """The pid of the worker that holds the server side of the (still open)
+    connection of a streamed `response` (requests), as the kernel tells."""
+    return worker_holding(service, response.raw.connection.sock.getsockname()[1])

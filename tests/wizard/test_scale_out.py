@@ -15,7 +15,7 @@ from app.common.sse_client import iter_records
 from devtools.fake_openai import FakeOpenAI
 from devtools.services import GUNICORN, ROOT, free_port
 from devtools.waiting import wait_for
-from devtools.worker_sockets import worker_holding
+from tests.support.shared import serving_pid
 from tests.support.wizard import TEST_IDENTITY, WizardClient
 
 WORKERS = 4
@@ -40,12 +40,6 @@ def scaled(start_module_service, redis_server, postgres_server, fake_ai):
 
 
 # --------------------------------------------------------------------------- which worker holds a connection
-
-def serving_pid(service, response):
-    """The pid of the worker that holds the server side of the (still open)
-    connection of a streamed `response` (requests), as the kernel tells."""
-    return worker_holding(service, response.raw.connection.sock.getsockname()[1])
-
 
 def on_every_worker(service, open_one):
     """One stream held by each worker: `open_one()` opens a Stream on a new connection,

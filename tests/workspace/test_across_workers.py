@@ -1,12 +1,14 @@
 """Agents on any worker: with REDIS_URL the platform runs several workers, and a
 request for an agent that reaches a worker not holding the agent's connection is
 carried to the one that does, over the workers' mesh (app/workspace/mesh.py)."""
+import contextlib
 import hashlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import uuid
 
 import pytest
@@ -16,7 +18,7 @@ from simple_websocket import ConnectionClosed
 
 from devtools.waiting import wait_for
 from devtools.worker_sockets import socket_inodes, tcp_sockets
-from tests.support.shared import ROOT
+from tests.support.shared import ROOT, serving_pid
 from tests.support.workspace import (
     AGENT_ENV,
     MESH_ENV,
@@ -164,13 +166,42 @@ def test_the_relay_client_reaches_the_agent_whichever_workers_it_and_the_agent_r
 
 def test_a_killed_holder_s_agent_comes_back_on_a_live_worker(platform):
     holder = platform.holder_pid()
-    os.kill(holder, signal.SIGKILL)
-    wait_for(lambda: platform.holder_pid() not in (None, holder)
-             and platform.holder_pid() in platform.service.worker_pids(), "the agent's entry on a live worker",
-             timeout=30)
+    watch, statuses = _watch_on_another_worker(platform, holder)
+    try:
+        wait_for(lambda: statuses == ["connected"], "the dashboard's snapshot")
+        os.kill(holder, signal.SIGKILL)
+        wait_for(lambda: platform.holder_pid() not in (None, holder)
+                 and platform.holder_pid() in platform.service.worker_pids(), "the agent's entry on a live worker",
+                 timeout=30)
+        # The dashboard, on a worker that neither held the agent nor holds it now,
+        # hears the new holder say so.
+        wait_for(lambda: statuses[1:] == ["connected"], "the reconnection on the dashboard", timeout=30)
+    finally:
+        watch.close()
     wait_for(lambda: len(platform.service.worker_pids()) == WORKERS, f"{WORKERS} workers again")
     for pid in platform.service.worker_pids():
         _serves_everything(platform, pid)
+
+
+def _watch_on_another_worker(platform, holder):
+    """The owner's dashboard watch (SSE) on a worker other than `holder`: the response,
+    and the list its reader fills with the agent's statuses as they arrive."""
+    while True:  # a connection of its own each time, until one lands elsewhere
+        response = requests.get(platform.ws.api + "/users/me/workspaces/watch", headers=platform.headers(),
+                                stream=True, timeout=60)
+        if serving_pid(platform.service, response) != holder:
+            break
+        response.close()
+    statuses = []
+
+    def read():
+        with contextlib.suppress(requests.RequestException, AttributeError, ValueError):
+            for line in response.iter_lines():
+                if line.startswith(b"data: ") and json.loads(line[6:])["agent_id"] == platform.agent_id:
+                    statuses.append(json.loads(line[6:])["status"])
+
+    threading.Thread(target=read, daemon=True).start()
+    return response, statuses
 
 
 def test_a_holder_that_stops_answering_loses_its_agent_to_a_live_worker(platform):

@@ -3,8 +3,8 @@ number of attempts is allowed for the whole deployment, not for each worker."""
 import requests
 
 from devtools.waiting import wait_for
+from tests.support.shared import serving_pid
 from tests.support.workspace import MESH_ENV, OWNER, Workspace
-from tests.wizard.test_scale_out import serving_pid
 
 WORKERS = 4
 LIMIT = 5
