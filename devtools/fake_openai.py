@@ -85,10 +85,11 @@ class FakeOpenAI(BackgroundServer):
         self._lock = threading.Lock()
         self._files = {}
         self._server = QuietThreadingServer((host, port), _handler(self))
+        self.host = host
 
     @property
     def base_url(self):
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"http://{self.host}:{self.port}/v1"
 
     def count(self, scenario):
         with self._lock:

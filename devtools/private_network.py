@@ -17,6 +17,7 @@ Not app code: imports nothing from app/.
 """
 import ipaddress
 import os
+import secrets
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,8 +55,10 @@ def _free_subnet():
 class PrivateNetwork:
     def __init__(self):
         self.subnet = _free_subnet()
-        tag = str(self.subnet.network_address).split(".")[2]
-        self.bridge = f"bnlan{tag}"
+        # Names of this network's own: the kernel destroys a deleted namespace's veth
+        # pair a moment later, so the next network must not reuse them.
+        tag = secrets.token_hex(3)
+        self.bridge = f"bn{tag}"
         self.table = f"bundle_lan_{tag}"
         self.gateway = str(self.subnet.network_address + 1)
         self.hosts = []
@@ -114,6 +117,11 @@ table ip {self.table} {{
         """Take `host` off the network at once (its link down, as a host powered off):
         nothing it sends or is sent arrives, and no connection is refused."""
         _ip("-n", host.netns, "link", "set", "eth0", "down")
+
+    def restore(self, host):
+        """Put `host` back on the network (its link up), as after cut()."""
+        _ip("-n", host.netns, "link", "set", "eth0", "up")
+        _ip("-n", host.netns, "route", "replace", "default", "via", self.gateway)
 
     def close(self):
         for host in reversed(self.hosts):

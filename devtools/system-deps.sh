@@ -11,6 +11,8 @@ done
 python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
 # PostgreSQL's server programs live outside PATH, under its version's folder.
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
+# The two-host staging's front balances TCP with nginx's stream module.
+[ -f /usr/lib/nginx/modules/ngx_stream_module.so ] || missing+=(libnginx-mod-stream)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
   echo "missing Debian packages: ${missing[*]}; run: sudo apt-get install -y ${missing[*]}" >&2

@@ -2,7 +2,8 @@
 and REDIS_URL: its templates rendered and run by the real servers (Debian's PostgreSQL
 and redis-server, in temporary folders), the role and database maker against a real
 PostgreSQL, the environment files written by the services role's own tasks through
-ansible-playbook, and (slow) the role applied by ansible-pull on a staging box."""
+ansible-playbook. The role applied by ansible-pull on a staging box, reached over a
+private network, is checked by tests/ops/test_two_hosts.py (its data host)."""
 import json
 import os
 import re
@@ -17,7 +18,6 @@ import psycopg
 import pytest
 import yaml
 
-from devtools import private_network, staging
 from devtools.pg_server import PostgresServer
 from devtools.services import free_port
 from tests.ops.test_static import _ansible_like, _tool
@@ -329,95 +329,3 @@ def test_secrets_import_takes_the_named_entries_of_another_host(tmp_path):
     missing = run("nothing_*")
     assert missing.returncode != 0 and "nothing named 'nothing_*'" in missing.stderr
     assert json.loads(app_host.read_text()) == mine
-
-
-# --------------------------------------------------------------------------- a staging box
-
-@pytest.fixture(scope="module")
-def data_box(tmp_path_factory):
-    """A staging box provisioned by the real bootstrap.sh (ansible-pull) as a data host
-    only (bundle_roles: [data]), on a private network of its own (PrivateNetwork): the
-    data host, an application host allowed in (a bare namespace: the services' drivers
-    run there), and an outsider on the same network that is not."""
-    reason = staging.nspawn_unavailable() or private_network.unavailable()
-    if reason:
-        pytest.skip(f"!!! STAGING BOX NOT RUN: {reason} !!!")
-    root = staging.ensure_root(log=lambda line: print(line, file=sys.stderr))
-    work = tmp_path_factory.mktemp("data-staging")
-    repo, bootstrap = staging.publish_snapshot(work)
-    debs = staging.CACHE / "debs"
-    debs.mkdir(parents=True, exist_ok=True)
-    with private_network.PrivateNetwork() as lan:
-        data, app, outsider = lan.add("data"), lan.add("app"), lan.add("outsider")
-        settings = {"bundle_roles": ["data"], "data_listen_addresses": ["127.0.0.1", data.address],
-                    "data_allowed_networks": ["127.0.0.1/32", f"{app.address}/32"]}
-        with staging.Box.boot(root, binds=[(debs, "/var/cache/apt/archives")],
-                              ro_binds=[(repo, "/srv/bundle.git")], netns=data.netns) as box:
-            box.trust_host_certificates()
-            box.run("sh", "-c", "install -d -m 0755 /etc/bundle && cat > /etc/bundle/vars.yml",
-                    input=yaml.safe_dump(settings))
-            box.run("sh", "-c", "cat > /root/bootstrap.sh", input=bootstrap)
-            started = time.monotonic()
-            pulled = box.run("bash", "/root/bootstrap.sh", "--repo", "/srv/bundle.git", "--branch", "staging",
-                             timeout=1200)
-            print(f"data box: first pull {time.monotonic() - started:.0f} s", file=sys.stderr)
-            box.lan, box.hosts, box.first_pull = lan, {"data": data, "app": app, "outsider": outsider}, pulled.stdout
-            yield box
-
-
-def _connect_from(box, host, secrets, service="notebook"):
-    """The services' drivers (psycopg, redis-py) from `host`'s namespace to the data
-    host's private address: what each printed, or the error."""
-    data = box.hosts["data"].address
-    script = f"""
-import psycopg, redis
-try:
-    with psycopg.connect(host={data!r}, user="bundle_{service}", dbname="bundle_{service}", connect_timeout=10,
-                         password={secrets[f"postgresql_{service}_password"]!r}) as conn:
-        print("postgresql", conn.execute("SELECT 1").fetchone()[0])
-except psycopg.Error as exc:
-    print("postgresql refused:", str(exc).strip().splitlines()[-1])
-print("redis", redis.Redis(host={data!r}, password={secrets["redis_password"]!r}, socket_timeout=10).ping())
-"""
-    return box.lan.run(box.hosts[host], sys.executable, "-c", script, timeout=60)
-
-
-@pytest.mark.slow
-def test_a_data_host_serves_postgresql_and_redis_with_passwords_only(data_box):
-    from tests.ops.test_staging import recap
-    assert recap(data_box.first_pull)["failed"] == "0"
-    secrets = json.loads(data_box.run("cat", "/etc/bundle/secrets.json").stdout)
-    for value in secrets.values():
-        assert value not in data_box.first_pull
-    assert not data_box.run("sh", "-c", "ls /etc/bundle/*.env 2>/dev/null", check=False).stdout  # no service here
-    for service in DATABASE_SERVICES:  # psql inside the box, over TCP with the password
-        out = data_box.run("psql", "-h", "127.0.0.1", "-U", f"bundle_{service}", "-d",
-                           f"bundle_{service}", "-Atc", "SELECT current_user, current_setting('password_encryption')",
-                           env={"PGPASSWORD": secrets[f"postgresql_{service}_password"]}).stdout.strip()
-        assert out == f"bundle_{service}|scram-sha-256"
-    wrong = data_box.run("psql", "-h", "127.0.0.1", "-U", "bundle_wizard", "-d", "bundle_wizard",
-                         "-c", "SELECT 1", env={"PGPASSWORD": "wrong"}, check=False)
-    assert wrong.returncode != 0 and "password authentication failed" in wrong.stderr
-    # The application host reaches both on the data host's private address, with the passwords.
-    allowed = _connect_from(data_box, "app", secrets)
-    assert allowed.stdout.split("\n")[:2] == ["postgresql 1", "redis True"], allowed.stdout + allowed.stderr
-    # Another host of the network: PostgreSQL refuses it (pg_hba.conf names it nowhere).
-    refused = _connect_from(data_box, "outsider", secrets)
-    assert "postgresql refused:" in refused.stdout and "no pg_hba.conf entry" in refused.stdout, \
-        refused.stdout + refused.stderr
-    redis_cli = ["redis-cli", "-h", "127.0.0.1"]
-    assert data_box.run(*redis_cli, "-a", secrets["redis_password"], "--no-auth-warning", "ping").stdout.strip() \
-        == "PONG"
-    assert "NOAUTH" in data_box.run(*redis_cli, "ping").stdout
-    assert data_box.run(*redis_cli, "-a", secrets["redis_password"], "--no-auth-warning", "config", "get",
-                        "appendonly").stdout.split() == ["appendonly", "yes"]
-    for unit in ("postgresql.service", "redis-server.service"):
-        assert data_box.run("systemctl", "is-enabled", unit).stdout.strip() == "enabled"
-    assert data_box.run("stat", "-c", "%a %U", "/etc/redis/redis.conf").stdout.strip() == "640 redis"
-
-
-@pytest.mark.slow
-def test_a_second_pull_of_the_data_host_changes_nothing(data_box):
-    from tests.ops.test_staging import recap
-    output = data_box.run("bash", "/root/bootstrap.sh", timeout=900).stdout
-    assert recap(output)["changed"] == "0", output[-6000:]

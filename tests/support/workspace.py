@@ -123,9 +123,9 @@ def connect_to_worker(service, pid, timeout=30.0):
         assert time.monotonic() < deadline, f"no connection reached worker {pid} in {timeout} s"
 
 
-def http_on(sock, method, path, headers=None, body=b""):
+def http_on(sock, method, path, headers=None, body=b"", host="127.0.0.1"):
     """One HTTP/1.1 request on a kept-alive connection: (status, body)."""
-    lines = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1", f"Content-Length: {len(body)}",
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {host}", f"Content-Length: {len(body)}",
              *(f"{name}: {value}" for name, value in (headers or {}).items())]
     sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
     response = http.client.HTTPResponse(sock, method=method)
@@ -133,11 +133,11 @@ def http_on(sock, method, path, headers=None, body=b""):
     return response.status, response.read()
 
 
-def websocket_on(sock, path, headers=None):
-    """Upgrade a kept-alive connection to a websocket: a client FrameTransport."""
+def websocket_on(sock, path, headers=None, host="127.0.0.1"):
+    """Upgrade a kept-alive connection (a TLS one too) to a websocket: a client FrameTransport."""
     from app.workspace.websocket import FrameTransport, accept_value
     key = base64.b64encode(os.urandom(16)).decode()
-    lines = [f"GET {path} HTTP/1.1", "Host: 127.0.0.1", "Upgrade: websocket", "Connection: Upgrade",
+    lines = [f"GET {path} HTTP/1.1", f"Host: {host}", "Upgrade: websocket", "Connection: Upgrade",
              f"Sec-WebSocket-Key: {key}", "Sec-WebSocket-Version: 13",
              *(f"{name}: {value}" for name, value in (headers or {}).items())]
     sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
