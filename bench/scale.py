@@ -103,7 +103,7 @@ def run_throughput(args, root, redis_server, postgres):
           f"segments, database {args.database} ==", flush=True)
     results = {}
     for name in ("wizard", "workspace"):
-        def env_of():
+        def env_of(name=name):
             env = {"REDIS_URL": redis_server.new_url()}
             if name == "workspace":  # its workers carry agents' requests to each other
                 env["WORKSPACE_MESH_SECRET"] = "the bench's mesh secret"

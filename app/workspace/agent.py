@@ -15,10 +15,11 @@ token is better given that way than on a command line others can read.)
   reconnect id within --pty-keep-seconds (5 minutes) re-attaches to it and first
   replays its last 64 KiB of output.
 - When the connection ends (the platform restarts, the network fails, nothing
-  arrives for two ping intervals and a second: a platform host powered off) it reconnects, waiting 0.5 s doubling to 10 s
-  with jitter between attempts. Shells survive reconnections. A platform that does
-  not answer the HELLO (one that speaks another protocol version closes with the
-  reason, which is logged) does not reset the backoff.
+  arrives for two ping intervals and a second: a platform host powered off) it
+  reconnects, waiting 0.5 s doubling to 10 s with jitter between attempts. Shells
+  survive reconnections. A platform that does not answer the HELLO (one that speaks
+  another protocol version closes with the reason, which is logged) does not reset
+  the backoff.
 - Relay sessions: when the platform invites it (a RELAY frame: a client waits on the
   platform's /relay for this agent), it dials /relay?role=agent&agent=<its id>&session=<id>
   with its token and serves the same protocol there, the client opening the streams:
