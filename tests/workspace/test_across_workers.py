@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -177,6 +178,9 @@ def test_a_killed_holder_s_agent_comes_back_on_a_live_worker(platform):
         # hears the new holder say so.
         wait_for(lambda: statuses[1:] == ["connected"], "the reconnection on the dashboard", timeout=30)
     finally:
+        # Shut down first: a close alone waits for the reader's next record (a keepalive, 25 s on).
+        with contextlib.suppress(OSError, AttributeError):
+            watch.raw.connection.sock.shutdown(socket.SHUT_RDWR)
         watch.close()
     wait_for(lambda: len(platform.service.worker_pids()) == WORKERS, f"{WORKERS} workers again")
     for pid in platform.service.worker_pids():
@@ -196,7 +200,7 @@ def _watch_on_another_worker(platform, holder):
 
     def read():
         with contextlib.suppress(requests.RequestException, AttributeError, ValueError):
-            for line in response.iter_lines():
+            for line in response.iter_lines(chunk_size=None):  # each record as it arrives
                 if line.startswith(b"data: ") and json.loads(line[6:])["agent_id"] == platform.agent_id:
                     statuses.append(json.loads(line[6:])["status"])
 
