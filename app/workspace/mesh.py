@@ -116,10 +116,6 @@ class Mesh:
             self._release = shared_client.register_script(_RELEASE)
             self._forget = shared_client.register_script(_FORGET_ADDRESS)
 
-    @property
-    def enabled(self):
-        return self.redis is not None
-
     def serves(self, kind):
         """Decorator: `handler(stream)` serves the link streams of `kind` (stream.meta
         holds the dialer's metadata); the stream closes when it returns."""
