@@ -46,7 +46,7 @@ from simple_websocket import ConnectionClosed
 from app.common import lifecycle
 from app.common.failures import ApiError
 from app.workspace import agents, bp, sessions, websocket
-from app.workspace.mesh import Unreachable, mesh
+from app.workspace.mesh import CALL_SECONDS, Unreachable, mesh
 from app.workspace.models import database
 from app.workspace.mux import StreamClosed
 from app.workspace.workspaces import visible_agent
@@ -55,6 +55,9 @@ MESSAGE_LIMIT = 1024 * 1024
 ROLES = ("client", "agent")
 INVITE_WAIT_SECONDS = 20  # an invited agent dials in within a second or two
 TRY_AGAIN_LATER = 1013  # the websocket close code when the agent did not join
+# A websocket message on a mesh link stream (LinkPeer): its kind and length, then it.
+KIND = struct.Struct("!BI")
+BINARY, TEXT, CLOSE = 0, 1, 2
 
 # (agent id, session id) -> Pair, in this worker process
 pairs = {}
@@ -189,11 +192,6 @@ def _pair_for_another_worker(link):
     _serve(key, role, peer, int(meta.get("idle") or 300), invite)
 
 
-CALL_SECONDS = 10.0
-KIND = struct.Struct("!BI")
-BINARY, TEXT, CLOSE = 0, 1, 2
-
-
 class LinkPeer:
     """A websocket's messages on a mesh link stream, with the interface of
     websocket.Transport that _serve and _forward use: send, receive, close."""
@@ -225,7 +223,7 @@ class LinkPeer:
         kind, length = KIND.unpack_from(self._buffer)
         data, self._buffer = self._buffer[KIND.size:KIND.size + length], self._buffer[KIND.size + length:]
         if kind == CLOSE:
-            code = struct.unpack_from("!H", data)[0] if len(data) >= 2 else 1000
+            code = websocket.CLOSE_CODE.unpack_from(data)[0] if len(data) >= 2 else 1000
             raise ConnectionClosed(code, data[2:].decode(errors="replace"))
         return data.decode() if kind == TEXT else data
 
@@ -233,7 +231,7 @@ class LinkPeer:
         if self._closed:
             return
         self._closed = True
-        data = struct.pack("!H", code or 1000) + (message or "").encode()[:120]
+        data = websocket.CLOSE_CODE.pack(code or 1000) + (message or "").encode()[:120]
         try:
             self.stream.write(KIND.pack(CLOSE, len(data)) + data)
             self.stream.write_eof()
