@@ -108,10 +108,9 @@ table ip {self.table} {{
         """argv to run in `host`'s namespace."""
         return ["ip", "netns", "exec", host.netns, *map(str, argv)]
 
-    def run(self, host, *argv, timeout=60, env=None):
+    def run(self, host, *argv, timeout=60):
         """Run argv in `host`'s namespace; the CompletedProcess (text), whatever its status."""
-        return subprocess.run(self.run_command(host, *argv), capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, **(env or {})})
+        return subprocess.run(self.run_command(host, *argv), capture_output=True, text=True, timeout=timeout)
 
     def cut(self, host):
         """Take `host` off the network at once (its link down, as a host powered off):

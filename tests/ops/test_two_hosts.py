@@ -80,9 +80,10 @@ stream {{
 
 
 class Deployment:
-    def __init__(self, lan, hosts, boxes, certificate, first_pulls):
+    def __init__(self, lan, hosts, boxes, certificate, first_pulls, secrets):
         self.lan, self.hosts, self.boxes = lan, hosts, boxes
         self.certificate, self.first_pulls = certificate, first_pulls
+        self.secrets = secrets  # the one secrets file every host has (made by the data host)
 
     def url(self, host="front"):
         return f"https://{self.hosts[host].address}"
@@ -106,8 +107,7 @@ class Deployment:
                                 cwd=ROOT, **kwargs)
 
     def redis(self, *command):
-        secrets = json.loads(self.boxes["data"].run("cat", "/etc/bundle/secrets.json").stdout)
-        return self.boxes["data"].run("redis-cli", "-a", secrets["redis_password"], "--no-auth-warning", "-n",
+        return self.boxes["data"].run("redis-cli", "-a", self.secrets["redis_password"], "--no-auth-warning", "-n",
                                       str(GROUP_VARS["bundle_redis_databases"]["workspace"]), *command).stdout.strip()
 
     def psql(self, service, sql):
@@ -263,7 +263,7 @@ def deployment(tmp_path_factory):
         print(f"two hosts: every pull done after {time.monotonic() - started:.0f} s", file=sys.stderr)
         front = _start_front(lan, hosts["front"], [hosts["app-a"], hosts["app-b"]], work)
         stack.callback(_stop, front)
-        yield Deployment(lan, hosts, boxes, crt, pulls)
+        yield Deployment(lan, hosts, boxes, crt, pulls, json.loads(secrets_text))
 
 
 # --------------------------------------------------------------------------- the deployment
@@ -282,7 +282,7 @@ def test_every_host_is_provisioned_and_serves(deployment):
 
 def test_the_data_host_serves_postgresql_and_redis_to_the_application_hosts_only(deployment):
     data = deployment.boxes["data"]
-    secrets = json.loads(data.run("cat", "/etc/bundle/secrets.json").stdout)
+    secrets = deployment.secrets
     for value in secrets.values():
         assert value not in deployment.first_pulls["data"]
     assert not data.run("sh", "-c", "ls /etc/bundle/*.env 2>/dev/null", check=False).stdout  # no service there
@@ -454,7 +454,7 @@ def test_an_application_host_powered_off_loses_nothing(deployment, agent):
     victim = holder_host(deployment, agent)
     survivor = "app-b" if victim == "app-a" else "app-a"
     wizard, notebook = deployment.client("wizard"), deployment.client("notebook")
-    password = json.loads(deployment.boxes["data"].run("cat", "/etc/bundle/secrets.json").stdout)["notebook_password"]
+    password = deployment.secrets["notebook_password"]
     notebook.headers["Authorization"] = f"Bearer {password}"
     streams = [WizardStream(deployment) for _ in range(4)]
     wait_for(lambda: all(s.connections for s in streams), "the event streams open", timeout=30)
