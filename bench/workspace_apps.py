@@ -72,6 +72,7 @@ from bench.common import (  # noqa: E402
 from bench.workspace import TOKEN_HEADER, create_first_user, run_clients  # noqa: E402
 from devtools.redis_server import RedisServer  # noqa: E402
 from devtools.services import free_port, terminate, wait_healthy  # noqa: E402
+from tests.support.workspace import agent_program  # noqa: E402
 
 TARGET_RATIO = 0.3
 BULK_BYTES = 100 * 1024 * 1024
@@ -95,7 +96,7 @@ class Stack:
             self.token = create_first_user(self.service.port, f"{HOST}:{self.service.port}")
             agent = self._create_workspace()
             env = {**os.environ, "WORKSPACE_AGENT_TOKEN": agent["token"]}
-            self.agent_pid = self._spawn("agent", [sys.executable, "-m", "app.workspace.agent", "--url",
+            self.agent_pid = self._spawn("agent", [*agent_program(), "agent", "--url",
                                                    f"http://{HOST}:{self.service.port}"], root, env).pid
             self._wait_connected(agent["id"])
         except BaseException:

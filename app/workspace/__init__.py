@@ -33,6 +33,7 @@ def init_app(app):
     # Importing the route modules registers their routes on bp.
     from app.common import redis_client
     from app.workspace import (  # noqa: F401
+        agent_files,
         agents,
         api,
         apps,

@@ -28,13 +28,12 @@ from app.common.failures import ApiError
 from app.workspace import bp, schemas, websocket
 from app.workspace.mesh import Refused, Unreachable, mesh
 from app.workspace.models import WorkspaceAgent, WorkspaceApp, database, now
-from app.workspace.mux import MAX_DATA, VERSION_REFUSED, Mux, StreamClosed, join, version_mismatch
+from app.workspace.mux import Mux, StreamClosed, join
 from app.workspace.sessions import HEADER, TOKEN_SHAPE, new_token, secret_matches
+from workspace_protocol.mux import MESSAGE_LIMIT, VERSION_REFUSED, version_mismatch
 
 log = logging.getLogger("bundle.workspace.agents")
 
-# A mux frame is at most MAX_DATA and a header; JSON frames are small.
-MESSAGE_LIMIT = MAX_DATA + 64 * 1024
 # agent id (str) -> AgentConnection, in this worker process
 connections = {}
 # Set when the worker is told to stop: it still serves requests on open connections

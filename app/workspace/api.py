@@ -4,7 +4,7 @@ from flask import current_app, g, jsonify
 from app.common.body import json_object, validated
 from app.common.clientaddr import client_address
 from app.common.failures import ApiError
-from app.workspace import VERSION, accounts, bp, limits, sessions
+from app.workspace import VERSION, accounts, agent_files, bp, limits, sessions
 from app.workspace.models import User, audit
 from app.workspace.passwords import verify_password
 from app.workspace.schemas import CreateUserSchema, FirstUserSchema, LoginSchema
@@ -24,7 +24,8 @@ def healthz():
 @bp.get("/api/v2/buildinfo")
 def buildinfo():
     settings = _settings()
-    return {"version": VERSION, "dashboard_url": settings.access_url + "/", "external_url": settings.access_url}
+    return {"version": VERSION, "dashboard_url": settings.access_url + "/", "external_url": settings.access_url,
+            "agent": agent_files.agent_info()}
 
 
 @bp.get("/api/v2/users/authmethods")

@@ -43,8 +43,9 @@ from gevent.server import StreamServer
 
 from app.common import redis_client
 from app.common.failures import ApiError
-from app.workspace.mux import MAX_DATA, Mux, StreamClosed
+from app.workspace.mux import Mux, StreamClosed
 from app.workspace.websocket import FrameTransport
+from workspace_protocol.mux import MESSAGE_LIMIT
 
 REFRESH_SECONDS = 5
 ENTRY_SECONDS = 3 * REFRESH_SECONDS
@@ -55,7 +56,6 @@ CALL_SECONDS = 10.0
 MAGIC = b"bundle-workspace-mesh/1\n"
 NONCE_BYTES = 16
 ACCEPTED, REFUSED = b"+", b"-"
-MESSAGE_LIMIT = MAX_DATA + 64 * 1024
 
 log = logging.getLogger("bundle.workspace.mesh")
 

@@ -43,6 +43,7 @@ from flask import current_app, request
 from gevent.event import Event
 from simple_websocket import ConnectionClosed
 
+import workspace_protocol.websocket as wire
 from app.common import lifecycle
 from app.common.failures import ApiError
 from app.workspace import agents, bp, sessions, websocket
@@ -223,7 +224,7 @@ class LinkPeer:
         kind, length = KIND.unpack_from(self._buffer)
         data, self._buffer = self._buffer[KIND.size:KIND.size + length], self._buffer[KIND.size + length:]
         if kind == CLOSE:
-            code = websocket.CLOSE_CODE.unpack_from(data)[0] if len(data) >= 2 else 1000
+            code = wire.CLOSE_CODE.unpack_from(data)[0] if len(data) >= 2 else 1000
             raise ConnectionClosed(code, data[2:].decode(errors="replace"))
         return data.decode() if kind == TEXT else data
 
@@ -231,7 +232,7 @@ class LinkPeer:
         if self._closed:
             return
         self._closed = True
-        data = websocket.CLOSE_CODE.pack(code or 1000) + (message or "").encode()[:120]
+        data = wire.CLOSE_CODE.pack(code or 1000) + (message or "").encode()[:120]
         try:
             self.stream.write(KIND.pack(CLOSE, len(data)) + data)
             self.stream.write_eof()

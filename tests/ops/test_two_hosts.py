@@ -34,7 +34,7 @@ from devtools import private_network, staging
 from devtools.fake_openai import FakeOpenAI
 from devtools.waiting import wait_for
 from tests.ops.test_staging import ServerName, recap
-from tests.support.workspace import http_on, websocket_on
+from tests.support.workspace import agent_program, http_on, websocket_on
 
 pytestmark = pytest.mark.slow
 
@@ -364,7 +364,7 @@ def agent(deployment, tmp_path_factory):
     assert made.status_code == 201, made.text
     setup.id, agent_token = made.json()["agents"][0]["id"], made.json()["agents"][0]["token"]
     setup.log = open(folder / "agent.log", "wb")
-    setup.process = deployment.in_client(sys.executable, "-m", "app.workspace.agent", "--url",
+    setup.process = deployment.in_client(*agent_program(), "agent", "--url",
                                          f"https://workspace.{DOMAIN}",
                                          env={"WORKSPACE_AGENT_TOKEN": agent_token, "SHELL": "/bin/sh"},
                                          stdout=setup.log, stderr=subprocess.STDOUT)
@@ -416,7 +416,7 @@ def test_an_agent_serves_requests_that_reach_either_application_host(deployment,
             seen += bytes(terminal.receive())
     finally:
         terminal.close()
-    relay = deployment.in_client(sys.executable, "-m", "app.workspace.relay_client", "--url",
+    relay = deployment.in_client(*agent_program(), "relay", "--url",
                                  f"https://workspace.{DOMAIN}", "--agent", agent.id, "app", "echo", "/hello",
                                  env={"WORKSPACE_SESSION_TOKEN": agent.token}, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE)

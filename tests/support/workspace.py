@@ -7,7 +7,9 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import requests
 
@@ -78,13 +80,32 @@ def wait_status(ws, token, agent_id, wanted, timeout=30.0):
     raise AssertionError(f"agent {agent_id} is {seen!r}, not {wanted!r}, after {timeout} s")
 
 
+# What a workspace has: Debian's python3 and nothing installed into it (this
+# machine's, else the one running the tests).
+SYSTEM_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+
+
+def agent_program():
+    """The agent's zipapp, as the platform hands it out (app/workspace/agent_files.py),
+    written once to a file named by its digest: [python, -I, file]."""
+    from app.workspace.agent_files import agent_file
+    built = agent_file()
+    path = Path(tempfile.gettempdir()) / f"workspace-agent-{built.sha256[:16]}.pyz"
+    if not path.exists():
+        partial = path.with_suffix(f".{os.getpid()}")
+        partial.write_bytes(built.data)
+        partial.replace(path)
+    return [SYSTEM_PYTHON, "-I", str(path)]
+
+
 class AgentProcess:
-    """`python -m app.workspace.agent` as a subprocess (its log in a file)."""
+    """The agent program (the platform's zipapp on the system python) as a subprocess,
+    its log in a file."""
 
     def __init__(self, tmp_path, url, token, apps=(), extra=()):
         self.log_path = tmp_path / f"agent-{time.monotonic_ns()}.log"
         env = {**os.environ, "WORKSPACE_AGENT_TOKEN": token, "SHELL": "/bin/sh"}
-        command = [sys.executable, "-m", "app.workspace.agent", "--url", url, *extra]
+        command = [*agent_program(), "agent", "--url", url, *extra]
         for slug, app_url in apps:
             command += ["--app", f"{slug}={app_url}"]
         with open(self.log_path, "wb") as log:
@@ -135,7 +156,8 @@ def http_on(sock, method, path, headers=None, body=b"", host="127.0.0.1"):
 
 def websocket_on(sock, path, headers=None, host="127.0.0.1"):
     """Upgrade a kept-alive connection (a TLS one too) to a websocket: a client FrameTransport."""
-    from app.workspace.websocket import FrameTransport, accept_value
+    from app.workspace.websocket import FrameTransport
+    from workspace_protocol.websocket import accept_value
     key = base64.b64encode(os.urandom(16)).decode()
     lines = [f"GET {path} HTTP/1.1", f"Host: {host}", "Upgrade: websocket", "Connection: Upgrade",
              f"Sec-WebSocket-Key: {key}", "Sec-WebSocket-Version: 13",

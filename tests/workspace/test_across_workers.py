@@ -8,7 +8,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import uuid
 
@@ -26,6 +25,7 @@ from tests.support.workspace import (
     TOKEN_HEADER,
     AgentProcess,
     Workspace,
+    agent_program,
     connect_to_worker,
     create_workspace,
     http_on,
@@ -158,7 +158,7 @@ def test_the_relay_client_reaches_the_agent_whichever_workers_it_and_the_agent_r
     # The client's worker invites the agent through its holder; the agent dials in
     # wherever the kernel puts it. Three sessions: most cross workers both ways.
     for _ in range(3):
-        done = subprocess.run([sys.executable, "-m", "app.workspace.relay_client", "--url", platform.ws.url,
+        done = subprocess.run([*agent_program(), "relay", "--url", platform.ws.url,
                                "--agent", platform.agent_id, "app", "echo", "/hello"], cwd=ROOT,
                               env={**os.environ, "WORKSPACE_SESSION_TOKEN": platform.owner},
                               capture_output=True, timeout=60)

@@ -12,10 +12,10 @@ import requests
 from simple_websocket import Client, ConnectionClosed
 from simple_websocket import ConnectionError as HandshakeRefused
 
-from app.workspace.mux import HEADER, HELLO, VERSION, VERSION_REFUSED
-from app.workspace.websocket import OP_CLOSE, accept_value, frame_head
 from devtools.services import free_port
 from tests.support.workspace import AGENT_ENV, TOKEN_HEADER, Workspace, agent_status, create_workspace, wait_status
+from workspace_protocol.mux import HEADER, HELLO, OUTDATED_EXIT, VERSION, VERSION_REFUSED
+from workspace_protocol.websocket import OP_CLOSE, accept_value, frame_head
 
 
 def _rpc_url(ws):
@@ -153,12 +153,13 @@ def test_an_agent_of_another_protocol_version_is_refused_with_the_reason(workspa
 
 
 class RefusingPlatform:
-    """A stand-in platform (a thread) that accepts the agent's websocket,
-    reads its HELLO and closes as a platform of another protocol version does;
-    it records when each connection came."""
-    REASON = "the agent speaks protocol version 2, the platform version 99; update the agent"
+    """A stand-in platform (a thread) that accepts the agent's websocket, reads its
+    HELLO and closes with `code` and `reason` without answering it (as a platform of
+    another protocol version does, or one whose Redis is down); it records when each
+    connection came."""
 
-    def __init__(self):
+    def __init__(self, code, reason):
+        self.code, self.reason = code, reason
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
         self.arrivals = []
@@ -189,7 +190,7 @@ class RefusingPlatform:
             sock.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                          b"Sec-WebSocket-Accept: " + accept_value(key).encode() + b"\r\n\r\n")
             if sock.recv(65536):  # the HELLO (its frame's bytes are not looked at)
-                body = VERSION_REFUSED.to_bytes(2, "big") + self.REASON.encode()
+                body = self.code.to_bytes(2, "big") + self.reason.encode()
                 sock.sendall(frame_head(OP_CLOSE, len(body)) + body)
         except OSError:
             return
@@ -198,8 +199,8 @@ class RefusingPlatform:
         self.listener.close()
 
 
-def test_a_refused_agent_logs_the_reason_and_retries_with_backoff(start_agent):
-    platform = RefusingPlatform()
+def test_an_agent_the_platform_does_not_accept_logs_the_reason_and_retries_with_backoff(start_agent):
+    platform = RefusingPlatform(1013, "Redis is not answering")
     try:
         process = start_agent(platform.url, "token-of-a-refused-agent")
         deadline = time.monotonic() + 30
@@ -212,4 +213,16 @@ def test_a_refused_agent_logs_the_reason_and_retries_with_backoff(start_agent):
     gaps = [later - earlier for earlier, later in zip(arrivals, arrivals[1:])]
     # 0.25..0.5 s, 0.5..1 s, 1..2 s: a refusal does not reset the backoff.
     assert gaps[2] >= 0.9 and gaps[2] > gaps[0], gaps
-    assert f"the platform did not accept this agent: the connection closed: {RefusingPlatform.REASON}" in process.log()
+    assert "the platform did not accept this agent: Redis is not answering" in process.log()
+
+
+def test_an_agent_of_another_protocol_version_exits_for_its_init_script_to_replace_it(start_agent):
+    reason = "the agent speaks protocol version 2, the platform version 99; update the agent"
+    platform = RefusingPlatform(VERSION_REFUSED, reason)
+    try:
+        process = start_agent(platform.url, "token-of-an-outdated-agent")
+        assert process.process.wait(30) == OUTDATED_EXIT, process.log()
+    finally:
+        platform.stop()
+    assert len(platform.arrivals) == 1
+    assert f"{reason}: this agent is out of date" in process.log()

@@ -3,7 +3,6 @@ messages; a client on it reaches the real agent program's apps and shells (mux f
 import json
 import os
 import subprocess
-import sys
 import time
 import uuid
 
@@ -12,9 +11,9 @@ import requests
 from simple_websocket import Client, ConnectionClosed
 from simple_websocket import ConnectionError as HandshakeRefused
 
-from app.workspace import mux
 from tests.support.shared import ROOT
-from tests.support.workspace import TOKEN_HEADER, create_workspace
+from tests.support.workspace import TOKEN_HEADER, agent_program, create_workspace
+from workspace_protocol import mux
 
 
 @pytest.fixture(scope="module")
@@ -117,9 +116,9 @@ def test_a_client_invites_the_connected_agent(relay_setup):
 
 
 def _relay_client(ws, token, agent_id, *command, stdin=b""):
-    """`python -m app.workspace.relay_client` (the token in the environment): its result."""
+    """The relay client (the agent's zipapp, `relay`; the token in the environment): its result."""
     env = {**os.environ, "WORKSPACE_SESSION_TOKEN": token}
-    return subprocess.run([sys.executable, "-m", "app.workspace.relay_client", "--url", ws.url,
+    return subprocess.run([*agent_program(), "relay", "--url", ws.url,
                            "--agent", agent_id, *command], cwd=ROOT, env=env, input=stdin,
                           capture_output=True, timeout=60)
 
