@@ -127,6 +127,18 @@ def relay_url(access_url, agent_id, role, session):
         {"agent": agent_id, "role": role, "session": session})
 
 
+def unmasked_is_safe(url):
+    """Ask for unmasked frames (workspace_protocol.websocket.UNMASKED_HEADER) where no
+    proxy can read them: over TLS, or to a loopback address."""
+    parts = urlsplit(url)
+    if parts.scheme == "wss":
+        return True
+    try:
+        return ipaddress.ip_address(parts.hostname or "").is_loopback
+    except ValueError:
+        return parts.hostname == "localhost"
+
+
 class Outdated(Exception):
     """The platform speaks another protocol version."""
 
@@ -166,9 +178,9 @@ class Agent:
             # agent is on another host of it soon after.
             answered.append(link.spawn(link.watch_silence(2 * max(1, ping) + 1)))
 
+        headers = {TOKEN_HEADER: self.token, **(dict([UNMASKED_HEADER]) if unmasked_is_safe(self.rpc_url) else {})}
         try:
-            self.link = await connect(self.rpc_url, {TOKEN_HEADER: self.token, UNMASKED_HEADER[0]: UNMASKED_HEADER[1]},
-                                      opens=False,
+            self.link = await connect(self.rpc_url, headers, opens=False,
                                       on_open=self.on_open, on_hello=on_hello, on_relay=self.on_relay)
         except HandshakeRefused as exc:
             log.warning("the platform refused the connection (HTTP %s)%s", exc.status_code,
@@ -177,11 +189,14 @@ class Agent:
         except (OSError, asyncio.TimeoutError) as exc:
             log.warning("could not reach the platform at %s: %s", self.rpc_url, exc)
             return False
-        self.link.hello({"apps": [{"slug": slug, "url": url} for slug, url in self.apps.items()],
-                         "hostname": socket.gethostname(), "agent_version": version()})
-        log.info("connected to %s", self.rpc_url)
+        try:
+            self.link.hello({"apps": [{"slug": slug, "url": url} for slug, url in self.apps.items()],
+                             "hostname": socket.gethostname(), "agent_version": version()})
+            log.info("connected to %s", self.rpc_url)
+        except StreamClosed:
+            pass  # closed with the upgrade's answer (a platform that cannot hold it now): the reason below
         reason = await self.link.closed
-        if self.link.close_code == VERSION_REFUSED or (not answered and "protocol version" in reason):
+        if self.link.close_code == VERSION_REFUSED:
             raise Outdated(reason)
         if not answered:  # the platform never answered the HELLO: it refused this agent
             log.error("the platform did not accept this agent: %s", reason)
@@ -244,8 +259,13 @@ class Agent:
         delay = BACKOFF_START_S
         try:
             while True:
-                if await self.connect_once():
-                    delay = BACKOFF_START_S
+                try:
+                    if await self.connect_once():
+                        delay = BACKOFF_START_S
+                except Outdated:
+                    raise
+                except Exception:  # a bug must not end the agent and its shells: log, back off, retry
+                    log.exception("the connection failed")
                 await asyncio.sleep(random.uniform(delay / 2, delay))
                 delay = min(delay * 2, BACKOFF_CAP_S)
         finally:
@@ -277,7 +297,7 @@ def main(argv=None):
     parser.add_argument("--pty-keep-seconds", type=float, default=300.0,
                         help="how long a detached terminal's shell is kept for a reconnect (default 300)")
     args = parser.parse_args(argv)
-    token = os.environ.get("WORKSPACE_AGENT_TOKEN")
+    token = os.environ.pop("WORKSPACE_AGENT_TOKEN", None)  # not inherited by the shells it starts
     if not args.url or not token:
         parser.error("--url (or WORKSPACE_ACCESS_URL) and WORKSPACE_AGENT_TOKEN in the environment are required")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s")

@@ -198,8 +198,9 @@ class Link(asyncio.BufferedProtocol):
     def hello(self, info):
         self.send(HEADER.pack(HELLO, 0), json_payload({"version": VERSION, **info}))
 
-    def open(self, meta, data=b""):
-        """A new stream to the peer (the opening side only); `data` goes with the OPEN."""
+    async def open(self, meta, data=b""):
+        """A new stream to the peer (the opening side only); `data` goes with the OPEN
+        as far as the window allows, the rest after it."""
         if self.closed.done():
             raise StreamClosed(self.closed.result())
         stream, opening = self.protocol.open(meta)
@@ -207,6 +208,8 @@ class Link(asyncio.BufferedProtocol):
         first = data[:stream.reserve(len(data))]
         if first:
             self.send(HEADER.pack(DATA, stream.id), first)
+        if len(first) < len(data):
+            await stream.write(data[len(first):])
         return stream
 
     def ping(self):
@@ -220,7 +223,8 @@ class Link(asyncio.BufferedProtocol):
         if self.closed.done():
             return
         try:
-            self.transport.write(wire.encode(wire.OP_CLOSE, wire.close_body(code, reason), masked=self.masked))
+            if self.transport is not None:  # else the connection was never made
+                self.transport.write(wire.encode(wire.OP_CLOSE, wire.close_body(code, reason), masked=self.masked))
         finally:
             self._shutdown(reason)
 
@@ -283,6 +287,7 @@ class Link(asyncio.BufferedProtocol):
         self.closed.set_result(reason)
         if not self.upgraded.done():
             self.upgraded.set_exception(ConnectionResetError(reason))
+            self.upgraded.exception()  # connect() may have stopped waiting: no "never retrieved" warning
         for stream in list(self.protocol.streams.values()):
             self.forget(stream, reason)
         self._drained.set()
@@ -323,7 +328,7 @@ async def connect(url, headers, opens, on_open=None, on_hello=None, on_relay=Non
         link.start_handshake(parts.netloc, f"{parts.path or '/'}{'?' + parts.query if parts.query else ''}", headers)
         await asyncio.wait_for(asyncio.shield(link.upgraded), timeout)
     except asyncio.TimeoutError:
-        link.close("no answer")
+        link.close("no answer")  # the connection may not even be made: close() copes
         raise TimeoutError(f"no answer from {parts.netloc} within {timeout:.0f} s") from None
     except BaseException:
         if link.transport is not None:

@@ -88,7 +88,7 @@ async def fetch(link, slug, path, timeout=ANSWER_TIMEOUT_S):
     """One GET of `path` on app `slug` through `link`: (status, reason, body)."""
     head = f"GET /{path.lstrip('/')} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
     try:
-        stream = link.open({"kind": "app", "slug": slug}, head.encode())
+        stream = await link.open({"kind": "app", "slug": slug}, head.encode())
         received = bytearray()
         try:
             while True:
@@ -115,7 +115,7 @@ async def attach(link, stdin=0, stdout=1):
     loop = asyncio.get_running_loop()
     terminal = os.isatty(stdin)
     rows, cols = os.get_terminal_size(stdin)[::-1] if terminal else (24, 80)
-    stream = link.open({"kind": "pty", "reconnect": str(uuid.uuid4()), "rows": rows, "cols": cols})
+    stream = await link.open({"kind": "pty", "reconnect": str(uuid.uuid4()), "rows": rows, "cols": cols})
     typed = asyncio.Queue()
     loop.add_reader(stdin, lambda: typed.put_nowait(os.read(stdin, 4096)))
 

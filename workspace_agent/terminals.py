@@ -62,6 +62,7 @@ class PtySession:
         self.stream = None
         self.detached_at = time.monotonic()
         self._writing = asyncio.Lock()  # the replay and live output reach a stream in order
+        self._reaping = None
         self.output = asyncio.ensure_future(self._pump_output())
 
     async def _pump_output(self):
@@ -102,14 +103,14 @@ class PtySession:
         previous = self.stream
         if previous is not None:
             previous.close("another terminal attached to this session")
-        async with self._writing:
-            self.stream = stream
-            stream.on_resize = self.resize
-            self.resize(*(stream.unheard_size or (rows, cols)))  # resized while the shell started
-            stream.unheard_size = None
-            if self.replay:
-                await stream.write(bytes(self.replay))
         try:
+            async with self._writing:
+                self.stream = stream
+                stream.on_resize = self.resize
+                self.resize(*(stream.unheard_size or (rows, cols)))  # resized while the shell started
+                stream.unheard_size = None
+                if self.replay:
+                    await stream.write(bytes(self.replay))
             while True:
                 data = await stream.read()
                 if not data:
@@ -138,23 +139,33 @@ class PtySession:
             pass
 
     def kill(self):
+        """End the shell (SIGHUP to its session); idempotent."""
+        if self._reaping is not None:
+            return
         if self.process.poll() is None:
             try:
                 os.killpg(self.process.pid, signal.SIGHUP)
             except OSError:
                 pass
-        asyncio.get_running_loop().run_in_executor(None, self._reap)
+        self._reaping = asyncio.ensure_future(self._reap())
 
-    def _reap(self):  # in a thread: Popen.wait blocks
+    async def _reap(self):
+        await asyncio.get_running_loop().run_in_executor(None, self._wait_for_exit)
+        # The output's last bytes, then the fd, closed once and here on the loop, after
+        # the pump stopped watching it (it ends by itself at the EIO that follows the exit).
+        await asyncio.wait([self.output], timeout=5)
+        self.output.cancel()
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+
+    def _wait_for_exit(self):  # in a thread: Popen.wait blocks
         try:
             self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-        try:
-            os.close(self.fd)
-        except OSError:
-            pass
 
 
 class Terminals:

@@ -56,7 +56,9 @@ from collections import deque
 
 VERSION = 2  # 2: 4 MiB windows, DATA frames up to 512 KiB (RELAY needs no new version: see above)
 HELLO, OPEN, DATA, EOF, CLOSE, WINDOW, PING, PONG, RESIZE, RELAY = range(1, 11)
-VERSION_REFUSED = 1002  # the websocket close code of a HELLO with another version
+# The websocket close code of a HELLO with another version: one of the range left to
+# applications (4000-4999), never mistaken for a framing error (1002).
+VERSION_REFUSED = 4010
 OUTDATED_EXIT = 3  # the agent's exit status then: its init script fetches the platform's agent
 HEADER = struct.Struct("!BI")
 COUNT = struct.Struct("!I")

@@ -16,9 +16,11 @@ proxies in between, and there are none there.
 
 UNMASKED_HEADER: an agent asks the platform, in its upgrade request, to exchange
 unmasked frames both ways, and masks unless the 101 answer repeats the header.
-Masking keeps script in a browser from writing bytes that a proxy in between would
-read as HTTP; the agent is no browser, and the platform is the one reader of its
-frames. The relay's websockets, which other clients reach too, stay masked.
+Masking keeps bytes that someone else chose (a page's script in a browser; here, what
+a shared app sends) from reaching a transparent proxy in between as if they were
+HTTP. The agent asks only where no proxy can read them (over TLS, or to a loopback
+address), and a server that agreed still takes masked frames. The relay's
+websockets, which other clients reach too, stay masked.
 
 Masking is a XOR of every byte with a 4-byte key. `mask_in_place` does it with the
 standard library (bytes.translate on each of the four strided slices: ~0.9 GB/s);
@@ -36,7 +38,8 @@ RECEIVE_BYTES = 256 * 1024
 UNMASKED_HEADER = ("Workspace-Agent-Frames", "unmasked")
 MIN_READ = 64 * 1024  # a read into less room than this is moved to the front first
 LENGTH16, LENGTH64, CLOSE_CODE = struct.Struct("!H"), struct.Struct("!Q"), struct.Struct("!H")
-PROTOCOL_ERROR, TOO_LARGE, NO_STATUS = 1002, 1009, 1005
+PROTOCOL_ERROR, INVALID_DATA, TOO_LARGE, NO_STATUS = 1002, 1007, 1009, 1005
+MAX_FRAGMENTS = 1024  # of one message: the frames' heads cost more than their data past this
 _XOR_TABLES = [bytes(value ^ key for value in range(256)) for key in range(256)]
 
 
@@ -106,10 +109,10 @@ def upgrade_answer(key, headers=()):
 
 def mask_in_place(buffer, offset, length, key):
     """XOR `buffer[offset:offset + length]` (a bytearray) with the 4-byte `key` repeated."""
-    for phase in range(4):
-        start = offset + ((phase - offset) % 4)
+    for phase in range(min(4, length)):  # an empty strided slice would be a resize: BufferError
+        start = offset + phase
         part = slice(start, offset + length, 4)
-        buffer[part] = buffer[part].translate(_XOR_TABLES[key[(start - offset) % 4]])
+        buffer[part] = buffer[part].translate(_XOR_TABLES[key[phase]])
 
 
 def frame_head(opcode, length, key=b""):
@@ -178,12 +181,14 @@ class FrameReader:
     when more bytes are needed."""
 
     def __init__(self, expects_mask, max_message_size=None, buffered=b"", masker=mask_in_place):
+        """expects_mask: True (a server's reader), False (a client's), None: either (a
+        server that agreed to unmasked frames, in case a proxy dropped the agreement)."""
         self.expects_mask, self.max_message_size, self.masker = expects_mask, max_message_size, masker
         self._in = bytearray(max(RECEIVE_BYTES, len(buffered)))
         self._in[:len(buffered)] = buffered
         self._start, self._end = 0, len(buffered)
         self._needed = 2  # bytes of the frame being parsed, once its head is known
-        self._parts, self._opcode = [], None  # a fragmented message so far
+        self._parts, self._opcode, self._parts_size = [], None, 0  # a fragmented message so far
 
     def space(self):
         """A writable view of the buffer's free part (room for at least the frame
@@ -248,7 +253,7 @@ class FrameReader:
             length = LENGTH64.unpack_from(buffer, start + 2)[0]
         if first & 0x70:
             raise Violation(PROTOCOL_ERROR, "reserved bits are set")
-        if bool(masked) != self.expects_mask:
+        if self.expects_mask is not None and bool(masked) != self.expects_mask:
             raise Violation(PROTOCOL_ERROR, "a client's frames must be masked, a server's must not")
         if self.max_message_size is not None and length > self.max_message_size:
             raise Violation(TOO_LARGE, "the message is too large")
@@ -275,13 +280,23 @@ class FrameReader:
         if (opcode == OP_CONTINUATION) != (self._opcode is not None) or opcode not in (0, OP_TEXT, OP_BINARY):
             raise Violation(PROTOCOL_ERROR, "unexpected frame")
         if fin and self._opcode is None:
-            return Message(bytes(payload).decode() if opcode == OP_TEXT else payload)  # usual: no copy
+            return Message(_text(payload) if opcode == OP_TEXT else payload)  # the usual: no copy
         self._opcode = self._opcode if self._opcode is not None else opcode
         self._parts.append(bytes(payload))  # the buffer is reused by the next read
-        if self.max_message_size is not None and sum(map(len, self._parts)) > self.max_message_size:
+        self._parts_size += len(payload)
+        if self.max_message_size is not None and self._parts_size > self.max_message_size:
             raise Violation(TOO_LARGE, "the message is too large")
+        if len(self._parts) > MAX_FRAGMENTS:
+            raise Violation(TOO_LARGE, f"a message in more than {MAX_FRAGMENTS} fragments")
         if not fin:
             return None
         data, opcode = b"".join(self._parts), self._opcode
-        self._parts, self._opcode = [], None
-        return Message(data.decode() if opcode == OP_TEXT else data)
+        self._parts, self._opcode, self._parts_size = [], None, 0
+        return Message(_text(data) if opcode == OP_TEXT else data)
+
+
+def _text(payload):
+    try:
+        return bytes(payload).decode()
+    except UnicodeDecodeError:
+        raise Violation(INVALID_DATA, "a text message that is not UTF-8") from None

@@ -159,11 +159,15 @@ class FrameTransport:
     receive() is for one reader; send()/send_parts() for any number of greenlets."""
 
     def __init__(self, sock, client, buffered=b"", max_message_size=None, masking=True):
+        """masking: True (RFC 6455), False (the mesh: unmasked both ways), or "agreed"
+        (a server that agreed to a client's unmasked frames: either kind is taken, in
+        case a proxy dropped the agreement from the answer)."""
         self.sock, self.client = sock, client
-        self._masks = client and masking
+        self._masks = client and masking is True
         self.connected = True
         self._sending = Semaphore()
-        self._reader = wire.FrameReader(masking and not client, max_message_size, buffered, numpy_mask_in_place)
+        expects_mask = None if masking == "agreed" else (masking and not client)
+        self._reader = wire.FrameReader(expects_mask, max_message_size, buffered, numpy_mask_in_place)
         self._out = bytearray(wire.RECEIVE_BYTES)  # frames are encoded here, under the send lock
         self._close_sent = False
         try:
@@ -275,4 +279,4 @@ def accept_frames(handler, max_message_size=None):
     unmasked = request.headers.get(name, "").strip().lower() == value
     sock.sendall(wire.upgrade_answer(key, [wire.UNMASKED_HEADER] if unmasked else []))
     return _serve(handler, FrameTransport(sock, client=False, max_message_size=max_message_size,
-                                          masking=not unmasked))
+                                          masking="agreed" if unmasked else True))

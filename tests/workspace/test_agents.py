@@ -156,10 +156,11 @@ class RefusingPlatform:
     """A stand-in platform (a thread) that accepts the agent's websocket, reads its
     HELLO and closes with `code` and `reason` without answering it (as a platform of
     another protocol version does, or one whose Redis is down); it records when each
-    connection came."""
+    connection came. `with_the_answer`: the close goes in the same write as the 101,
+    before any HELLO (as the platform closes when it cannot record the agent)."""
 
-    def __init__(self, code, reason):
-        self.code, self.reason = code, reason
+    def __init__(self, code, reason, with_the_answer=False):
+        self.code, self.reason, self.with_the_answer = code, reason, with_the_answer
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
         self.arrivals = []
@@ -187,10 +188,15 @@ class RefusingPlatform:
                 head += data
             key = next(line.split(b":", 1)[1].strip().decode() for line in head.split(b"\r\n")
                        if line.lower().startswith(b"sec-websocket-key:"))
-            sock.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                         b"Sec-WebSocket-Accept: " + accept_value(key).encode() + b"\r\n\r\n")
+            answer = (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                      b"Sec-WebSocket-Accept: " + accept_value(key).encode() + b"\r\n\r\n")
+            body = self.code.to_bytes(2, "big") + self.reason.encode()
+            if self.with_the_answer:
+                sock.sendall(answer + frame_head(OP_CLOSE, len(body)) + body)
+                sock.recv(65536)
+                return
+            sock.sendall(answer)
             if sock.recv(65536):  # the HELLO (its frame's bytes are not looked at)
-                body = self.code.to_bytes(2, "big") + self.reason.encode()
                 sock.sendall(frame_head(OP_CLOSE, len(body)) + body)
         except OSError:
             return
@@ -199,8 +205,10 @@ class RefusingPlatform:
         self.listener.close()
 
 
-def test_an_agent_the_platform_does_not_accept_logs_the_reason_and_retries_with_backoff(start_agent):
-    platform = RefusingPlatform(1013, "Redis is not answering")
+@pytest.mark.parametrize("with_the_answer", [False, True])
+def test_an_agent_the_platform_does_not_accept_logs_the_reason_and_retries_with_backoff(start_agent,
+                                                                                        with_the_answer):
+    platform = RefusingPlatform(1013, "Redis is not answering", with_the_answer)
     try:
         process = start_agent(platform.url, "token-of-a-refused-agent")
         deadline = time.monotonic() + 30

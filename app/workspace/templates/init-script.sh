@@ -19,6 +19,10 @@ export WORKSPACE_AGENT_TOKEN
 for tool in curl python3 sha256sum; do
     command -v "$tool" >/dev/null 2>&1 || { echo "workspace-agent init: $tool is not installed" >&2; exit 2; }
 done
+if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 9))'; then
+    echo "workspace-agent init: the agent needs Python 3.9 or later; python3 is $(python3 -V 2>&1)" >&2
+    exit 2
+fi
 DIR="${WORKSPACE_AGENT_DIR:-${HOME:-/tmp}/.cache/workspace-agent}"
 mkdir -p "$DIR" && chmod 700 "$DIR" || exit 2
 AGENT="$DIR/@FILE_NAME@"
@@ -53,8 +57,8 @@ while :; do
         status=$?
         child=""
         if [ "$status" -eq @OUTDATED@ ]; then
+            # The platform's file is fetched next; should it say so again, the wait grows.
             echo "workspace-agent init: the agent is out of date; fetching the platform's" >&2
-            delay=1
         else
             echo "workspace-agent init: the agent stopped (status $status); starting it again" >&2
             [ $(( $(date +%s) - started )) -ge 60 ] && delay=1
