@@ -60,7 +60,8 @@ def bootstrap_packages():
 def playbook_packages():
     """Every Debian package the roles and bootstrap.sh install."""
     base = _yaml(ROOT / "ops/roles/base/defaults/main.yml")["base_packages"]
-    web = _yaml(ROOT / "ops/roles/nginx/defaults/main.yml")["nginx_packages"]
+    nginx = _yaml(ROOT / "ops/roles/nginx/defaults/main.yml")
+    web = nginx["nginx_packages"] + nginx["nginx_acme_packages"]
     return sorted(set(base) | set(web) | set(bootstrap_packages()))
 
 

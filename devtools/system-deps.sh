@@ -3,7 +3,7 @@
 # Needs root for apt-get; as another user it names the command to run instead.
 set -euo pipefail
 # command -> Debian package
-declare -A PACKAGES=([nginx]=nginx-light [openssl]=openssl [espeak-ng]=espeak-ng [chromium]=chromium [debootstrap]=debootstrap [systemd-nspawn]=systemd-container [systemd-analyze]=systemd [node]=nodejs [redis-server]=redis-server [wrk]=wrk [nft]=nftables [ip]=iproute2)
+declare -A PACKAGES=([nginx]=nginx-light [openssl]=openssl [espeak-ng]=espeak-ng [chromium]=chromium [debootstrap]=debootstrap [systemd-nspawn]=systemd-container [systemd-analyze]=systemd [node]=nodejs [redis-server]=redis-server [wrk]=wrk [nft]=nftables [ip]=iproute2 [pebble]=pebble)
 missing=()
 for cmd in "${!PACKAGES[@]}"; do
   command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || missing+=("${PACKAGES[$cmd]}")

@@ -78,6 +78,8 @@ def pytest_addoption(parser):
         group.addoption(f"--{name}-host", default=None,
                         help=f"Host header to send to --{name}-url (when the URL is an address)")
     group.addoption("--insecure", action="store_true", help="do not verify TLS certificates (staging)")
+    group.addoption("--ca-file", default=None,
+                    help="verify TLS certificates against this CA file instead of the system's (a private ACME server)")
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,8 @@ Tests run in file order on one box (module scope): each leaves the box as it fou
 """
 import json
 import re
+import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -17,20 +19,21 @@ from urllib.parse import urlsplit
 
 import pytest
 import requests
-import urllib3
 import yaml
 
 from devtools import staging
+from devtools.acme_server import AcmeServer
 from devtools.fake_openai import FakeOpenAI
 from devtools.oidc_provider import sign_in
 from devtools.services import free_port
+from devtools.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 DOMAIN = "staging.test"
 USER, PASSWORD = "alice", "staging-" + uuid.uuid4().hex
-urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)  # the box's self-signed certificate
+ACME_CA = "/etc/bundle/acme-ca.pem"  # in the box: what certbot trusts to reach pebble
 
 
 class ServerName(requests.adapters.HTTPAdapter):
@@ -45,9 +48,10 @@ class ServerName(requests.adapters.HTTPAdapter):
 
 
 class Staging:
-    def __init__(self, box, port, idp_port, services, first_pull):
+    def __init__(self, box, port, idp_port, services, first_pull, acme, acme_root):
         self.box, self.port, self.idp_port = box, port, idp_port
         self.services, self.first_pull = services, first_pull
+        self.acme, self.acme_root = acme, acme_root  # pebble, and a file with the root it issues under
         self.base = f"https://127.0.0.1:{port}"
         self.issuer = f"http://127.0.0.1:{idp_port}"
 
@@ -56,7 +60,7 @@ class Staging:
 
     def client(self, service):
         http = requests.Session()
-        http.verify = False
+        http.verify = str(self.acme_root)  # the box's certificate comes from pebble
         http.trust_env = False  # else REQUESTS_CA_BUNDLE from the environment overrides verify
         http.mount("https://", ServerName(self.host(service)))
         http.headers["Host"] = self.host(service)
@@ -93,13 +97,17 @@ def recap(output):
     return dict(item.split("=") for item in match.group(1).split())
 
 
-def _vars(port, service_ports, idp_port, ai_base_url):
+def _vars(port, service_ports, idp_port, ai_base_url, acme):
     return {
         "bundle_domain": DOMAIN,
         "bundle_https_port": port,
         "bundle_ports": service_ports,
         "nginx_listen_addresses": ["127.0.0.1"],
-        "nginx_http_redirect_port": "",
+        # Certificates from pebble on this machine, whose http-01 checks come to this port.
+        "nginx_http_redirect_port": acme.http_port,
+        "nginx_acme_email": f"admin@{DOMAIN}",
+        "nginx_acme_directory": acme.directory,
+        "nginx_acme_ca_file": ACME_CA,
         "identity_provider_backend": "standin",
         "identity_provider_standin_port": idp_port,
         "identity_provider_upstream": f"127.0.0.1:{idp_port}",
@@ -118,7 +126,7 @@ def _vars(port, service_ports, idp_port, ai_base_url):
 
 @pytest.fixture(scope="module")
 def stage(tmp_path_factory):
-    reason = staging.nspawn_unavailable()
+    reason = staging.nspawn_unavailable() or AcmeServer.unavailable()
     if reason:
         pytest.skip(f"!!! STAGING BOX NOT RUN: {reason} !!!")
     root = staging.ensure_root(log=lambda line: print(line, file=sys.stderr))
@@ -129,17 +137,21 @@ def stage(tmp_path_factory):
     service_ports = {name: free_port() for name in ("workspace", "decks", "notebook", "audio", "wizard")}
     pip_cache = staging.CACHE / "pip"
     pip_cache.mkdir(parents=True, exist_ok=True)
-    with FakeOpenAI() as ai, staging.Box.boot(root, binds=[(pip_cache, "/root/.cache/pip")],
-                                              ro_binds=[(repo, "/srv/bundle.git")]) as box:
+    binds, ro_binds = [(pip_cache, "/root/.cache/pip")], [(repo, "/srv/bundle.git")]
+    with FakeOpenAI() as ai, AcmeServer(free_port(), work / "acme") as acme, \
+            staging.Box.boot(root, binds=binds, ro_binds=ro_binds) as box:
         box.trust_host_certificates()
         box.run("sh", "-c", "install -d -m 0755 /etc/bundle && cat > /etc/bundle/vars.yml",
-                input=yaml.safe_dump(_vars(port, service_ports, idp_port, ai.base_url)))
+                input=yaml.safe_dump(_vars(port, service_ports, idp_port, ai.base_url, acme)))
+        box.run("sh", "-c", f"cat > {ACME_CA}", input=acme.tls_ca_file.read_text())
         box.run("sh", "-c", "cat > /root/bootstrap.sh", input=bootstrap)
         pulled = box.run("bash", "/root/bootstrap.sh", "--repo", "/srv/bundle.git", "--branch", "staging",
                          timeout=1200)
         enabled = box.run("sh", "-c", "ls /etc/bundle/*.env").stdout.split()
         services = sorted(Path(p).stem for p in enabled)
-        yield Staging(box, port, idp_port, services, pulled.stdout)
+        acme_root = work / "acme-root.pem"
+        acme_root.write_text(acme.issuing_root())
+        yield Staging(box, port, idp_port, services, pulled.stdout, acme, acme_root)
 
 
 def test_provisioned_services_are_active_and_their_units_verify(stage):
@@ -180,8 +192,29 @@ def test_the_box_installs_only_what_the_services_run(stage):
     assert not names & tools, f"test tools on a production host: {sorted(names & tools)}"
 
 
+def _served_certificate(stage, name):
+    """The certificate the box's nginx serves for `name`, verified against the ACME
+    server's root (chain, names, dates): its serial number."""
+    context = ssl.create_default_context(cafile=str(stage.acme_root))
+    with socket.create_connection(("127.0.0.1", stage.port), timeout=10) as raw, \
+            context.wrap_socket(raw, server_hostname=name) as tls:
+        return tls.getpeercert()["serialNumber"]
+
+
+def test_the_certificate_comes_from_the_acme_server_for_every_host(stage):
+    served = stage.box.run("readlink", "/etc/bundle/tls/served.crt").stdout.strip()
+    if served != "/etc/letsencrypt/live/bundle/fullchain.pem":
+        certbot = stage.box.run("tail", "-n", "60", "/var/log/letsencrypt/letsencrypt.log", check=False)
+        pytest.fail(f"nginx serves {served}; the pull said:\n"
+                    + "\n".join(line for line in stage.first_pull.splitlines() if "certbot" in line)
+                    + "\n--- certbot's log ---\n" + certbot.stdout + certbot.stderr)
+    names = [stage.host(service) for service in stage.services] + [f"auth.{DOMAIN}"]
+    assert len({_served_certificate(stage, name) for name in names}) == 1  # one certificate for all
+    assert stage.systemctl("is-enabled", "certbot.timer") == "enabled"
+
+
 def test_acceptance_suite_passes_through_the_box(stage):
-    options = ["--insecure"]
+    options = ["--ca-file", str(stage.acme_root)]  # the chain is verified, as a browser would
     for service in stage.services:
         options += [f"--{service}-url", stage.base, f"--{service}-host", stage.host(service)]
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
@@ -217,8 +250,12 @@ def test_a_killed_service_is_back_within_seven_seconds(stage):
     restarts = int(stage.systemctl("show", "-p", "NRestarts", "--value", "bundle@decks.service"))
     killed = time.monotonic()
     stage.box.run("kill", "-KILL", pid)
-    down = stage.get("decks", "/healthz")
-    assert down.status_code == 502 and "error" in down.json()  # nginx answers while it is down
+    # Its orphaned workers may answer for a moment yet (until they notice, or systemd
+    # kills the rest of the unit); then nginx answers for the service while it is down.
+    answers = []
+    wait_for(lambda: answers.append(stage.get("decks", "/healthz")) or answers[-1].status_code == 502,
+             "a 502 from nginx", timeout=5)
+    assert "error" in answers[-1].json()
     back = _wait_healthy(stage, killed + 15)
     assert back is not None, "the deck service did not come back within 15 s"
     assert 5 <= back - killed <= 7.5, f"back after {back - killed:.1f} s (RestartSec=5)"
@@ -260,6 +297,19 @@ def test_stop_with_a_hundred_open_streams_ends_within_twenty_seconds(stage):
     assert took < 20, f"systemctl stop took {took:.1f} s"
     assert len(ended) == 100 and not errors
     assert _wait_healthy(stage, time.monotonic() + 15)
+
+
+def test_a_renewal_by_certbots_timer_is_served_without_restarting_anything(stage):
+    units = [f"bundle@{service}.service" for service in stage.services] + ["nginx.service"]
+    pids = {unit: stage.systemctl("show", "-p", "MainPID", "--value", unit) for unit in units}
+    before = _served_certificate(stage, stage.host("decks"))
+    # What certbot.timer starts: pebble's certificates (20 days) are inside the 30-day window.
+    stage.systemctl("start", "certbot.service")
+    try:  # nginx's new workers take the new configuration a moment after the reload returns
+        wait_for(lambda: _served_certificate(stage, stage.host("decks")) != before, "the renewed certificate")
+    except TimeoutError:
+        pytest.fail(stage.box.run("journalctl", "-u", "certbot", "-n", "30", "--no-pager").stdout)
+    assert {unit: stage.systemctl("show", "-p", "MainPID", "--value", unit) for unit in units} == pids
 
 
 def test_a_second_pull_changes_nothing(stage):

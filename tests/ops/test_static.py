@@ -113,14 +113,15 @@ def _self_signed(directory):
 
 
 def test_every_site_passes_nginx_t_with_production_variables(tmp_path):
-    """Rendered as the nginx role renders them (TLS, every host, the redirect server,
-    the identity provider's site), then `nginx -t` in a throw-away prefix."""
+    """Rendered as the nginx role renders them (TLS, every host, the redirect server with
+    ACME's challenges, the identity provider's site), then `nginx -t` in a throw-away prefix."""
     crt, key = _self_signed(tmp_path)
     services = nginx.site_services()
     variables = nginx.variables_for(443, {s: f"127.0.0.1:{7080 + i}" for i, s in enumerate(services)},
                                     hosts={s: f"{s}.example.org" for s in services},
                                     listen_address=["127.0.0.1"], tls_certificate=crt,
                                     tls_certificate_key=key, http2=True, http_redirect_port=80,
+                                    acme_webroot=str(tmp_path / "acme"),
                                     wizard_uploads_dir=str(tmp_path / "uploads"),
                                     wizard_auth_request_url="http://127.0.0.1:9091/api/authz/auth-request")
     prefix = tmp_path / "prefix"

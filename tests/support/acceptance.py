@@ -91,7 +91,8 @@ def target_for(request, tmp_path_factory, name):
     (seeded as `make run` seeds it) behind a real nginx."""
     url = request.config.getoption(f"--{name}-url")
     if url:
-        yield Target(url, request.config.getoption(f"--{name}-host"), not request.config.getoption("--insecure"))
+        verify = request.config.getoption("--ca-file") or not request.config.getoption("--insecure")
+        yield Target(url, request.config.getoption(f"--{name}-host"), verify)
         return
     prepare, seeder, env = LOCAL[name]
     data_dir = tmp_path_factory.mktemp(f"acceptance-{name}")
