@@ -1,5 +1,6 @@
 """A bare Debian root to play a user's workspace (a container the user owns) in a test:
-Debian 12 minbase with only python3, curl and ca-certificates added, run in systemd-nspawn.
+Debian minbase (12 by default; `suite=` another) with only python3, curl and ca-certificates
+added, run in systemd-nspawn.
 
     root = ensure_bare_root()             # cached debootstrap root (built once, ~1 min)
     with Workspace.start(root, ["/bin/sh", "-c", "curl -fsS http://... | sh"],
@@ -32,12 +33,12 @@ PACKAGES = ["python3", "curl", "ca-certificates"]
 BARE_FORMAT = "3"  # bump to rebuild the cache when the build steps change
 
 
-def ensure_bare_root(log=print):
+def ensure_bare_root(log=print, suite=SUITE):
     """The cached bare root, built if missing (same discipline as staging.ensure_root: a
     lock, built in a temporary directory and renamed into place, other keys removed)."""
     CACHE.mkdir(parents=True, exist_ok=True)
-    key = hashlib.sha256(json.dumps([BARE_FORMAT, SUITE, PACKAGES]).encode()).hexdigest()[:16]
-    target = CACHE / f"bare-{key}"
+    key = hashlib.sha256(json.dumps([BARE_FORMAT, suite, PACKAGES]).encode()).hexdigest()[:16]
+    target = CACHE / f"bare-{suite}-{key}"
     with open(CACHE / "bare.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time; others wait, then find it
         if target.is_dir():
@@ -50,7 +51,7 @@ def ensure_bare_root(log=print):
         with open(CACHE / "lock", "w") as staging_lock:  # staging's builds write to debs too
             fcntl.flock(staging_lock, fcntl.LOCK_EX)
             _run(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}",
-                  f"--cache-dir={debs}", SUITE, str(build), MIRROR], timeout=1800)
+                  f"--cache-dir={debs}", suite, str(build), MIRROR], timeout=1800)
         # minbase has no /etc/hosts (lines are appended per run) and copies the host's hostname.
         (build / "etc/hosts").write_text("127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n")
         (build / "etc/hostname").write_text("workspace\n")
@@ -59,8 +60,10 @@ def ensure_bare_root(log=print):
             leftover.unlink()
         build.chmod(0o755)
         build.rename(target)
-        for other in CACHE.glob("bare-*"):  # older keys and killed builds
-            if other != target:
+        for other in CACHE.glob("bare-*"):  # this suite's older keys, killed builds, the unnamed format
+            stale = other.name.startswith(("bare-build-", f"bare-{suite}-")) or \
+                re.fullmatch(r"bare-[0-9a-f]{16}", other.name)
+            if other != target and stale:
                 shutil.rmtree(other, ignore_errors=True)
         log(f"bare root: built in {time.monotonic() - started:.0f} s")
         return target

@@ -25,12 +25,13 @@ HOST = "127.0.0.1"
 PAGE = "hello from inside the workspace\n"
 
 
-@pytest.fixture(scope="module")
-def root():
+# Debian 12 (python3 3.11) and Debian 11 (3.9, the oldest the agent supports).
+@pytest.fixture(scope="module", params=["bookworm", "bullseye"])
+def root(request):
     reason = bare_root.unavailable()
     if reason:
         pytest.skip(f"!!! WORKSPACE ROOT NOT RUN: {reason} !!!")
-    return bare_root.ensure_bare_root(log=lambda line: print(line, file=sys.stderr))
+    return bare_root.ensure_bare_root(log=lambda line: print(line, file=sys.stderr), suite=request.param)
 
 
 def _terminal_says(base, owner, agent_id, command, expected):
