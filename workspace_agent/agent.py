@@ -37,7 +37,14 @@ import uuid
 from urllib.parse import urlencode, urlsplit
 
 from workspace_agent import version
-from workspace_agent.connection import DIAL_TIMEOUT_S, TOKEN_HEADER, StreamClosed, connect, relay_link
+from workspace_agent.connection import (
+    DIAL_TIMEOUT_S,
+    TOKEN_HEADER,
+    StreamClosed,
+    connect,
+    is_local_name,
+    relay_link,
+)
 from workspace_agent.terminals import Terminals
 from workspace_protocol.mux import MAX_DATA, OUTDATED_EXIT, VERSION_REFUSED, version_mismatch
 from workspace_protocol.websocket import UNMASKED_HEADER, HandshakeRefused
@@ -136,7 +143,7 @@ def unmasked_is_safe(url):
     try:
         return ipaddress.ip_address(parts.hostname or "").is_loopback
     except ValueError:
-        return parts.hostname == "localhost"
+        return is_local_name(parts.hostname or "")
 
 
 class Outdated(Exception):

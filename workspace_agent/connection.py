@@ -324,7 +324,8 @@ async def connect(url, headers, opens, on_open=None, on_hello=None, on_relay=Non
     context = ssl.create_default_context() if secure else None
     try:
         await asyncio.wait_for(loop.create_connection(
-            lambda: link, parts.hostname, parts.port or (443 if secure else 80), ssl=context), timeout)
+            lambda: link, dial_address(parts.hostname), parts.port or (443 if secure else 80), ssl=context,
+            server_hostname=parts.hostname if secure else None), timeout)
         link.start_handshake(parts.netloc, f"{parts.path or '/'}{'?' + parts.query if parts.query else ''}", headers)
         await asyncio.wait_for(asyncio.shield(link.upgraded), timeout)
     except asyncio.TimeoutError:
@@ -335,6 +336,16 @@ async def connect(url, headers, opens, on_open=None, on_hello=None, on_relay=Non
             link.transport.close()
         raise
     return link
+
+
+def is_local_name(host):
+    """localhost and *.localhost: loopback, as RFC 6761 has it (curl and browsers do so;
+    glibc without nss-myhostname does not, and `make run` names its sites so)."""
+    return host == "localhost" or host.endswith(".localhost")
+
+
+def dial_address(host):
+    return "127.0.0.1" if is_local_name(host) else host
 
 
 def relay_link(url, headers, opens, peer, me, on_open=None, hello=None):

@@ -122,3 +122,12 @@ def test_a_minted_init_script_carries_a_new_token_and_needs_the_owner(platform, 
         wait_status(ws, owner, agent["id"], "connected")
     finally:
         _stop(process)
+
+
+def test_the_agent_reaches_a_platform_named_under_localhost(platform, start_agent):
+    """`make run` names its sites *.localhost; the agent dials such names on loopback
+    (RFC 6761), as curl and browsers do, where the system's resolver would not."""
+    ws, owner = platform
+    agent = create_workspace(ws, owner, "local-name", [{"name": "main"}])["agents"][0]
+    start_agent(f"http://workspace.localhost:{ws.service.port}", agent["token"])
+    wait_status(ws, owner, agent["id"], "connected")
