@@ -320,6 +320,8 @@ class ProviderState:
         self.users = _index([_user_from_config(u) for u in config.get("users") or []],
                             "username", "username")
         self.key = RSAKey.generate_key(2048, parameters={"use": "sig", "alg": "RS256"}, auto_kid=True)
+        # Tests set this to sign id_tokens with a key the JWKS does not publish (a forgery).
+        self.signing_key = None
         self.codes = {}
         self.tokens = {}
         self.lock = threading.Lock()
@@ -434,10 +436,10 @@ class MinimalOpenIDCode(OpenIDCode):
         return False
 
     def resolve_client_private_key(self, client):
-        return self.state.key
+        return self.state.signing_key or self.state.key
 
     def get_encode_header(self, client):
-        return {"alg": "RS256", "kid": self.state.key.kid}
+        return {"alg": "RS256", "kid": (self.state.signing_key or self.state.key).kid}
 
     def get_client_claims(self, client):
         return {"iss": self.state.current_issuer(), "aud": [client.client_id], "azp": client.client_id,

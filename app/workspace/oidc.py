@@ -33,7 +33,7 @@ from authlib.integrations.requests_client import OAuth2Session
 from authlib.oidc.core import CodeIDToken
 from flask import current_app, make_response, redirect, render_template, request
 from joserfc import jwt
-from joserfc.errors import InvalidKeyIdError, JoseError
+from joserfc.errors import BadSignatureError, InvalidKeyIdError, JoseError
 from joserfc.jwk import KeySet
 from joserfc.jws import JWSRegistry
 from peewee import IntegrityError
@@ -125,8 +125,8 @@ def provider_metadata():
 
 
 def _key_set(metadata, refresh=False):
-    """The provider's signing keys. `refresh`: a key id was unknown, so the keys were
-    probably rotated: fetch them again. (id_tokens come only from the token endpoint,
+    """The provider's signing keys. `refresh`: a key id was unknown or a signature did not
+    verify, so the keys were probably rotated: fetch them again. (id_tokens come only from the token endpoint,
     over the back channel, so no outsider can make us refetch at will.)"""
     document = _cached(metadata["jwks_uri"], "JWKS", force=refresh)
     try:
@@ -277,7 +277,9 @@ def _verify_id_token(metadata, id_token, access_token, nonce):
     try:
         try:
             decoded = jwt.decode(id_token, _key_set(metadata), registry=registry)
-        except InvalidKeyIdError:  # keys were rotated since we cached them
+        except (InvalidKeyIdError, BadSignatureError):
+            # The keys were rotated since we cached them: under a new key id, or (as
+            # LemonLDAP::NG 2.16 does) a new key under the same id. Fetched again, once.
             decoded = jwt.decode(id_token, _key_set(metadata, refresh=True), registry=registry)
         settings = _settings()
         claims = CodeIDToken(decoded.claims, decoded.header,

@@ -265,9 +265,15 @@ def test_id_token_signatures_are_checked_against_the_jwks(oidc_stack):
     stack.idp.state.key = RSAKey.generate_key(2048, parameters={"use": "sig", "alg": "RS256"}, auto_kid=True)
     http, answer = stack.sso("dave")
     assert answer.status_code == 303 and stack.me(http).status_code == 200
-    # A token signed by another key under a known key id does not verify.
+    # A new key under the same key id: the signature fails on the cached key, so the keys
+    # are fetched again, and the new one verifies.
     known_kid = stack.idp.state.key.kid
     stack.idp.state.key = RSAKey.generate_key(2048, parameters={"use": "sig", "alg": "RS256", "kid": known_kid})
+    http, answer = stack.sso("dave")
+    assert answer.status_code == 303 and stack.me(http).status_code == 200
+    # A token signed by a key the provider does not publish, under its key id, does not verify.
+    stack.idp.state.signing_key = RSAKey.generate_key(2048, parameters={"use": "sig", "alg": "RS256",
+                                                                        "kid": known_kid})
     http, answer = stack.sso("dave")
     assert_error_page(answer, 502, "could not be verified")
     assert stack.me(http).status_code == 401
