@@ -20,10 +20,8 @@ import workspace_protocol.websocket as wire
 from workspace_protocol.mux import (
     DATA,
     HEADER,
-    HELLO,
     MESSAGE_LIMIT,
     MISSED_PONGS,
-    VERSION,
     VERSION_REFUSED,
     Broken,
     Changed,
@@ -35,7 +33,7 @@ from workspace_protocol.mux import (
     Reply,
     StreamClosed,
     StreamState,
-    json_payload,
+    hello_frame,
     version_mismatch,
 )
 
@@ -196,20 +194,18 @@ class Link(asyncio.BufferedProtocol):
         await self._drained.wait()
 
     def hello(self, info):
-        self.send(HEADER.pack(HELLO, 0), json_payload({"version": VERSION, **info}))
+        self.send(hello_frame(info))
 
     async def open(self, meta, data=b""):
         """A new stream to the peer (the opening side only); `data` goes with the OPEN
         as far as the window allows, the rest after it."""
         if self.closed.done():
             raise StreamClosed(self.closed.result())
-        stream, opening = self.protocol.open(meta)
-        self.send(opening)
-        first = data[:stream.reserve(len(data))]
-        if first:
-            self.send(HEADER.pack(DATA, stream.id), first)
-        if len(first) < len(data):
-            await stream.write(data[len(first):])
+        stream, frames, rest = self.protocol.open(meta, data)
+        for header, payload in frames:
+            self.send(header, payload)
+        if rest:
+            await stream.write(rest)
         return stream
 
     def ping(self):
@@ -348,22 +344,20 @@ def dial_address(host):
     return "127.0.0.1" if is_local_name(host) else host
 
 
-def relay_link(url, headers, opens, peer, me, on_open=None, hello=None):
+async def relay_link(url, headers, opens, peer, me, on_open=None, hello=None):
     """connect() for one end of a relay session: our HELLO goes at once; the peer's
     is checked (another version closes the session) and resolves `link.ready`."""
-    async def start():
-        ready = asyncio.get_running_loop().create_future()
+    ready = asyncio.get_running_loop().create_future()
 
-        def on_hello(link, info):
-            refused = version_mismatch(info, peer, me)
-            if refused is not None:
-                link.close(refused, VERSION_REFUSED)
-            elif not ready.done():
-                ready.set_result(True)
+    def on_hello(link, info):
+        refused = version_mismatch(info, peer, me)
+        if refused is not None:
+            link.close(refused, VERSION_REFUSED)
+        elif not ready.done():
+            ready.set_result(True)
 
-        link = await connect(url, headers, opens, on_open=on_open, on_hello=on_hello)
-        link.ready = ready
-        link.hello(hello or {})
-        return link
-    return start()
+    link = await connect(url, headers, opens, on_open=on_open, on_hello=on_hello)
+    link.ready = ready
+    link.hello(hello or {})
+    return link
 

@@ -93,6 +93,16 @@ def version_mismatch(info, peer, me):
     return f"the {peer} speaks protocol version {version!r}, the {me} version {VERSION}"
 
 
+def hello_frame(info):
+    """Our HELLO: `info` with the protocol's VERSION."""
+    return frame(HELLO, 0, json_payload({"version": VERSION, **info}))
+
+
+def relay_frame(info):
+    """Platform -> agent: a RELAY invitation."""
+    return frame(RELAY, 0, json_payload(info))
+
+
 def resize_payload(rows, cols):
     return json_payload({"rows": rows, "cols": cols})
 
@@ -225,11 +235,17 @@ class Connection:
         self._next_id = 1
         self.unanswered_pings = 0
 
-    def open(self, meta):
-        """(a new stream, its OPEN frame)."""
+    def open(self, meta, data=b""):
+        """(a new stream, its OPEN frame and the first of `data` as far as the window
+        allows, as (header, payload) pairs to send in one write; the rest of `data`,
+        for the stream's write)."""
         stream_id, self._next_id = self._next_id, self._next_id + 1
         stream = self.streams[stream_id] = self.new_stream(stream_id, meta)
-        return stream, frame(OPEN, stream_id, json_payload(meta))
+        frames = [(HEADER.pack(OPEN, stream_id), json_payload(meta))]
+        count = stream.reserve(len(data))
+        if count:
+            frames.append((HEADER.pack(DATA, stream_id), data[:count]))
+        return stream, frames, data[count:]
 
     def closed(self, stream, reason):
         """`stream` is over (closed by either side or with the connection)."""

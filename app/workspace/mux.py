@@ -14,11 +14,8 @@ from simple_websocket import ConnectionClosed
 from workspace_protocol.mux import (
     DATA,
     HEADER,
-    HELLO,
     MAX_DATA,
     MISSED_PONGS,
-    RELAY,
-    VERSION,
     Broken,
     Changed,
     Connection,
@@ -29,7 +26,8 @@ from workspace_protocol.mux import (
     Reply,
     StreamClosed,
     StreamState,
-    json_payload,
+    hello_frame,
+    relay_frame,
 )
 
 log = logging.getLogger("bundle.workspace.mux")
@@ -138,14 +136,14 @@ class Mux:
             pass
 
     def hello(self, info):
-        self.transport.send(HEADER.pack(HELLO, 0) + json_payload({"version": VERSION, **info}))
+        self.transport.send(hello_frame(info))
 
     def invite(self, info):
         """Platform -> agent: a RELAY invitation; False when the connection is gone."""
         if self.closed_reason is not None:
             return False
         try:
-            self.transport.send(HEADER.pack(RELAY, 0) + json_payload(info))
+            self.transport.send(relay_frame(info))
         except (ConnectionClosed, OSError):
             return False
         return True
@@ -155,15 +153,11 @@ class Mux:
         any, goes in the same write as the OPEN (one wake-up of the peer, not two)."""
         if self.closed_reason is not None:
             raise StreamClosed(self.closed_reason)
-        stream, opening = self.protocol.open(meta)
-        frames = [(opening[:HEADER.size], opening[HEADER.size:])]
-        first = data[:stream.reserve(len(data))]
-        if first:
-            frames.append((HEADER.pack(DATA, stream.id), first))
+        stream, frames, rest = self.protocol.open(meta, data)
         try:
             self._send_batch(frames)
-            if len(first) < len(data):
-                stream.write(data[len(first):])
+            if rest:
+                stream.write(rest)
         except (ConnectionClosed, OSError) as exc:
             self.forget(stream, f"the connection failed: {exc}")
             raise StreamClosed(stream.closed_reason) from None

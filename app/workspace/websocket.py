@@ -134,16 +134,14 @@ class Transport:
 
 # --------------------------------------------------------------------------- own framing (agent connection)
 
-# Below this, one big-integer XOR costs less than numpy's per-call overhead.
+# Below this, the standard library's masking costs less than numpy's per-call overhead.
 NUMPY_MASK_BYTES = 512
 
 
 def numpy_mask_in_place(buffer, offset, length, key):
     """workspace_protocol.websocket.mask_in_place, as an XOR of 64-bit words in numpy."""
     if length < NUMPY_MASK_BYTES:
-        view = memoryview(buffer)[offset:offset + length]
-        keys = (key * (length // 4 + 1))[:length]
-        view[:] = (int.from_bytes(view, "little") ^ int.from_bytes(keys, "little")).to_bytes(length, "little")
+        wire.mask_in_place(buffer, offset, length, key)
         return
     whole = length & ~7
     words = numpy.frombuffer(buffer, numpy.uint64, whole // 8, offset)
