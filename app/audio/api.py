@@ -3,10 +3,11 @@ from flask import Response, current_app, request
 
 from app.audio import bp
 from app.audio.middleware import MAX_BODY_BYTES
-from app.audio.providers import ProviderFailed, Unavailable
+from app.audio.providers import ProviderFailed
+from app.audio.providers import Unavailable as ProviderUnavailable
 from app.audio.schemas import SpeechSchema
 from app.common.body import json_object, query_int, query_text, validated
-from app.common.failures import ApiError
+from app.common.failures import ApiError, NotFound, Unavailable, UpstreamFailed
 
 
 def _providers():
@@ -35,17 +36,17 @@ def _require(provider, probe):
     """503 with the probe's reason when the provider is known to be unavailable."""
     result = probe.state()
     if not result.available:
-        raise ApiError(503, f"{provider.name} is unavailable: {result.reason}")
+        raise Unavailable(f"{provider.name} is unavailable: {result.reason}")
 
 
 def _ask(fn, *args, lookup_status=404, lookup_field=None):
     """Call a provider, turning its failures into the API's errors."""
     try:
         return fn(*args)
-    except Unavailable as exc:
-        raise ApiError(503, exc.reason) from None
+    except ProviderUnavailable as exc:
+        raise Unavailable(exc.reason) from None
     except ProviderFailed as exc:
-        raise ApiError(502, str(exc)) from None
+        raise UpstreamFailed(str(exc)) from None
     except LookupError as exc:
         message = f"{lookup_field}: {exc}" if lookup_field else str(exc)
         raise ApiError(lookup_status, message, field=lookup_field) from None
@@ -102,7 +103,7 @@ def preview(sound_id):
     providers = _providers()
     library, _, key = sound_id.partition(":")
     if library != providers.soundlib.name or not key:
-        raise ApiError(404, f"no sound {sound_id!r} in the {providers.soundlib.name} library")
+        raise NotFound(f"no sound {sound_id!r} in the {providers.soundlib.name} library")
     _require(providers.soundlib, providers.soundlib_probe)
     content_type, audio, identity = _ask(providers.soundlib.preview, key)
     return Response(audio, mimetype=content_type, headers={"X-Preview-Identity": identity})

@@ -13,7 +13,7 @@ Every response then carries `X-Content-Type-Options: nosniff` and
 from flask import current_app, request
 
 from app.common.body import read_body
-from app.common.failures import ApiError
+from app.common.failures import ApiError, Forbidden, UnsupportedType
 
 MAX_BODY_BYTES = 8192
 APP_ONLY = ("voices", "speech", "soundlib/search", "soundlib/preview")
@@ -28,12 +28,12 @@ def check_request():
     settings = current_app.config["AUDIO"]
     origin = request.headers.get("Origin")
     if origin is not None and origin != settings.public_origin:
-        raise ApiError(403, "this origin is not allowed", field="Origin")
+        raise Forbidden("this origin is not allowed", field="Origin")
     route = _route(request.path) or ""
     if route.startswith(APP_ONLY) and request.headers.get("X-App-Request") != "1":
-        raise ApiError(403, "the X-App-Request: 1 header is required", field="X-App-Request")
+        raise Forbidden("the X-App-Request: 1 header is required", field="X-App-Request")
     if route == "speech" and request.headers.get("Content-Type") != "application/json":
-        raise ApiError(415, "the content type must be exactly application/json", field="Content-Type")
+        raise UnsupportedType("the content type must be exactly application/json", field="Content-Type")
     if request.content_length is not None or request.headers.get("Transfer-Encoding"):
         read_body(MAX_BODY_BYTES)  # kept for the route; 413 past the limit, declared or not
     if route.startswith("soundlib/preview") and "Range" in request.headers:

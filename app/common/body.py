@@ -1,6 +1,6 @@
 """Request bodies: size limits, JSON objects and marshmallow validation.
 
-Every bad body becomes an `ApiError` with a clear message and status: 413 over the
+Every bad body becomes a failure (app.common.failures) with a clear message: 413 over the
 limit, 415 for a non-JSON content type, 400 for malformed JSON, a non-object or a
 field that fails its schema (the message names the field).
 """
@@ -10,7 +10,7 @@ from flask import request
 from marshmallow import ValidationError, fields
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from app.common.failures import ApiError
+from app.common.failures import Invalid, UnsupportedType
 from app.common.offload import blocking
 
 # Parsing a body this large runs in the threadpool, off the gevent loop.
@@ -32,15 +32,15 @@ def read_body(limit):
 def json_object(limit):
     """The request body as a JSON object, at most `limit` bytes."""
     if not request.is_json:
-        raise ApiError(415, "the body must be JSON (Content-Type: application/json)")
+        raise UnsupportedType("the body must be JSON (Content-Type: application/json)")
     raw = read_body(limit)
     try:
         text = raw.decode("utf-8")
         data = blocking(json.loads, text) if len(raw) > _OFFLOAD_PARSE_BYTES else json.loads(text)
     except (UnicodeDecodeError, ValueError) as exc:
-        raise ApiError(400, f"the body is not valid JSON: {exc}") from None
+        raise Invalid(f"the body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
-        raise ApiError(400, "the body must be a JSON object")
+        raise Invalid("the body must be a JSON object")
     return data
 
 
@@ -61,7 +61,7 @@ def validated(schema, data):
     except ValidationError as exc:
         field, message = first_error(exc.messages)
         text = f"{field}: {message}" if field else message
-        raise ApiError(400, text, field=field or None, fields=exc.messages) from None
+        raise Invalid(text, field=field or None, fields=exc.messages) from None
 
 
 def query_int(args, name, default, minimum=0, maximum=None):
@@ -72,10 +72,10 @@ def query_int(args, name, default, minimum=0, maximum=None):
     try:
         value = int(raw, 10)
     except ValueError:
-        raise ApiError(400, f"{name}: must be an integer, got {raw[:40]!r}", field=name) from None
+        raise Invalid(f"{name}: must be an integer, got {raw[:40]!r}", field=name) from None
     if value < minimum or (maximum is not None and value > maximum):
         bound = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
-        raise ApiError(400, f"{name}: must be {bound}", field=name)
+        raise Invalid(f"{name}: must be {bound}", field=name)
     return value
 
 
@@ -84,10 +84,10 @@ def query_text(args, name, maximum, required=False):
     value = args.get(name)
     if value is None or value == "":
         if required:
-            raise ApiError(400, f"{name}: is required", field=name)
+            raise Invalid(f"{name}: is required", field=name)
         return None
     if len(value) > maximum:
-        raise ApiError(400, f"{name}: must be at most {maximum} characters", field=name)
+        raise Invalid(f"{name}: must be at most {maximum} characters", field=name)
     return value
 
 

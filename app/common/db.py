@@ -17,7 +17,7 @@ from peewee import InterfaceError, OperationalError, SqliteDatabase, TextField
 from playhouse.db_url import connect
 
 from app.common.config import ConfigError
-from app.common.failures import ApiError
+from app.common.failures import Unavailable
 from app.common.migrations import bring_up_to_date
 
 # A web worker's greenlets share its pool; past this many connections in use a request
@@ -92,8 +92,8 @@ DATABASE_UNAVAILABLE = (OperationalError, InterfaceError)
 def unavailable_error(exc):
     """The 503 that answers a request whose database went away under it (a restart,
     a lost host): the pool drops the broken connection, so later requests reconnect."""
-    return ApiError(503, "the database is unavailable; try again shortly", detail=str(exc).strip()[:200],
-                    retry_after=2)
+    return Unavailable("the database is unavailable; try again shortly", detail=str(exc).strip()[:200],
+                       retry_after=2)
 
 
 # The key of PostgreSQL's transaction-level advisory lock that write_transaction takes

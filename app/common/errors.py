@@ -2,8 +2,9 @@
 service's error body and a real non-2xx status.
 
 A service names its body shape with `error_body(status, message, extra)`; routes and
-the Flask-free modules below them raise `ApiError` (app.common.failures) or any
-werkzeug HTTPException, and never build error responses by hand.
+the Flask-free modules below them raise a kind of `Failure` (app.common.failures:
+NotFound, Conflict, Invalid, ...) or any werkzeug HTTPException, and never build error
+responses by hand. This is the one place where a failure becomes a response.
 """
 import logging
 
@@ -11,7 +12,7 @@ from flask import jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from app.common.db import DATABASE_UNAVAILABLE, unavailable_error
-from app.common.failures import ApiError
+from app.common.failures import Failure
 
 log = logging.getLogger("bundle.errors")
 
@@ -46,7 +47,7 @@ def _message(exc):
 
 
 def register(app, error_body):
-    @app.errorhandler(ApiError)
+    @app.errorhandler(Failure)
     def api_error(exc):
         retry = exc.extra.get("retry_after")
         return _respond(error_body, exc.status, exc.message, exc.extra,

@@ -4,7 +4,7 @@ import os
 from flask import jsonify, request, send_from_directory
 
 from app.common.body import json_object, query_int, validated
-from app.common.failures import ApiError
+from app.common.failures import Conflict, Invalid, NotFound
 from app.common.offload import blocking
 from app.common.sse import stream_response
 from app.decks import MAX_BODY_BYTES, bp, decks, importer, layout, scribbles, sessions
@@ -27,7 +27,7 @@ def list_decks():
 def _deck_or_404(deck_id):
     deck = blocking(decks.load, deck_id)
     if deck is None:
-        raise ApiError(404, f"deck {deck_id!r} does not exist")
+        raise NotFound(f"deck {deck_id!r} does not exist")
     return deck
 
 
@@ -39,7 +39,7 @@ def get_deck(deck_id):
 @bp.get("/api/decks/<deck_id>/assets/<path:asset>")
 def get_asset(deck_id, asset):
     if not layout.valid_id(deck_id):
-        raise ApiError(404, "no such asset")
+        raise NotFound("no such asset")
     # send_from_directory refuses any path that escapes the directory (404).
     response = send_from_directory(os.path.join(layout.deck_dir(deck_id), "assets"), asset,
                                    max_age=300)
@@ -74,7 +74,7 @@ def create_session():
 def get_session(session_id):
     session = blocking(sessions.get, session_id)
     if session is None:
-        raise ApiError(404, f"session {session_id!r} does not exist")
+        raise NotFound(f"session {session_id!r} does not exist")
     return session
 
 
@@ -83,16 +83,16 @@ def _check_slide(session, slide):
         return
     count = decks.slide_count(session["deck_id"])  # a stat and a cache lookup: cheap enough for the loop
     if count is None:
-        raise ApiError(409, f"the session's deck {session['deck_id']!r} no longer exists")
+        raise Conflict(f"the session's deck {session['deck_id']!r} no longer exists")
     if slide >= count:
-        raise ApiError(400, f"slide: must be between 0 and {count - 1}", fields={"slide": ["out of range"]})
+        raise Invalid(f"slide: must be between 0 and {count - 1}", fields={"slide": ["out of range"]})
 
 
 def _check_task(session_id, task_seq):
     for event in sessions.events(session_id, after=task_seq - 1, limit=1):
         if event["seq"] == task_seq and event.get("type") == "task":
             return
-    raise ApiError(400, f"task_seq: no task event has seq {task_seq}", fields={"task_seq": ["no such task"]})
+    raise Invalid(f"task_seq: no task event has seq {task_seq}", fields={"task_seq": ["no such task"]})
 
 
 @bp.post("/api/sessions/<session_id>/events")
@@ -101,7 +101,7 @@ def post_event(session_id):
     body = json_object(JSON_BODY_BYTES)
     kind = body.get("type")
     if kind not in EVENT_TYPES:
-        raise ApiError(400, f"type: must be one of {', '.join(EVENT_TYPES)}", fields={"type": ["invalid"]})
+        raise Invalid(f"type: must be one of {', '.join(EVENT_TYPES)}", fields={"type": ["invalid"]})
     event = validated(EVENT_SCHEMAS[kind], body)
     _check_slide(session, event.get("slide"))
     if kind == "task_done":
@@ -151,7 +151,7 @@ def post_scribble(session_id):
 @bp.get("/api/sessions/<session_id>/scribbles/<name>")
 def get_scribble(session_id, name):
     if not layout.valid_id(session_id) or not scribbles.NAME_PATTERN.match(name):
-        raise ApiError(404, "no such scribble")
+        raise NotFound("no such scribble")
     response = send_from_directory(layout.scribbles_dir(session_id), name, mimetype="image/png",
                                    max_age=3600)
     response.headers["X-Content-Type-Options"] = "nosniff"

@@ -18,7 +18,7 @@ import stat
 import uuid
 from urllib.parse import quote, unquote, urlsplit
 
-from app.common.failures import ApiError
+from app.common.failures import Invalid
 from app.common.fsutil import atomic_write, is_within, swap_into_place
 from app.common.timeutil import utc_timestamp
 from app.decks import layout
@@ -34,7 +34,7 @@ MAX_ASSET_BYTES = 2 * 1024 * 1024 * 1024
 
 
 def _field_error(field, message):
-    return ApiError(400, f"{field}: {message}", fields={field: [message]})
+    return Invalid(f"{field}: {message}", fields={field: [message]})
 
 
 def _resolve_input(field, value):

@@ -7,7 +7,7 @@ import struct
 import uuid
 import zlib
 
-from app.common.failures import ApiError
+from app.common.failures import Invalid, TooLarge
 from app.common.fsutil import atomic_write
 from app.decks import layout
 
@@ -20,17 +20,17 @@ _SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _BIT_DEPTHS = {0: {1, 2, 4, 8, 16}, 2: {8, 16}, 3: {1, 2, 4, 8}, 4: {8, 16}, 6: {8, 16}}
 
 
-def _image_error(message, status=400):
-    return ApiError(status, f"image: {message}", fields={"image": [message]})
+def _image_error(message, kind=Invalid):
+    return kind(f"image: {message}", fields={"image": [message]})
 
 
 def decode_png(data_url):
-    """(png bytes, width, height) from a data URL; every flaw is an ApiError."""
+    """(png bytes, width, height) from a data URL; every flaw is an Invalid (or TooLarge)."""
     if not data_url.startswith(DATA_URL_PREFIX):
         raise _image_error(f"must be a data URL starting with {DATA_URL_PREFIX!r}")
     payload = data_url[len(DATA_URL_PREFIX):]
     if len(payload) // 4 * 3 > MAX_SCRIBBLE_BYTES:
-        raise _image_error(f"decodes to more than {MAX_SCRIBBLE_BYTES} bytes", 413)
+        raise _image_error(f"decodes to more than {MAX_SCRIBBLE_BYTES} bytes", TooLarge)
     try:
         png = base64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError):

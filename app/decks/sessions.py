@@ -3,7 +3,7 @@ import json
 import os
 import uuid
 
-from app.common.failures import ApiError
+from app.common.failures import NotFound
 from app.common.fsutil import atomic_write, read_json
 from app.common.offload import blocking
 from app.common.timeutil import utc_timestamp
@@ -31,7 +31,7 @@ def review_link(session_id):
 def create(deck_id, title):
     deck = decks.summary(deck_id)
     if deck is None:
-        raise ApiError(404, f"deck {deck_id!r} does not exist")
+        raise NotFound(f"deck {deck_id!r} does not exist")
     session_id = uuid.uuid4().hex
     record = {
         "id": session_id,
@@ -55,7 +55,7 @@ def find(session_id):
 def require(session_id):
     record = find(session_id)
     if record is None:
-        raise ApiError(404, f"session {session_id!r} does not exist")
+        raise NotFound(f"session {session_id!r} does not exist")
     return record
 
 

@@ -14,7 +14,7 @@ starts, so a missing one is a plain 400/404. Searches are full-text (BM25) over
 the notebook (or everything); answers cite what they use by id."""
 import re
 
-from app.common.failures import ApiError
+from app.common.failures import ApiError, Failure, NotFound
 from app.notebook import llm, model_choice, streams
 from app.notebook.blueprint import bp
 from app.notebook.http import body, settings
@@ -83,7 +83,7 @@ def _notebook_key(public_id):
     found = database.execute_sql(f'SELECT 1 FROM "{Notebook._meta.table_name}" WHERE "id" = {database.param}',
                                  [key]).fetchone()
     if found is None:
-        raise ApiError(404, f"notebook {public_id[:80]!r} not found")
+        raise NotFound(f"notebook {public_id[:80]!r} not found")
     return key
 
 
@@ -149,7 +149,7 @@ def _search(term, notebook_key):
         try:
             return text_passages({"query": term, "search_sources": True, "search_notes": True,
                                   "limit": RESULTS_PER_SEARCH}, notebook_key, CHARS_PER_RESULT)
-        except ApiError:  # no word to search for in the term
+        except Failure:  # no word to search for in the term
             return []
 
 

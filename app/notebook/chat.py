@@ -3,7 +3,7 @@ built from a notebook's sources and notes, and `POST /chat/execute` answering
 with the model's reply and the history (or as SSE with `stream: true`).
 
 A turn is stored only once the model answered: a failed call changes nothing."""
-from app.common.failures import ApiError
+from app.common.failures import Invalid, NotFound
 from app.notebook import llm, model_choice, streams, views
 from app.notebook.blueprint import bp
 from app.notebook.context import MODES, build_context, render_context, sizes
@@ -28,7 +28,7 @@ HISTORY_TURNS = 50   # the most recent messages sent back to the model
 def get_session(public_id):
     record = ChatSession.get_or_none(ChatSession.id == key_of("chat_session", public_id, "chat session"))
     if record is None:
-        raise ApiError(404, f"chat session {public_id[:80]!r} not found")
+        raise NotFound(f"chat session {public_id[:80]!r} not found")
     return record
 
 
@@ -105,8 +105,8 @@ def context_route():
     for part in ("sources", "notes"):
         for item_id, mode in (config.get(part) or {}).items():
             if mode not in MODES:
-                raise ApiError(400, f"context_config.{part}.{item_id}: must be one of {', '.join(MODES)}",
-                               field=f"context_config.{part}")
+                raise Invalid(f"context_config.{part}.{item_id}: must be one of {', '.join(MODES)}",
+                              field=f"context_config.{part}")
     context = build_context(notebook.id, config, settings().context_max_chars)
     return {"notebook_id": public("notebook", notebook.id), "context": context, **sizes(context)}
 

@@ -1,5 +1,5 @@
 """Commands: the background jobs, polled by clients (no push)."""
-from app.common.failures import ApiError
+from app.common.failures import Conflict, NotFound
 from app.notebook import views
 from app.notebook.blueprint import bp
 from app.notebook.http import query
@@ -13,7 +13,7 @@ FINISHED = ("completed", "failed", "canceled")
 def get_command(public_id):
     record = Command.get_or_none(Command.id == key_of("command", public_id))
     if record is None:
-        raise ApiError(404, f"command {public_id[:80]!r} not found")
+        raise NotFound(f"command {public_id[:80]!r} not found")
     return record
 
 
@@ -43,7 +43,7 @@ def cancel_command(command_id):
                .where((Command.id == record.id) & Command.status.in_(("new", "running"))).execute())
     if not updated:
         current = Command.get_by_id(record.id)
-        raise ApiError(409, f"the command has already finished ({current.status})")
+        raise Conflict(f"the command has already finished ({current.status})")
     if record.kind == "process_source":
         (Source.update(status="canceled", error_message="processing was canceled", updated=now())
          .where((Source.command_id == record.id) & Source.status.in_(("new", "running"))).execute())

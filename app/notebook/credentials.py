@@ -8,7 +8,7 @@ from urllib.parse import unquote, urlsplit
 
 from peewee import fn
 
-from app.common.failures import ApiError
+from app.common.failures import ApiError, Conflict, Failure, Invalid, NotFound
 from app.notebook import llm, views
 from app.notebook.blueprint import bp
 from app.notebook.http import body, query, settings
@@ -32,14 +32,14 @@ def _checked_base_url(url):
     if url:
         parts = urlsplit(url)
         if parts.query or parts.fragment or "?" in url or "#" in url:
-            raise ApiError(400, "base_url: must not have a query or a fragment (give the API's base, "
-                                "e.g. http://host:8000/v1)", field="base_url")
+            raise Invalid("base_url: must not have a query or a fragment (give the API's base, "
+                          "e.g. http://host:8000/v1)", field="base_url")
         if "\\" in url or any(unquote(segment) in (".", "..") for segment in parts.path.split("/")):
-            raise ApiError(400, "base_url: must not have '.' or '..' path segments", field="base_url")
+            raise Invalid("base_url: must not have '.' or '..' path segments", field="base_url")
         try:
             llm.check_base_url(url, settings().provider_allowlist)
         except llm.ProviderError as exc:
-            raise ApiError(400, exc.message, field="base_url") from None
+            raise Invalid(exc.message, field="base_url") from None
     return url
 
 
@@ -49,13 +49,13 @@ def _unique_name(name, except_key=None):
     if except_key:
         clash = clash.where(Credential.id != except_key)
     if clash.exists():
-        raise ApiError(409, f"a credential named {name!r} exists already", field="name")
+        raise Conflict(f"a credential named {name!r} exists already", field="name")
 
 
 def get_credential(public_id):
     record = Credential.get_or_none(Credential.id == key_of("credential", public_id))
     if record is None:
-        raise ApiError(404, f"credential {public_id[:80]!r} not found")
+        raise NotFound(f"credential {public_id[:80]!r} not found")
     return record
 
 
@@ -106,7 +106,7 @@ def update_credential(credential_id):
         changes["name"] = data["name"]
     if "base_url" in data:
         if not data["base_url"] and record.provider == "openai_compatible":
-            raise ApiError(400, "base_url: is required for an openai_compatible provider", field="base_url")
+            raise Invalid("base_url: is required for an openai_compatible provider", field="base_url")
         changes["base_url"] = _checked_base_url(data["base_url"]) or None
     if "api_key" in data:
         changes["api_key_encrypted"] = encrypt(settings(), data["api_key"]) if data["api_key"] else None
@@ -131,8 +131,8 @@ def delete_credential(credential_id):
         keys = [key for (key,) in LanguageModel.select(LanguageModel.id)
                 .where(LanguageModel.credential == record.id).tuples()]
         if keys and not force:
-            raise ApiError(409, f"{public('credential', record.id)} is used by {len(keys)} model(s): delete "
-                                "them first, or delete with ?force=true to delete them with it")
+            raise Conflict(f"{public('credential', record.id)} is used by {len(keys)} model(s): delete "
+                           "them first, or delete with ?force=true to delete them with it")
         if keys:
             DefaultModel.update(model=None).where(DefaultModel.model.in_(keys)).execute()
             LanguageModel.delete().where(LanguageModel.id.in_(keys)).execute()
@@ -199,8 +199,8 @@ def register_models(credential_id):
     with write_transaction():
         for choice in data["models"]:
             if choice["type"] not in llm.CAPABILITIES[record.provider]:
-                raise ApiError(400, f"models: provider {record.provider} has no {choice['type']} models",
-                               field="models")
+                raise Invalid(f"models: provider {record.provider} has no {choice['type']} models",
+                              field="models")
             model = find_model(choice["name"], record.provider, choice["type"], record.id)
             if model is None:
                 model = LanguageModel.create(id=new_key(), name=choice["name"], provider=record.provider,
@@ -262,7 +262,7 @@ def migrate_from_env():
             with write_transaction():
                 _unique_name(record.name)
                 record.save(force_insert=True)
-        except ApiError as exc:
+        except Failure as exc:
             errors.append(f"{provider}: {exc.message}")
             continue
         migrated.append(provider)

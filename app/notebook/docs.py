@@ -9,7 +9,7 @@ from apispec.ext.marshmallow import MarshmallowPlugin
 from flask import Response, send_from_directory
 
 from app.common.config import PROJECT_ROOT
-from app.common.failures import ApiError
+from app.common.failures import NotFound, Unavailable
 from app.notebook import schemas as s
 from app.notebook.blueprint import bp
 from app.notebook.http import settings
@@ -257,8 +257,8 @@ _PAGE = """<!doctype html>
 def _ui_dir():
     directory = settings().swagger_ui_dir
     if not os.path.isfile(os.path.join(directory, "swagger-ui-bundle.js")):
-        raise ApiError(503, "Swagger UI is not installed: run `make setup` (python3 -m devtools.browser_assets) "
-                            "or set NOTEBOOK_SWAGGER_UI_DIR; /openapi.json works without it")
+        raise Unavailable("Swagger UI is not installed: run `make setup` (python3 -m devtools.browser_assets) "
+                          "or set NOTEBOOK_SWAGGER_UI_DIR; /openapi.json works without it")
     return directory
 
 
@@ -273,5 +273,5 @@ def docs_page():
 @bp.get("/docs/ui/<name>")
 def docs_vendor(name):
     if name not in UI_FILES:
-        raise ApiError(404, f"not found: {name[:80]}")
+        raise NotFound(f"not found: {name[:80]}")
     return send_from_directory(_ui_dir(), name, max_age=3600)

@@ -5,7 +5,7 @@ one is set), and one MP3 is stored under DATA_DIR/podcasts. No Flask here."""
 import os
 
 from app.common import tts
-from app.common.failures import ApiError
+from app.common.failures import Failure
 from app.notebook import context, llm, model_choice
 from app.notebook.command_state import Canceled, complete, ensure_running, progress
 from app.notebook.models import Episode, now, write_transaction
@@ -69,7 +69,7 @@ def _speak(turns, names, config):
     """The episode's MP3: the default text_to_speech model if one is set, else espeak-ng."""
     try:
         speech = model_choice.resolve(config, "text_to_speech")
-    except ApiError:
+    except Failure:
         speech = None
     if speech is not None:
         return b"".join(llm.speech(speech.target, speech.name, t["text"], PROVIDER_VOICES[names.index(t["speaker"])])

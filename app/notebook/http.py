@@ -3,7 +3,7 @@ from flask import current_app, request
 from marshmallow import EXCLUDE
 
 from app.common.body import json_object, validated
-from app.common.failures import ApiError
+from app.common.failures import Invalid
 
 
 def settings():
@@ -25,5 +25,5 @@ def query(schema_class):
     args = request.args.to_dict()
     for name, value in args.items():
         if "\x00" in name or "\x00" in value:
-            raise ApiError(400, f"{name[:40]!r}: must not contain NUL characters", field=name[:40])
+            raise Invalid(f"{name[:40]!r}: must not contain NUL characters", field=name[:40])
     return validated(schema_class(unknown=EXCLUDE), args)

@@ -4,7 +4,7 @@ import re
 import secrets
 import string
 
-from app.common.failures import ApiError
+from app.common.failures import NotFound
 
 _ALPHABET = string.ascii_lowercase + string.digits
 _KEY = re.compile(r"^[a-z0-9]{1,64}$")
@@ -26,5 +26,5 @@ def key_of(table, public_id, what=None):
     prefix = f"{table}:"
     key = value[len(prefix):] if value.startswith(prefix) else value
     if ":" in key or not _KEY.match(key):
-        raise ApiError(404, f"{what or table} {value[:80]!r} not found")
+        raise NotFound(f"{what or table} {value[:80]!r} not found")
     return key

@@ -6,7 +6,7 @@ Nothing ever swaps in the large-context model (Open Notebook does, silently, for
 long contexts): it is used only where a request names it."""
 from dataclasses import dataclass
 
-from app.common.failures import ApiError
+from app.common.failures import ApiError, Failure, Invalid, NotFound
 from app.notebook import llm, provider_keys
 from app.notebook.ids import key_of, public
 from app.notebook.models import Credential, DefaultModel, LanguageModel, database
@@ -71,12 +71,12 @@ def _get_model(public_id, field):
     prefix and an unknown id alike."""
     try:
         key = key_of("model", public_id)
-    except ApiError:
+    except Failure:
         key = None
     found = key and _models_with_credential('m."id"', "", f'm."id" = {database.param}', [key])
     if not found:
         prefix = f"{field}: " if field else ""
-        raise ApiError(404, f"{prefix}model {str(public_id)[:80]!r} not found", field=field)
+        raise NotFound(f"{prefix}model {str(public_id)[:80]!r} not found", field=field)
     return found[0][1:]
 
 
@@ -86,13 +86,13 @@ def get_model(public_id, field=None):
 
 def _choose(use, override, field):
     """(LanguageModel, its Credential or None) for `use`: the override, else the
-    use's defaults; an ApiError naming what is missing otherwise."""
+    use's defaults; an Invalid naming what is missing otherwise."""
     wanted = USE_TYPES[use]
     if override:
         record, credential = _get_model(override, field)
         if record.type != wanted:
-            raise ApiError(400, f"{field}: {public('model', record.id)} is a {record.type} model, "
-                                f"a {wanted} model is needed", field=field)
+            raise Invalid(f"{field}: {public('model', record.id)} is a {record.type} model, "
+                          f"a {wanted} model is needed", field=field)
         return record, credential
     marks = ", ".join(database.param for _ in FALLBACKS[use])
     defaults = {key: (record, credential) for key, record, credential in _models_with_credential(
@@ -101,8 +101,8 @@ def _choose(use, override, field):
     for key in FALLBACKS[use]:
         if key in defaults:
             return defaults[key]
-    raise ApiError(400, f"no {wanted} model is configured for {use}: set {FALLBACKS[use][0]} "
-                        f"(POST /models/config) or name one in the request ({field})", field=field)
+    raise Invalid(f"no {wanted} model is configured for {use}: set {FALLBACKS[use][0]} "
+                  f"(POST /models/config) or name one in the request ({field})", field=field)
 
 
 def choose(use, override=None, field="model_id"):
@@ -123,7 +123,7 @@ def resolve(config, use, override=None, field="model_id"):
 
 
 def complete(resolved, messages):
-    """The model's whole reply; a provider's failure as the ApiError a route answers."""
+    """The model's whole reply; a provider's failure as the Failure a route answers."""
     try:
         return llm.chat(resolved.target, resolved.name, messages)
     except llm.ProviderError as exc:

@@ -1,6 +1,6 @@
 """Routes of the models (`model:<key>`) and the defaults; which model a call uses is
 app.notebook.model_choice."""
-from app.common.failures import ApiError
+from app.common.failures import Conflict, Invalid
 from app.notebook import credentials, llm, views
 from app.notebook.blueprint import bp
 from app.notebook.http import body, query
@@ -28,15 +28,15 @@ def create_model():
     if data.get("credential"):
         credential = credentials.get_credential(data["credential"])
         if credential.provider != data["provider"]:
-            raise ApiError(400, f"credential: is a {credential.provider} credential, not {data['provider']}",
-                           field="credential")
+            raise Invalid(f"credential: is a {credential.provider} credential, not {data['provider']}",
+                          field="credential")
         credential_key = credential.id
     if data["type"] not in llm.CAPABILITIES[data["provider"]]:
-        raise ApiError(400, f"type: provider {data['provider']} has no {data['type']} models", field="type")
+        raise Invalid(f"type: provider {data['provider']} has no {data['type']} models", field="type")
     with write_transaction():
         if credentials.find_model(data["name"], data["provider"], data["type"], credential_key):
-            raise ApiError(409, f"the {data['type']} model {data['name']!r} of {data['provider']} "
-                                "is already registered")
+            raise Conflict(f"the {data['type']} model {data['name']!r} of {data['provider']} "
+                           "is already registered")
         record = LanguageModel.create(id=new_key(), name=data["name"], provider=data["provider"],
                                       type=data["type"], credential=credential_key)
     return views.model(record), 201
@@ -65,8 +65,8 @@ def set_defaults():
             continue
         record = get_model(model_id, key)
         if record.type != DEFAULT_TYPES[key]:
-            raise ApiError(400, f"{key}: {model_id} is a {record.type} model, a {DEFAULT_TYPES[key]} model "
-                                "is needed", field=key)
+            raise Invalid(f"{key}: {model_id} is a {record.type} model, a {DEFAULT_TYPES[key]} model "
+                          "is needed", field=key)
         chosen[key] = record.id
     with write_transaction():
         for key, model_key in chosen.items():

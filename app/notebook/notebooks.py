@@ -1,7 +1,7 @@
 """Notebooks: list, create, read, update, delete."""
 from peewee import IntegrityError
 
-from app.common.failures import ApiError
+from app.common.failures import Conflict, NotFound
 from app.notebook import cleanup, views
 from app.notebook.blueprint import bp
 from app.notebook.http import body, query, settings
@@ -15,12 +15,12 @@ _ORDER = {"updated": Notebook.updated, "created": Notebook.created, "name": Note
 def get_notebook(public_id):
     record = Notebook.get_or_none(Notebook.id == key_of("notebook", public_id))
     if record is None:
-        raise ApiError(404, f"notebook {public_id[:80]!r} not found")
+        raise NotFound(f"notebook {public_id[:80]!r} not found")
     return record
 
 
 def _name_taken(name):
-    return ApiError(409, f"a notebook named {name!r} already exists")
+    return Conflict(f"a notebook named {name!r} already exists")
 
 
 @bp.get("/notebooks")

@@ -1,6 +1,6 @@
 """Notes: written by people (`human`) or saved from AI answers (`ai`). A note is
 indexed for text search at once and embedded by the worker for vector search."""
-from app.common.failures import ApiError
+from app.common.failures import NotFound
 from app.notebook import cleanup, index, views
 from app.notebook.blueprint import bp
 from app.notebook.http import body, jobs, query
@@ -13,7 +13,7 @@ from app.notebook.schemas import NoteCreate, NoteListQuery, NoteUpdate
 def get_note(public_id):
     record = Note.get_or_none(Note.id == key_of("note", public_id))
     if record is None:
-        raise ApiError(404, f"note {public_id[:80]!r} not found")
+        raise NotFound(f"note {public_id[:80]!r} not found")
     return record
 
 

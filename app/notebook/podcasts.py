@@ -4,7 +4,7 @@ import os
 
 from flask import send_file
 
-from app.common.failures import ApiError
+from app.common.failures import Invalid, NotFound
 from app.notebook import context, model_choice, views
 from app.notebook.blueprint import bp
 from app.notebook.http import body, jobs, settings
@@ -17,7 +17,7 @@ from app.notebook.schemas import PodcastCreate
 def get_episode(public_id):
     record = Episode.get_or_none(Episode.id == key_of("episode", public_id))
     if record is None:
-        raise ApiError(404, f"episode {public_id[:80]!r} not found")
+        raise NotFound(f"episode {public_id[:80]!r} not found")
     return record
 
 
@@ -37,7 +37,7 @@ def generate():
     notebook = get_notebook(data["notebook_id"])
     resolved = model_choice.resolve(settings(), "chat", data.get("model_id"))
     if not context.render_context(context.build_context(notebook.id, {}, 1)):
-        raise ApiError(400, "the notebook has no sources or notes to talk about")
+        raise Invalid("the notebook has no sources or notes to talk about")
     with write_transaction():
         # The override's key (Episode.model_id holds 20 characters), resolved again by the job.
         record = Episode.create(id=new_key(), name=data["episode_name"], notebook=notebook.id,
@@ -64,7 +64,7 @@ def read_episode(episode_id):
 def episode_audio(episode_id):
     path = audio_path(settings(), get_episode(episode_id))
     if not path or not os.path.isfile(path):
-        raise ApiError(404, "this episode has no audio (yet)")
+        raise NotFound("this episode has no audio (yet)")
     return send_file(path, mimetype="audio/mpeg", conditional=True, max_age=0)
 
 

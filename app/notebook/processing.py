@@ -11,7 +11,7 @@ import logging
 import os
 from contextlib import nullcontext
 
-from app.common.failures import ApiError
+from app.common.failures import Failure
 from app.notebook import chunking, embeddings, episodes, extract, index, llm, model_choice, ssrf, transform
 from app.notebook.command_state import Canceled, claim, complete, ensure_running, fail, new_command, progress, stop
 from app.notebook.ids import new_key, public
@@ -63,7 +63,7 @@ def _run(command_key):
             llm.ProviderError) as exc:
         log.info("command %s failed: %s", command.id, exc)
         fail(command, str(exc))
-    except ApiError as exc:  # what a route would answer: no model configured, an unknown override
+    except Failure as exc:  # what a route would answer: no model configured, an unknown override
         log.info("command %s failed: %s", command.id, exc.message)
         fail(command, exc.message)
     except Exception as exc:  # a bug or an unexpected library error: failed, with its kind, logged

@@ -3,7 +3,7 @@ call's Target comes from: a model's credential, else the provider's newest crede
 else the provider's environment variables. No Flask here: the job worker uses it too."""
 from cryptography.fernet import Fernet, InvalidToken
 
-from app.common.failures import ApiError
+from app.common.failures import Invalid
 from app.notebook import llm
 from app.notebook.ids import public
 from app.notebook.models import Credential
@@ -15,8 +15,8 @@ class DecryptionError(Exception):
 
 def encrypt(config, api_key):
     if not config.encryption_key:
-        raise ApiError(400, "api_key: cannot be stored: NOTEBOOK_ENCRYPTION_KEY is not set on the server "
-                            "(set it to a Fernet key to store provider keys encrypted)", field="api_key")
+        raise Invalid("api_key: cannot be stored: NOTEBOOK_ENCRYPTION_KEY is not set on the server "
+                      "(set it to a Fernet key to store provider keys encrypted)", field="api_key")
     return Fernet(config.encryption_key.encode()).encrypt(api_key.encode()).decode()
 
 

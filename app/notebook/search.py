@@ -3,7 +3,7 @@ vector (cosine similarity with the configured embedding model) over sources and
 notes, one hit per parent with its best score, optionally within one notebook."""
 from app.common import offload
 from app.common.db import run_sql
-from app.common.failures import ApiError
+from app.common.failures import ApiError, Invalid
 from app.common.offload import blocking
 from app.notebook import embeddings
 from app.notebook.blueprint import bp
@@ -86,7 +86,7 @@ def _ranked(data, notebook_key):
 
 def _require_words(expression):
     if expression is None:
-        raise ApiError(400, "query: has no word to search for", field="query")
+        raise Invalid("query: has no word to search for", field="query")
 
 
 def text_search(data, notebook_key):
@@ -206,18 +206,18 @@ def _vector_search_blocking(data, notebook_key, config):
 def search():
     data = body(SearchRequest())
     if not data["search_sources"] and not data["search_notes"]:
-        raise ApiError(400, "search_sources and search_notes are both false: nothing to search")
+        raise Invalid("search_sources and search_notes are both false: nothing to search")
     notebook_key = get_notebook(data["notebook_id"]).id if data.get("notebook_id") else None
     if data["type"] == "text":
         results = text_search(data, notebook_key)
     else:
         reason = embeddings.unavailable_reason(settings())
         if reason:
-            raise ApiError(400, f"vector search needs an embedding model: {reason}")
+            raise Invalid(f"vector search needs an embedding model: {reason}")
         try:
             results = blocking(_vector_search_blocking, data, notebook_key, settings())
         except embeddings.EmbeddingUnavailable as exc:
             if exc.status != 400:   # the model is there, its provider failed
                 raise ApiError(exc.status, f"vector search: {exc}") from None
-            raise ApiError(400, f"vector search needs an embedding model: {exc}") from None
+            raise Invalid(f"vector search needs an embedding model: {exc}") from None
     return {"results": results, "total_count": len(results), "search_type": data["type"]}

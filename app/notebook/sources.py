@@ -8,7 +8,7 @@ from peewee import fn
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from app.common.body import validated
-from app.common.failures import ApiError
+from app.common.failures import ApiError, Invalid, NotFound, TooLarge, UnsupportedType
 from app.common.offload import blocking
 from app.notebook import cleanup, extract, index, ssrf, transformations, uploads, views
 from app.notebook.blueprint import bp
@@ -68,7 +68,7 @@ def download_source(source_id):
     record = get_source(source_id, _LIST_FIELDS)
     path = uploads.path_of(settings().uploads_dir, record.file_name) if record.file_name else None
     if path is None or not os.path.isfile(path):
-        raise ApiError(404, "this source has no original file to download"
+        raise NotFound("this source has no original file to download"
                        if record.kind != "upload" else "the original file is no longer stored")
     response = send_file(path, mimetype=record.content_type or "application/octet-stream", as_attachment=True,
                          download_name=record.original_name or record.file_name, conditional=True, max_age=0)
@@ -96,12 +96,12 @@ def _incoming():
             fields = _form_fields()
             upload = request.files.get("file")
         except RequestEntityTooLarge:
-            raise ApiError(413, f"the upload is larger than {cap} bytes (or a form field is larger "
-                                f"than {settings().max_text_bytes} bytes)") from None
+            raise TooLarge(f"the upload is larger than {cap} bytes (or a form field is larger "
+                           f"than {settings().max_text_bytes} bytes)") from None
         return validated(SourceCreate(), fields), upload
     if request.is_json:
         return body(SourceCreate()), None
-    raise ApiError(415, "send the source as multipart/form-data or as JSON")
+    raise UnsupportedType("send the source as multipart/form-data or as JSON")
 
 
 def _notebooks_of(data):
@@ -119,15 +119,15 @@ def _notebooks_of(data):
 def _checked_upload(upload):
     """The upload's kind, refused up front when it is empty or unsupported."""
     if upload is None or not upload.filename:
-        raise ApiError(400, "file: an upload source needs a file (multipart field `file`)", field="file")
+        raise Invalid("file: an upload source needs a file (multipart field `file`)", field="file")
     head = upload.stream.read(4096)
     upload.stream.seek(0)
     if not head:
-        raise ApiError(400, "file: the file is empty", field="file")
+        raise Invalid("file: the file is empty", field="file")
     try:
         return extract.detect(upload.filename, head, upload.mimetype)
     except extract.Unsupported as exc:
-        raise ApiError(400, f"file: {exc}", field="file") from None
+        raise Invalid(f"file: {exc}", field="file") from None
 
 
 def _new_source(data, upload):
@@ -147,7 +147,7 @@ def _new_source(data, upload):
         try:
             ssrf.check_url(data["url"], settings().url_allowlist)
         except ssrf.LinkRefused as exc:
-            raise ApiError(400, f"url: {exc}", field="url") from None
+            raise Invalid(f"url: {exc}", field="url") from None
         source.url = data["url"]
     else:
         source.full_text = data["content"]
@@ -259,6 +259,6 @@ def retry_source(source_id):
                    .where((Source.id == record.id) & Source.status.in_(("failed", "canceled"))).execute())
         if not claimed:  # raising rolls the new command back
             current = Source.select(Source.status).where(Source.id == record.id).scalar()
-            raise ApiError(400, f"only a failed or canceled source can be retried; this one is {current}")
+            raise Invalid(f"only a failed or canceled source can be retried; this one is {current}")
     jobs().enqueue(command)
     return _queued(record.id), 202

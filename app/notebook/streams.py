@@ -53,9 +53,9 @@ class Feed:
 
 
 def _expected():
-    from app.common.failures import ApiError
+    from app.common.failures import Failure
     from app.notebook.llm import ProviderError
-    return (ApiError, ProviderError)
+    return (Failure, ProviderError)
 
 
 _EXPECTED = _expected()

@@ -5,7 +5,7 @@ runs as a background job (kind `insight`) that stores an insight on the source.
 The prompt is data: it goes to the model as the system message, exactly as the
 user wrote it, and is never rendered as a template (Open Notebook renders it with
 Jinja, so braces in a prompt break or, worse, evaluate)."""
-from app.common.failures import ApiError
+from app.common.failures import Conflict, Invalid, NotFound
 from app.notebook import model_choice, views
 from app.notebook.blueprint import bp
 from app.notebook.http import body, jobs, settings
@@ -27,7 +27,7 @@ def _unique_name(name, except_key=None):
     if except_key:
         clash = clash.where(Transformation.id != except_key)
     if clash.exists():
-        raise ApiError(409, f"a transformation named {name!r} exists already")
+        raise Conflict(f"a transformation named {name!r} exists already")
 
 
 @bp.get("/transformations")
@@ -102,8 +102,8 @@ def create_insight(source_id):
     resolved = model_choice.resolve(settings(), "transformation",
                                     model_override(transformation, data.get("model_id")))
     if not (source.full_text or "").strip():
-        raise ApiError(400, f"{public('source', source.id)} has no text yet (status {source.status}): "
-                            "transformations apply to processed sources")
+        raise Invalid(f"{public('source', source.id)} has no text yet (status {source.status}): "
+                      "transformations apply to processed sources")
     with write_transaction():
         command = jobs().new_command("insight", public("source", source.id))
         InsightRequest.create(source=source.id, transformation=transformation.id, model_id=data.get("model_id"),
@@ -124,7 +124,7 @@ def list_insights(source_id):
 def get_insight(public_id):
     record = Insight.get_or_none(Insight.id == key_of("insight", public_id))
     if record is None:
-        raise ApiError(404, f"insight {public_id[:80]!r} not found")
+        raise NotFound(f"insight {public_id[:80]!r} not found")
     return record
 
 

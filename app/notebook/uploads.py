@@ -5,7 +5,7 @@ import re
 import shutil
 import unicodedata
 
-from app.common.failures import ApiError
+from app.common.failures import Conflict, Invalid, TooLarge
 from app.common.fsutil import fsync_dir, is_within
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -47,7 +47,7 @@ def store(stream, filename, uploads_dir, max_bytes):
     for candidate in _candidates(safe_name(filename)):
         path = os.path.join(uploads_dir, candidate)
         if not is_within(path, uploads_dir):  # cannot happen with a safe name; kept as the last word
-            raise ApiError(400, "file: invalid file name", field="file")
+            raise Invalid("file: invalid file name", field="file")
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o640)
         except FileExistsError:
@@ -63,10 +63,10 @@ def store(stream, filename, uploads_dir, max_bytes):
             raise
         if size > max_bytes:
             os.unlink(path)
-            raise ApiError(413, f"file: the upload is larger than {max_bytes} bytes", field="file")
+            raise TooLarge(f"file: the upload is larger than {max_bytes} bytes", field="file")
         fsync_dir(uploads_dir)
         return candidate, size
-    raise ApiError(409, f"file: too many files named {filename!r}")
+    raise Conflict(f"file: too many files named {filename!r}")
 
 
 def path_of(uploads_dir, stored_name):

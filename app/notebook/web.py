@@ -3,7 +3,7 @@ import hmac
 
 from flask import make_response, request
 
-from app.common.failures import ApiError
+from app.common.failures import Forbidden, Unauthenticated
 
 # Routes anyone may read: the health check and the documentation.
 PUBLIC_ENDPOINTS = {"health", "healthz", "docs_page", "openapi_document", "docs_vendor", "static"}
@@ -29,11 +29,11 @@ def check_password(settings):
         return
     presented = _presented_password()
     if presented is None:
-        raise ApiError(401, "Missing credentials: send Authorization: Bearer <password>")
+        raise Unauthenticated("Missing credentials: send Authorization: Bearer <password>")
     # Constant time: compare digests of equal length whatever the input's length.
     if not hmac.compare_digest(presented.encode("utf-8", "surrogateescape"),
                                settings.password.encode("utf-8")):
-        raise ApiError(401, "Invalid password")
+        raise Unauthenticated("Invalid password")
 
 
 def _allowed_origin(settings, origin):
@@ -47,8 +47,8 @@ def _allowed_origin(settings, origin):
 def _preflight(settings):
     origin = request.headers.get("Origin")
     if not _allowed_origin(settings, origin):
-        raise ApiError(403, f"cross-origin requests from {origin!r} are not allowed"
-                       if origin else "a preflight request needs an Origin")
+        raise Forbidden(f"cross-origin requests from {origin!r} are not allowed"
+                        if origin else "a preflight request needs an Origin")
     response = make_response("", 204)
     response.headers["Access-Control-Allow-Methods"] = ALLOWED_METHODS
     response.headers["Access-Control-Allow-Headers"] = ALLOWED_HEADERS

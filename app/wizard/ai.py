@@ -15,7 +15,7 @@ from app.common import sse
 from app.common.body import StrictBoolean, json_object, validated
 from app.common.broker import broker
 from app.common.db import write_transaction
-from app.common.failures import ApiError
+from app.common.failures import ApiError, Invalid, Unavailable
 from app.wizard import bp, cache, events, identity, uploads
 from app.wizard.generation import SIZES, GenerationFailed
 from app.wizard.models import LlmLog, LlmTiming, database
@@ -62,8 +62,8 @@ def generator(role):
     gen = current_app.extensions["wizard_generator"]
     if not (gen.available_text if role == "text" else gen.available_image):
         model = "WIZ_TEXT_MODEL" if role == "text" else "WIZ_IMAGE_MODEL"
-        raise ApiError(503, f"AI {role} generation is not configured on this server "
-                            f"(set WIZ_AI_BASE_URL and {model})")
+        raise Unavailable(f"AI {role} generation is not configured on this server "
+                          f"(set WIZ_AI_BASE_URL and {model})")
     return gen
 
 
@@ -126,7 +126,7 @@ def ai_text():
             body["messages"], system=body["system"], json_mode=body["json"], kind=body["kind"] or None,
             model=body["model"], **_relays(who, body))
     except ValueError as exc:
-        raise ApiError(400, str(exc)) from None
+        raise Invalid(str(exc)) from None
     except GenerationFailed as exc:
         if exc.timing:
             _record([_timing_row(who, body, exc.timing, "failed", exc.message)])
@@ -155,7 +155,7 @@ def ai_image():
         outcome = gen.image(body["subject"], body["aspectRatio"], system=body["system"],
                                     model=body["model"], on_phase=relays["on_phase"])
     except ValueError as exc:
-        raise ApiError(400, str(exc)) from None
+        raise Invalid(str(exc)) from None
     except GenerationFailed as exc:
         raise ApiError(exc.status, exc.message) from None
     url = uploads.store(outcome.webp, "webp")
@@ -170,7 +170,7 @@ def ai_thoughts(tab):
     """The streamed text of the generations that sent this `thoughtsTab`, for the same
     identity only (another identity, or another tab, hears nothing)."""
     if not _TAB.match(tab):
-        raise ApiError(400, "thoughtsTab: must be 8 to 100 letters, digits, '-' or '_'")
+        raise Invalid("thoughtsTab: must be 8 to 100 letters, digits, '-' or '_'")
     return sse.stream_response((), broker.subscribe(thoughts_topic(identity.current(), tab)))
 
 

@@ -5,7 +5,7 @@ from flask import Response, jsonify, request
 
 from app.common import sse
 from app.common.body import json_object
-from app.common.failures import ApiError
+from app.common.failures import Invalid
 from app.wizard import bp, collections, events, identity
 from app.wizard.models import LlmTiming
 
@@ -60,7 +60,7 @@ def delete_from_collection(name, row_id):
 def toggle_like():
     blueprint_id = json_object(4096).get("blueprint_id")
     if not isinstance(blueprint_id, str) or not 0 < len(blueprint_id) <= 200:
-        raise ApiError(400, "blueprint_id: must be a non-empty string", field="blueprint_id")
+        raise Invalid("blueprint_id: must be a non-empty string", field="blueprint_id")
     return jsonify(collections.toggle_like(identity.current(), blueprint_id))
 
 
@@ -72,10 +72,10 @@ def client_error():
     for name, limit in _CLIENT_ERROR_LIMITS.items():
         value = report.get(name, "")
         if not isinstance(value, str):
-            raise ApiError(400, f"{name}: must be a string", field=name)
+            raise Invalid(f"{name}: must be a string", field=name)
         fields[name] = value[:limit]
     if not fields["message"]:
-        raise ApiError(400, "message: is required", field="message")
+        raise Invalid("message: is required", field="message")
     log.warning("client: %s: %s (user %s) %s", fields["type"] or "error", fields["message"],
                 identity.current().id, fields["stack"].replace("\n", " | "))
     return "", 204

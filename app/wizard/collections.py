@@ -10,7 +10,7 @@ import json
 from peewee import SqliteDatabase, fn
 
 from app.common.db import write_transaction
-from app.common.failures import ApiError
+from app.common.failures import Forbidden, Invalid, NotFound
 from app.wizard import cache, events
 from app.wizard.identity import Identity
 from app.wizard.models import COLLECTIONS, Blueprint, Like, database
@@ -29,7 +29,7 @@ _TEXT_LIMIT = 200
 def model_of(name):
     model = COLLECTIONS.get(name)
     if model is None:
-        raise ApiError(400, f"unknown collection {name[:60]!r}: expected one of {', '.join(COLLECTIONS)}")
+        raise Invalid(f"unknown collection {name[:60]!r}: expected one of {', '.join(COLLECTIONS)}")
     return model
 
 
@@ -42,17 +42,17 @@ def parse_filter(raw):
     try:
         wanted = json.loads(raw)
     except ValueError:
-        raise ApiError(400, "filter: must be a URL-encoded JSON object") from None
+        raise Invalid("filter: must be a URL-encoded JSON object") from None
     if not isinstance(wanted, dict):
-        raise ApiError(400, "filter: must be a JSON object")
+        raise Invalid("filter: must be a JSON object")
     for key, value in wanted.items():
         if key not in FILTER_KEYS:
-            raise ApiError(400, f"filter: unknown key {key[:60]!r}; allowed keys are {', '.join(FILTER_KEYS)}",
-                           field=key)
+            raise Invalid(f"filter: unknown key {key[:60]!r}; allowed keys are {', '.join(FILTER_KEYS)}",
+                          field=key)
         expected = bool if key == "is_public" else str
         if value is not None and type(value) is not expected:
-            raise ApiError(400, f"filter: {key} must be {'a boolean' if expected is bool else 'a string'} or null",
-                           field=key)
+            raise Invalid(f"filter: {key} must be {'a boolean' if expected is bool else 'a string'} or null",
+                          field=key)
     return wanted
 
 
@@ -65,7 +65,7 @@ def _visible(model, name, who: Identity):
     if name in SHARED_OR_OWN:
         shared = model.user_id.is_null() | (model.is_public == True)  # noqa: E712 (peewee builds SQL from ==)
         return query.where(shared | (model.user_id == who.id))
-    raise ApiError(403, f"{name} is readable by administrators only")
+    raise Forbidden(f"{name} is readable by administrators only")
 
 
 def _scope_key(name, who):
@@ -138,14 +138,14 @@ def _check_payload(name, payload):
         if value is None:
             continue
         if type(value) is not expected:
-            raise ApiError(400, f"{key}: must be {'a boolean' if expected is bool else 'a string'}", field=key)
+            raise Invalid(f"{key}: must be {'a boolean' if expected is bool else 'a string'}", field=key)
         if expected is str and not 0 < len(value) <= _TEXT_LIMIT:
-            raise ApiError(400, f"{key}: must be 1 to {_TEXT_LIMIT} characters", field=key)
+            raise Invalid(f"{key}: must be 1 to {_TEXT_LIMIT} characters", field=key)
     cover = fields.get("cover_url")
     if name == "blueprints" and cover is not None and (not isinstance(cover, str)
                                                         or not cover.startswith("/uploads/")):
-        raise ApiError(400, "cover_url: must be a URL starting with /uploads/ (upload the image first)",
-                       field="cover_url")
+        raise Invalid("cover_url: must be a URL starting with /uploads/ (upload the image first)",
+                      field="cover_url")
     return fields
 
 
@@ -155,20 +155,20 @@ def _typed_columns(fields):
 
 def _check_may_write(name, who, row=None):
     if name == "likes":
-        raise ApiError(403, "likes change only through POST /api/likes/toggle")
+        raise Forbidden("likes change only through POST /api/likes/toggle")
     if name in ADMIN_WRITES:
         if not who.is_admin:
-            raise ApiError(403, f"{name} is writable by administrators only")
+            raise Forbidden(f"{name} is writable by administrators only")
         return
     if row is None:
         return   # anyone identified may create rows of their own
     if row.user_id is None:
         if not who.is_admin:
-            raise ApiError(403, "global rows are writable by administrators only")
+            raise Forbidden("global rows are writable by administrators only")
     elif row.user_id != who.id and not (who.is_admin and name != "wizards"):
         # Custom wizards are mutable only by their owner (the spec's rule); other
         # owned rows also by administrators.
-        raise ApiError(403, "only the owner may change this row")
+        raise Forbidden("only the owner may change this row")
 
 
 def create_row(name, who, payload):
@@ -192,7 +192,7 @@ def _row_for_write(name, who, row_id):
     _check_may_write(name, who)   # collection-wide refusals first (likes, admin-only)
     row = _visible(model, name, who).where(model.id == row_id).first()
     if row is None:
-        raise ApiError(404, f"no row {row_id[:60]!r} in {name}")
+        raise NotFound(f"no row {row_id[:60]!r} in {name}")
     _check_may_write(name, who, row)
     return model, row
 
@@ -231,7 +231,7 @@ def toggle_like(who, blueprint_id):
     with write_transaction(database):
         blueprint = _visible(Blueprint, "blueprints", who).where(Blueprint.id == blueprint_id).first()
         if blueprint is None:
-            raise ApiError(404, f"no blueprint {blueprint_id[:60]!r}")
+            raise NotFound(f"no blueprint {blueprint_id[:60]!r}")
         removed = Like.delete().where((Like.user_id == who.id) & (Like.blueprint_id == blueprint_id)).execute()
         if not removed:
             Like.create(user_id=who.id, blueprint_id=blueprint_id,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from flask import current_app, g, request
 
 from app.common.clientaddr import is_loopback
-from app.common.failures import ApiError
+from app.common.failures import Forbidden, Unauthenticated
 
 ADMIN_GROUPS = frozenset({"admins", "wiz-admins"})
 PUBLIC = "public"
@@ -67,9 +67,9 @@ def require_identity():
     user, groups = _headers()
     user = (user or "").strip()
     if not user:
-        raise ApiError(401, "authentication required: the request carries no trusted Remote-User header")
+        raise Unauthenticated("authentication required: the request carries no trusted Remote-User header")
     if not _USER_NAME.match(user):
-        raise ApiError(401, "the Remote-User header is not a valid user name")
+        raise Unauthenticated("the Remote-User header is not a valid user name")
     # Anonymous traffic has no groups, whatever a header says.
     g.identity = Identity(user, frozenset() if user == PUBLIC else parse_groups(groups))
     return g.identity
@@ -81,4 +81,4 @@ def current():
 
 def require_admin():
     if not g.identity.is_admin:
-        raise ApiError(403, "administrators only (group admins or wiz-admins)")
+        raise Forbidden("administrators only (group admins or wiz-admins)")

@@ -8,7 +8,7 @@ and the admin page a 403 page to anyone who is not an administrator.
 """
 from flask import make_response, render_template
 
-from app.common.failures import ApiError
+from app.common.failures import Failure
 from app.wizard import bp, identity
 from app.wizard.models import COLLECTIONS
 
@@ -29,7 +29,7 @@ def _refusal(status, title, message, who=None):
 def _identified(template, admin_only=False, **context):
     try:
         who = identity.require_identity()
-    except ApiError as exc:
+    except Failure as exc:
         return _refusal(401, "Sign-in required",
                         "This page is served through the site's proxy, which tells the service who you are. "
                         f"This request came without that identity ({exc.message}).")

@@ -12,7 +12,7 @@ import uuid
 from flask import current_app, request, send_from_directory
 from PIL import Image, UnidentifiedImageError
 
-from app.common.failures import ApiError
+from app.common.failures import Invalid, NotFound, TooLarge
 from app.common.fsutil import atomic_write
 from app.common.offload import blocking
 from app.wizard import bp
@@ -51,26 +51,26 @@ def _write(folder, name, data):
 @bp.post("/api/uploads")
 def upload():
     if not (request.mimetype or "").startswith("multipart/form-data"):
-        raise ApiError(400, "the upload must be multipart/form-data with a field named file")
+        raise Invalid("the upload must be multipart/form-data with a field named file")
     upload_file = request.files.get("file")
     if upload_file is None:
-        raise ApiError(400, "file: the form has no field named file", field="file")
+        raise Invalid("file: the form has no field named file", field="file")
     data = upload_file.stream.read(UPLOAD_LIMIT + 1)
     if len(data) > UPLOAD_LIMIT:
-        raise ApiError(413, f"file: larger than the {UPLOAD_LIMIT // (1024 * 1024)} MB limit", field="file")
+        raise TooLarge(f"file: larger than the {UPLOAD_LIMIT // (1024 * 1024)} MB limit", field="file")
     if not data:
-        raise ApiError(400, "file: is empty", field="file")
+        raise Invalid("file: is empty", field="file")
     kind = blocking(image_format, data)
     if kind is None:
-        raise ApiError(400, "file: not a PNG, JPEG or WebP image (the type is read from the file's bytes)",
-                       field="file")
+        raise Invalid("file: not a PNG, JPEG or WebP image (the type is read from the file's bytes)",
+                      field="file")
     return {"url": store(data, EXTENSIONS[kind])}, 201
 
 
 @bp.get("/uploads/<name>")
 def serve_upload(name):
     if not _STORED_NAME.match(name):
-        raise ApiError(404, f"no upload {name[:80]!r}")
+        raise NotFound(f"no upload {name[:80]!r}")
     response = send_from_directory(current_app.config["WIZARD"].uploads_dir, name, max_age=365 * 24 * 3600)
     response.headers["X-Content-Type-Options"] = "nosniff"
     return response

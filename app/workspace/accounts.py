@@ -1,7 +1,7 @@
 """Accounts: the first Owner, later accounts, and their public shape."""
 from peewee import IntegrityError
 
-from app.common.failures import ApiError
+from app.common.failures import Conflict, Invalid
 from app.workspace.models import DEFAULT_ORGANIZATION, Membership, Organization, Singleton, User, audit, database, now
 from app.workspace.passwords import hash_password, weakness
 
@@ -24,15 +24,15 @@ def is_admin(user):
 def _check_password(password, username, email):
     problem = weakness(password, username, email)
     if problem:
-        raise ApiError(400, "Validation failed.", fields={"password": [problem]})
+        raise Invalid("Validation failed.", fields={"password": [problem]})
 
 
 def _conflict_of(username, email):
     if User.select().where(User.username_key == username.lower()).exists():
-        return ApiError(409, f"A user with the username {username!r} already exists.",
+        return Conflict(f"A user with the username {username!r} already exists.",
                         fields={"username": ["is taken"]})
     if User.select().where(User.email_key == email.lower()).exists():
-        return ApiError(409, "A user with this email already exists.", fields={"email": ["is taken"]})
+        return Conflict("A user with this email already exists.", fields={"email": ["is taken"]})
     return None
 
 
@@ -42,12 +42,12 @@ def create(username, email, name="", password=None, login_type="password", roles
     before the transaction (hashing yields to other greenlets; a transaction must not)."""
     if login_type == "password":
         if password is None and password_hash is None:
-            raise ApiError(400, "Validation failed.", fields={"password": ["is required for a password account"]})
+            raise Invalid("Validation failed.", fields={"password": ["is required for a password account"]})
         if password_hash is None:
             _check_password(password, username, email)
             password_hash = hash_password(password)
     elif password is not None:
-        raise ApiError(400, "Validation failed.", fields={"password": [f"is not used by {login_type} accounts"]})
+        raise Invalid("Validation failed.", fields={"password": [f"is not used by {login_type} accounts"]})
     conflict = _conflict_of(username, email)
     if conflict:
         raise conflict
@@ -59,14 +59,14 @@ def create(username, email, name="", password=None, login_type="password", roles
             Membership.create(user=user, organization=default_organization(), roles=["organization-member"])
             audit("user.create", user, actor=actor, username=username, login_type=login_type)
     except IntegrityError:
-        raise _conflict_of(username, email) or ApiError(409, "The user already exists.") from None
+        raise _conflict_of(username, email) or Conflict("The user already exists.") from None
     return user
 
 
 def create_first(username, email, name, password):
     """The initial Owner, exactly once however many ask at the same time."""
     if first_user_exists():
-        raise ApiError(409, "The initial user has already been created.")
+        raise Conflict("The initial user has already been created.")
     _check_password(password, username, email)
     password_hash = hash_password(password)
     try:
@@ -75,7 +75,7 @@ def create_first(username, email, name, password):
             return create(username, email, name, login_type="password", roles=["owner"], actor="first-user",
                           password_hash=password_hash)
     except IntegrityError:
-        raise ApiError(409, "The initial user has already been created.") from None
+        raise Conflict("The initial user has already been created.") from None
 
 
 def set_password(user, password, actor):

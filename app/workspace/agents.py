@@ -24,7 +24,7 @@ from flask import current_app, request
 
 from app.common import lifecycle
 from app.common.broker import broker
-from app.common.failures import ApiError
+from app.common.failures import Failure, Invalid, Unauthenticated, Unavailable, UpstreamFailed
 from app.workspace import bp, schemas, websocket
 from app.workspace.mesh import Refused, Unreachable, mesh
 from app.workspace.models import WorkspaceAgent, WorkspaceApp, database, now
@@ -58,11 +58,11 @@ def rotate_token(agent):
 def authenticate_agent(token):
     """The agent whose token this is, else a 401 saying why (never which part failed)."""
     if not token:
-        raise ApiError(401, "You must be signed in to do this.", detail="no agent token was given")
+        raise Unauthenticated("You must be signed in to do this.", detail="no agent token was given")
     match = TOKEN_SHAPE.match(token)
     agent = WorkspaceAgent.get_or_none(WorkspaceAgent.token_id == match.group(1)) if match else None
     if agent is None or not secret_matches(agent.token_hash, match.group(2)):
-        raise ApiError(401, "You must be signed in to do this.", detail="the agent token is not valid")
+        raise Unauthenticated("You must be signed in to do this.", detail="the agent token is not valid")
     return agent
 
 
@@ -114,9 +114,9 @@ def _publish(agent_id, owner_id):
 
 # --------------------------------------------------------------------------- connections
 
-class AgentUnavailable(ApiError):
+class AgentUnavailable(UpstreamFailed):
     def __init__(self, detail):
-        super().__init__(502, "The workspace agent is not connected.", detail=detail)
+        super().__init__("The workspace agent is not connected.", detail=detail)
 
 
 class AgentConnection:
@@ -227,7 +227,7 @@ def disconnect(agent_id, reason):
             mesh.call(address, {"kind": "disconnect", "agent": str(agent_id), "reason": reason})
     except Unreachable:
         pass  # a worker gone took the connection with it
-    except ApiError:
+    except Failure:
         # Redis is down: the token is revoked all the same, and the connection,
         # refused at its next upgrade, ends when the holder next loses it.
         log.warning("agent %s: its connection could not be closed: %s", agent_id, reason)
@@ -243,7 +243,7 @@ def _disconnect_for_another_worker(link):
 
 def refuse_while_stopping():
     if stopping:
-        raise ApiError(503, "The platform is stopping; connect again in a moment.", retry_after=1)
+        raise Unavailable("The platform is stopping; connect again in a moment.", retry_after=1)
 
 
 def close_all():
@@ -282,7 +282,7 @@ def _record_apps(agent_id, info):
 def agent_rpc():
     agent = authenticate_agent(request.headers.get(HEADER))
     if not websocket.is_upgrade():
-        raise ApiError(400, "This is the agent's websocket: send a websocket upgrade request.")
+        raise Invalid("This is the agent's websocket: send a websocket upgrade request.")
     refuse_while_stopping()
     owner_id = agent.workspace.owner_id
     database.close()  # the connection lasts hours: it must not hold a pooled database connection
@@ -309,7 +309,7 @@ def _serve_agent(app, agent_id, owner_id, transport):
               on_pong=lambda: _update(agent_id, last_connected_at=now()))
     try:
         holding = mesh.hold(key, on_lost=lambda: mux.close("replaced by a newer connection of the agent"))
-    except ApiError as exc:
+    except Failure as exc:
         mux.close(exc.message, 1013)  # "try again later": the agent reconnects
         return
     connection = AgentConnection(agent_id, owner_id, mux)

@@ -3,7 +3,7 @@ from flask import current_app, g, jsonify
 
 from app.common.body import json_object, validated
 from app.common.clientaddr import client_address
-from app.common.failures import ApiError
+from app.common.failures import Forbidden, NotFound, Unauthenticated
 from app.workspace import VERSION, accounts, agent_files, bp, limits, sessions
 from app.workspace.models import User, audit
 from app.workspace.passwords import verify_password
@@ -39,7 +39,7 @@ def authmethods():
 @bp.get("/api/v2/users/first")
 def first_user_status():
     if not accounts.first_user_exists():
-        raise ApiError(404, "The initial user has not been created.")
+        raise NotFound("The initial user has not been created.")
     return {"message": "The initial user has already been created."}
 
 
@@ -58,7 +58,7 @@ def create_first_user():
 def create_user():
     actor = sessions.current_user()
     if not accounts.is_admin(actor):
-        raise ApiError(403, "Only an administrator can create accounts.")
+        raise Forbidden("Only an administrator can create accounts.")
     data = validated(CreateUserSchema(), json_object(BODY_LIMIT))
     user = accounts.create(data["username"], data["email"], data["name"], data.get("password"),
                            data["login_type"], actor=actor.username)
@@ -75,19 +75,19 @@ def login():
     settings = _settings()
     data = validated(LoginSchema(), json_object(BODY_LIMIT))
     if not settings.password_enabled:
-        raise ApiError(403, "Password sign-in is disabled on this deployment.")
+        raise Forbidden("Password sign-in is disabled on this deployment.")
     email = data["email"].lower()
     limits.check_login(settings, client_address(), email)
     user = User.get_or_none(User.email_key == email)
     # An unknown account costs the same time as a wrong password, and says the same.
     matches = verify_password(data["password"], user.password_hash if user else None)
     if user is not None and user.login_type != "password":
-        raise ApiError(403, f"This account signs in with {user.login_type}, not a password.")
+        raise Forbidden(f"This account signs in with {user.login_type}, not a password.")
     if not matches:
         audit("user.login_failed", user, actor=client_address())
-        raise ApiError(401, "Incorrect email or password.")
+        raise Unauthenticated("Incorrect email or password.")
     if user.status != "active":
-        raise ApiError(403, "This account is not active.")
+        raise Forbidden("This account is not active.")
     token = sessions.mint(user, "password")
     audit("user.login", user, actor=client_address())
     response = jsonify({"session_token": token})

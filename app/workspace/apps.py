@@ -30,7 +30,7 @@ from flask import Response, redirect, render_template, request
 from peewee import JOIN
 
 from app.common.clientaddr import client_address
-from app.common.failures import ApiError
+from app.common.failures import Failure, Invalid, NotFound, UpstreamFailed, UpstreamTimeout
 from app.workspace import agents, bp, sessions, websocket
 from app.workspace.models import User, Workspace, WorkspaceAgent, WorkspaceApp, database
 from app.workspace.mux import MAX_DATA, StreamClosed, splice
@@ -60,7 +60,7 @@ def original_path():
 
 
 def page_error(exc):
-    """An ApiError as a browser or a machine client expects it: a sign-in redirect
+    """A Failure as a browser or a machine client expects it: a sign-in redirect
     or an HTML page for browsers, the platform's JSON error for machines."""
     if not wants_html():
         raise exc
@@ -84,9 +84,9 @@ def _the_agent(found, agent_name, name_of):
     if agent_name:
         found = [item for item in found if name_of(item) == agent_name]
     elif len(found) > 1:
-        raise ApiError(404, "This workspace has several agents: name one, as <workspace>.<agent>.")
+        raise NotFound("This workspace has several agents: name one, as <workspace>.<agent>.")
     if len(found) != 1:
-        raise ApiError(404, "Workspace agent not found.")
+        raise NotFound("Workspace agent not found.")
     return found[0]
 
 
@@ -134,7 +134,7 @@ def find_app(viewer, username, target, slug):
     app = _the_agent(_target_rows(username, workspace_name, slug), agent_name, lambda row: row.agent_name)
     allowed = app.slug is not None and (app.sharing_level == "authenticated" or may_manage(viewer, app.owner_id))
     if not allowed:
-        raise ApiError(404, "Workspace app not found.")
+        raise NotFound("Workspace app not found.")
     return app
 
 
@@ -144,7 +144,7 @@ def find_app(viewer, username, target, slug):
 def app_without_slash(user, target, slug):
     try:
         sessions.current_user()
-    except ApiError as exc:
+    except Failure as exc:
         return page_error(exc)
     query = request.query_string.decode("latin-1")
     return redirect(request.path + "/" + (f"?{query}" if query else ""), 307)
@@ -160,9 +160,9 @@ def app_proxy(user, target, slug, path):
         database.close()  # a proxied answer may last long: give the pooled connection back now
         upgrade = "HTTP_UPGRADE" in request.environ
         if upgrade and request.environ.get("gunicorn.socket") is None:
-            raise ApiError(400, "Upgrades need the platform's server (gunicorn).")
+            raise Invalid("Upgrades need the platform's server (gunicorn).")
         stream = agents.open_stream(app.agent_id, {"kind": "app", "url": app.url}, request_head(app.url, app.prefix))
-    except ApiError as exc:
+    except Failure as exc:
         return page_error(exc)
     return _splice_upgrade(stream) if upgrade else _forward(stream)
 
@@ -266,10 +266,10 @@ def _forward(stream):
         status, headers = reader.response_head()
     except (StreamClosed, ValueError) as exc:
         _end(stream, sender)
-        return page_error(ApiError(502, "The workspace app is not reachable.", detail=str(exc)))
+        return page_error(UpstreamFailed("The workspace app is not reachable.", detail=str(exc)))
     except TimeoutError:
         _end(stream, sender)
-        return page_error(ApiError(504, "The workspace app did not answer in time."))
+        return page_error(UpstreamTimeout("The workspace app did not answer in time."))
     return _response(stream, sender, reader, status, headers)
 
 

@@ -16,7 +16,7 @@ import sys
 from flask import Flask
 
 from app.common import config, copy_to_postgres
-from app.common.failures import ApiError
+from app.common.failures import Failure
 from app.workspace import accounts, sessions
 from app.workspace.models import User, database
 from app.workspace.passwords import weakness
@@ -70,7 +70,7 @@ def create_admin(username, email, name, stdin, out, err):
                 user = accounts.create(username, email, name, password, roles=["owner"], actor="host:create-admin")
             else:
                 user = accounts.create_first(username, email, name, password)
-        except ApiError as exc:
+        except Failure as exc:
             problems = "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in (exc.extra.get("fields") or {}).items())
             err.write(f"error: {exc.message}{' ' + problems if problems else ''}\n")
             return 1

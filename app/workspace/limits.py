@@ -1,7 +1,7 @@
 """Login attempts per client address and per account (sliding minute windows),
 counted across every worker through Redis when REDIS_URL is set."""
 from app.common import ratelimit
-from app.common.failures import ApiError
+from app.common.failures import TooManyRequests
 
 _limiters = {}
 
@@ -18,5 +18,5 @@ def check_login(settings, address, account):
                              ("account", settings.login_per_account, account)):
         wait = _limiter(name, limit).hit(key)
         if wait is not None:
-            raise ApiError(429, "Too many sign-in attempts; try again later.",
-                           detail=f"retry in {wait} s", retry_after=wait)
+            raise TooManyRequests("Too many sign-in attempts; try again later.",
+                                  detail=f"retry in {wait} s", retry_after=wait)

@@ -42,7 +42,7 @@ from gevent.lock import Semaphore
 from gevent.server import StreamServer
 
 from app.common import redis_client
-from app.common.failures import ApiError
+from app.common.failures import Unavailable
 from app.workspace.mux import Mux, StreamClosed
 from app.workspace.websocket import FrameTransport
 from workspace_protocol.mux import MESSAGE_LIMIT
@@ -84,7 +84,7 @@ class Refused(Unreachable):
 
 def shared_state_unavailable(exc):
     log.warning("Redis unavailable: %s", redis_client.describe(exc))
-    return ApiError(503, "The platform's shared state is unavailable; try again in a moment.", retry_after=2)
+    return Unavailable("The platform's shared state is unavailable; try again in a moment.", retry_after=2)
 
 
 class Holding:
@@ -128,7 +128,7 @@ class Mesh:
 
     def hold(self, agent_id, on_lost):
         """Record that this worker holds a connection of `agent_id`; `on_lost()` runs if
-        a newer connection elsewhere replaces it. Raises ApiError 503 if Redis is down."""
+        a newer connection elsewhere replaces it. Raises Unavailable (503) if Redis is down."""
         if self.redis is None:
             return Holding(agent_id, None, on_lost)
         holding = Holding(agent_id, f"{self._listen()} {uuid.uuid4().hex}", on_lost)
@@ -291,14 +291,14 @@ class Mesh:
         log.info("the link to %s ended: %s", address, reason)
 
     def _listen(self):
-        """This worker's mesh address, listening from the first call on; ApiError 503
+        """This worker's mesh address, listening from the first call on; Unavailable (503)
         if it cannot listen (WORKSPACE_MESH_ADDRESS not an address of this host)."""
         if self.address is None:
             try:
                 self._start_listening()
             except OSError as exc:
                 log.error("cannot listen for the other workers on %r: %s", self._listen_host or "a unix socket", exc)
-                raise ApiError(503, "The platform cannot reach its other workers; see its log.", retry_after=5) \
+                raise Unavailable("The platform cannot reach its other workers; see its log.", retry_after=5) \
                     from None
         return self.address
 

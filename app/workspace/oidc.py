@@ -39,7 +39,7 @@ from joserfc.jws import JWSRegistry
 from peewee import IntegrityError
 
 from app.common.clientaddr import client_address
-from app.common.failures import ApiError
+from app.common.failures import Failure, NotFound
 from app.workspace import accounts, bp, sessions
 from app.workspace.models import OidcLink, User, audit, database
 from app.workspace.pages import safe_redirect
@@ -168,7 +168,7 @@ def _client():
 @bp.get(CALLBACK_PATH)
 def oidc_callback():
     if not _settings().oidc_enabled:
-        raise ApiError(404, "OIDC sign-in is not enabled on this deployment.")
+        raise NotFound("OIDC sign-in is not enabled on this deployment.")
     returning = "code" in request.args or "error" in request.args
     try:
         response = _finish() if returning else _start()
@@ -427,7 +427,7 @@ def _create(claims, issuer, subject, email):
             return user
         except IntegrityError:  # the link: the same person, signing in twice at once
             return _linked_or_fail(issuer, subject)
-        except ApiError as exc:
+        except Failure as exc:
             if exc.status != 409:
                 raise SignInFailed(403, "The account could not be created from the provider's details.") from None
             if User.select().where(User.email_key == email.lower()).exists():

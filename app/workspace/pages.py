@@ -5,7 +5,7 @@ from flask import current_app, g, redirect, render_template, request
 
 from app.common.body import validated
 from app.common.clientaddr import client_address
-from app.common.failures import ApiError
+from app.common.failures import Failure
 from app.workspace import accounts, bp, limits, sessions
 from app.workspace.models import User, audit
 from app.workspace.passwords import verify_password
@@ -44,7 +44,7 @@ def login_form():
         return _login_page("Enter your email and password.", 400)
     try:
         limits.check_login(settings, client_address(), email)
-    except ApiError as exc:
+    except Failure as exc:
         return _login_page(exc.message, 429)
     user = User.get_or_none(User.email_key == email)
     if not verify_password(password, user.password_hash if user else None) or user.login_type != "password":
@@ -70,7 +70,7 @@ def setup_form():
     try:
         data = validated(FirstUserSchema(), {**form, "password": request.form.get("password", "")})
         user = accounts.create_first(data["username"], data["email"], data["name"], data["password"])
-    except ApiError as exc:
+    except Failure as exc:
         problems = exc.extra.get("fields") or {}
         detail = "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in problems.items()) or exc.message
         return render_template("workspace/setup.html", error=detail, form=form), exc.status
@@ -81,7 +81,7 @@ def setup_form():
 def dashboard():
     try:
         user = sessions.current_user()
-    except ApiError:
+    except Failure:
         if not accounts.first_user_exists():
             return redirect("/setup", 303)
         return redirect("/login?redirect=/", 303)
@@ -94,6 +94,6 @@ def logout_form():
     try:
         sessions.current_user()
         sessions.revoke(g.api_key.id)
-    except ApiError:
+    except Failure:
         pass
     return sessions.clear_cookie(redirect("/login", 303))

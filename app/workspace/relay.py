@@ -45,7 +45,7 @@ from simple_websocket import ConnectionClosed
 
 import workspace_protocol.websocket as wire
 from app.common import lifecycle
-from app.common.failures import ApiError
+from app.common.failures import ApiError, Conflict, Failure, Forbidden, Invalid, UpstreamFailed
 from app.workspace import agents, bp, sessions, websocket
 from app.workspace.mesh import CALL_SECONDS, Unreachable, mesh
 from app.workspace.models import database
@@ -78,11 +78,11 @@ class Pair:
 def _query():
     role = request.args.get("role", "")
     if role not in ROLES:
-        raise ApiError(400, "role: must be client or agent", field="role")
+        raise Invalid("role: must be client or agent", field="role")
     try:
         agent_id, session = uuid.UUID(request.args.get("agent", "")), uuid.UUID(request.args.get("session", ""))
     except ValueError:
-        raise ApiError(400, "agent and session: must be UUIDs", field="agent") from None
+        raise Invalid("agent and session: must be UUIDs", field="agent") from None
     return role, str(agent_id), str(session)
 
 
@@ -90,7 +90,7 @@ def _authorize(role, agent_id):
     if role == "agent":
         agent = agents.authenticate_agent(request.headers.get(sessions.HEADER))
         if str(agent.id) != agent_id:
-            raise ApiError(403, "An agent may only relay for itself.")
+            raise Forbidden("An agent may only relay for itself.")
     else:
         visible_agent(sessions.current_user(), agent_id)
 
@@ -107,9 +107,9 @@ def relay():
     try:
         invite = _admit(key, role)
         if not websocket.is_upgrade():
-            raise ApiError(400, "This is the relay's websocket: send a websocket upgrade request.")
+            raise Invalid("This is the relay's websocket: send a websocket upgrade request.")
         agents.refuse_while_stopping()
-    except ApiError:
+    except Failure:
         if key not in pairs:
             mesh.unclaim(("relay", agent_id, session))
         raise
@@ -123,7 +123,7 @@ def _admit(key, role):
     agent when a client comes first (502 now when the agent is not connected)."""
     pair = pairs.get(key)
     if pair is not None and role in pair.peers:
-        raise ApiError(409, f"This relay session already has its {role}.")
+        raise Conflict(f"This relay session already has its {role}.")
     if role == "client" and (pair is None or "agent" not in pair.peers):
         return agents.relay_invitation(*key)
     return None
@@ -141,13 +141,13 @@ def _relay_elsewhere(pairing, key, role, idle):
         verdict = json.loads(peer.receive(CALL_SECONDS))
     except (Unreachable, ConnectionClosed, TypeError, ValueError) as exc:
         mesh.unclaim(("relay", agent_id, session), pairing)  # a worker gone: the next try pairs here
-        raise ApiError(502, "The relay session's worker does not answer.", detail=str(exc)) from None
+        raise UpstreamFailed("The relay session's worker does not answer.", detail=str(exc)) from None
     if verdict.get("status") != 200:
         peer.close()
         raise ApiError(int(verdict.get("status") or 502), str(verdict.get("message")), detail=verdict.get("detail"))
     if not websocket.is_upgrade():
         peer.close()
-        raise ApiError(400, "This is the relay's websocket: send a websocket upgrade request.")
+        raise Invalid("This is the relay's websocket: send a websocket upgrade request.")
     database.close()
     return websocket.accept(lambda transport: _carry(transport, peer), max_message_size=MESSAGE_LIMIT)
 
@@ -183,9 +183,9 @@ def _pair_for_another_worker(link):
     peer = LinkPeer(link)
     try:
         if role not in ROLES:
-            raise ApiError(400, "role: must be client or agent", field="role")
+            raise Invalid("role: must be client or agent", field="role")
         invite = _admit(key, role)
-    except ApiError as exc:
+    except Failure as exc:
         peer.send(json.dumps({"status": exc.status, "message": exc.message, "detail": exc.extra.get("detail")}))
         peer.close()
         return

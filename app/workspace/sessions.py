@@ -14,7 +14,7 @@ from datetime import timedelta
 from flask import current_app, g, request
 from peewee import JOIN
 
-from app.common.failures import ApiError
+from app.common.failures import Forbidden, Unauthenticated
 from app.workspace.models import ApiKey, Membership, Organization, User, database, now
 
 HEADER = "Workspace-Session-Token"
@@ -59,7 +59,7 @@ def presented_token():
 
 
 def _unauthorized(detail):
-    return ApiError(401, "You must be signed in to do this.", detail=detail)
+    return Unauthenticated("You must be signed in to do this.", detail=detail)
 
 
 def authenticate(token):
@@ -80,7 +80,7 @@ def authenticate(token):
         raise _unauthorized("the session token has expired")
     _slide(key, current)
     if user.status != "active":
-        raise ApiError(403, "This account is not active.")
+        raise Forbidden("This account is not active.")
     return user, key
 
 

@@ -19,7 +19,7 @@ from flask import render_template, request, send_from_directory
 from simple_websocket import ConnectionClosed
 
 from app.common.body import query_int, query_text
-from app.common.failures import ApiError
+from app.common.failures import Failure, Invalid, NotFound
 from app.workspace import agents, bp, sessions, websocket
 from app.workspace.apps import find_agent, page_error
 from app.workspace.models import database
@@ -36,7 +36,7 @@ INPUT_MESSAGE_LIMIT = 64 * 1024
 @bp.get("/static/vendor/xterm/<name>")
 def xterm_file(name):
     if name not in XTERM_FILES:
-        raise ApiError(404, f"not found: {name[:80]}")
+        raise NotFound(f"not found: {name[:80]}")
     directory, _, filename = XTERM_FILES[name].rpartition("/")
     return send_from_directory(f"{VENDOR}/{directory}", filename, max_age=3600)
 
@@ -47,8 +47,8 @@ def terminal_page(user, target):
         viewer = sessions.current_user()
         agent = find_agent(user, target)
         if not may_manage(viewer, agent.workspace.owner_id):
-            raise ApiError(404, "Workspace agent not found.")
-    except ApiError as exc:
+            raise NotFound("Workspace agent not found.")
+    except Failure as exc:
         return page_error(exc)
     title = f"{agent.workspace.name}.{agent.name}"
     return render_template("workspace/terminal.html", agent_id=str(agent.id), title=title)
@@ -61,11 +61,11 @@ def agent_pty(agent_id):
     try:
         reconnect = str(uuid.UUID(reconnect))
     except ValueError:
-        raise ApiError(400, "reconnect: must be a UUID", field="reconnect") from None
+        raise Invalid("reconnect: must be a UUID", field="reconnect") from None
     rows = query_int(request.args, "height", 24, minimum=1, maximum=1000)
     cols = query_int(request.args, "width", 80, minimum=1, maximum=1000)
     if not websocket.is_upgrade():
-        raise ApiError(400, "This is a terminal's websocket: send a websocket upgrade request.")
+        raise Invalid("This is a terminal's websocket: send a websocket upgrade request.")
     database.close()  # the terminal lasts long: no pooled database connection held
     stream = agents.open_stream(agent.id, {"kind": "pty", "reconnect": reconnect, "rows": rows, "cols": cols})
     return websocket.accept(lambda transport: _serve(transport, stream), max_message_size=INPUT_MESSAGE_LIMIT)

@@ -31,7 +31,7 @@ from simple_websocket import ConnectionClosed, Server
 from wsproto.events import BytesMessage, TextMessage
 
 import workspace_protocol.websocket as wire
-from app.common.failures import ApiError
+from app.common.failures import Invalid
 
 RECEIVE_BYTES = wire.RECEIVE_BYTES
 
@@ -271,7 +271,7 @@ def accept_frames(handler, max_message_size=None):
         return accept(handler, max_message_size)
     key = environ.get("HTTP_SEC_WEBSOCKET_KEY", "")
     if environ.get("HTTP_SEC_WEBSOCKET_VERSION") != "13" or len(key) > 64 or not key:
-        raise ApiError(400, "A websocket upgrade needs Sec-WebSocket-Key and Sec-WebSocket-Version: 13.")
+        raise Invalid("A websocket upgrade needs Sec-WebSocket-Key and Sec-WebSocket-Version: 13.")
     sock.settimeout(None)
     name, value = wire.UNMASKED_HEADER
     unmasked = request.headers.get(name, "").strip().lower() == value

@@ -16,7 +16,7 @@ from flask import current_app, jsonify
 from peewee import IntegrityError
 
 from app.common.body import json_object, validated
-from app.common.failures import ApiError
+from app.common.failures import Conflict, NotFound
 from app.workspace import accounts, agents, bp, sessions
 from app.workspace.models import User, Workspace, WorkspaceAgent, WorkspaceApp, audit, database
 from app.workspace.schemas import CreateWorkspaceSchema
@@ -31,7 +31,7 @@ def _settings():
 
 
 def _not_found(what):
-    return ApiError(404, f"{what} not found.")
+    return NotFound(f"{what} not found.")
 
 
 def may_manage(user, owner_id):
@@ -108,7 +108,7 @@ def create_workspace(user):
 
 
 def _conflict(name):
-    return ApiError(409, f"A workspace named {name!r} already exists.", fields={"name": ["is taken"]})
+    return Conflict(f"A workspace named {name!r} already exists.", fields={"name": ["is taken"]})
 
 
 def _create_agent(workspace, spec):
