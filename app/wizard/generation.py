@@ -18,7 +18,9 @@ Rules (spec 002, issue 3):
   `{ideas: [...]}` with 5 or 6 entries each with a non-empty string title and description,
   checked on the whole batch (nothing trimmed).
 - Provider HTTP errors, unreachable providers and malformed answers are GenerationFailed(502)
-  with a message that names the provider's status but never the API key.
+  with a message that names the provider's status and its own (redacted) words but never the
+  API key. The HTTP itself (deadline, kept-alive pool of the base URL, reading, failures) is
+  app.common.provider_http's; this module words its failures.
 - CPU work (large JSON parses, json-repair on big outputs, Pillow) runs in gevent's threadpool
   through app.common.offload.blocking so the worker's loop keeps serving.
 
@@ -41,13 +43,20 @@ from urllib.parse import urlsplit
 import gevent
 import gevent.lock
 import gevent.monkey
-import requests
-import urllib3
 from PIL import Image
 
 from app.common.config import ConfigError, env_int, env_seconds, env_str
 from app.common.offload import blocking
-from app.common.sse_client import records as sse_records
+from app.common.provider_http import (
+    Deadline,
+    DeadlinePassed,
+    Exchange,
+    ProviderFailed,
+    Wording,
+    error_text,
+    redacted,
+    same_origin,
+)
 from app.wizard import json_output
 
 log = logging.getLogger("bundle.wizard.generation")
@@ -72,25 +81,38 @@ IMAGE_ANSWER_LIMIT = 64 * 1024 * 1024    # a JSON answer carrying a base64 image
 IMAGE_DOWNLOAD_LIMIT = 32 * 1024 * 1024  # an image fetched from the answer's `url`
 MAX_IMAGE_PIXELS = 40_000_000            # refuse decompression bombs before decoding
 OFFLOAD_OVER = 256 * 1024                # parse/repair larger texts off the loop
-CHUNK = 64 * 1024
 CONNECT_TIMEOUT = 10.0
+IMAGE_REDIRECTS = 5
 KEY_SHAPE = re.compile(r"[!-~]{1,512}")  # a key goes into a header: printable ASCII only
-SECRETISH = re.compile(r"\b(sk|pk|key|api|token|bearer)[-_A-Za-z0-9*.]{6,}", re.IGNORECASE)
 
 
 class GenerationUnavailable(Exception):
     """No provider (or no model of that role) is configured."""
 
 
-class GenerationFailed(Exception):
+class GenerationFailed(ProviderFailed):
     """The generation failed: `status` 502 (provider or output failure) or 504 (time-out),
     `message` safe to show, `timing` the JSON-mode timing dict (None for other calls)."""
 
     def __init__(self, status, message, timing=None):
-        super().__init__(message)
-        self.status = status
-        self.message = message
+        super().__init__(status, message)
         self.timing = timing
+
+
+class _Wording(Wording):
+    """How the wizard words a provider's failures (every time-out names the whole call's)."""
+    error = GenerationFailed
+    timed_out = connect_timed_out = "the AI provider did not answer within {seconds:g} s"
+    unreachable = "{name} cannot be reached ({cause})"
+    call_failed = "the request to {name} failed ({kind})"
+    cut_off = "the AI provider's answer was cut off ({kind})"
+    too_large = "{answer} is larger than the size cap of {limit} bytes"
+    not_json = "the AI provider answered with malformed JSON"
+
+
+class _DownloadWording(_Wording):
+    def refused(self, code, exchange):
+        return self.fail(502, "{name} answered HTTP {code}", code=code)
 
 
 @dataclass
@@ -136,10 +158,8 @@ class Generator:
         # OpenAI-style JSON mode; some compatible servers reject the field, hence the switch.
         self.json_response_format = json_response_format
         self._slots = _new_slots(self.concurrency)
-        self._session = requests.Session()
-        adapter = requests.adapters.HTTPAdapter(pool_maxsize=max(10, self.concurrency))
-        self._session.mount("http://", adapter)
-        self._session.mount("https://", adapter)
+        self._words = _Wording("the AI provider", show_text=True, api_key=self._api_key)
+        self._download_words = _DownloadWording("the image download", answer="the generated image")
 
     @classmethod
     def from_env(cls):
@@ -186,9 +206,9 @@ class Generator:
         phase = _Phases(on_phase)
         timing = {"requestedModel": model or HOST_DEFAULT, "resolvedModel": UNKNOWN_MODEL,
                   "queueMs": 0, "attemptMs": 0, "repairMs": 0, "totalMs": 0, "attempts": 0}
-        clock = _Clock(self.timeout)
+        clock = Deadline(self.timeout)
         try:
-            with clock.guard(), self._slot(clock, timing, phase):
+            with _Guard(clock, self._words), self._slot(clock, timing, phase):
                 if json_mode:
                     content = self._json_attempts(body, kind, clock, timing, phase, on_chunk,
                                                   on_reasoning)
@@ -253,19 +273,19 @@ class Generator:
         return answer
 
     def _complete(self, body, clock):
-        with self._post(clock, "/chat/completions", body) as response:
-            payload = _read_json(clock, response, TEXT_ANSWER_LIMIT)
+        with self._post(clock, "/chat/completions", body) as exchange:
+            payload = exchange.json(TEXT_ANSWER_LIMIT, loads=_loads)
         return _Answer(_message_content(payload), _reported_model(payload))
 
     def _stream(self, body, clock, relay, reasoning):
-        with self._post(clock, "/chat/completions", dict(body, stream=True)) as response:
-            if not _is_event_stream(response):
+        with self._post(clock, "/chat/completions", dict(body, stream=True)) as exchange:
+            if not _is_event_stream(exchange):
                 # A server that ignores `stream` answers one JSON body: relay it whole.
-                payload = _read_json(clock, response, TEXT_ANSWER_LIMIT)
+                payload = exchange.json(TEXT_ANSWER_LIMIT, loads=_loads)
                 answer = _Answer(_message_content(payload), _reported_model(payload))
                 relay(answer.content)
                 return answer
-            return _read_stream(clock, response, relay, reasoning)
+            return _read_stream(exchange, relay, reasoning)
 
     # -- images --------------------------------------------------------------------
 
@@ -286,10 +306,10 @@ class Generator:
             # OpenAI's gpt-image models always answer base64 and refuse this field.
             body["response_format"] = "b64_json"
         phase = _Phases(on_phase)
-        clock = _Clock(self.timeout)
+        clock = Deadline(self.timeout)
         timing = {"queueMs": 0}
         try:
-            with clock.guard(), self._slot(clock, timing, phase):
+            with _Guard(clock, self._words), self._slot(clock, timing, phase):
                 phase("started", {"queueMs": timing["queueMs"]})
                 raw = self._image_bytes(body, clock)
                 phase("converting", {"bytes": len(raw)})
@@ -301,8 +321,8 @@ class Generator:
         return ImageOutcome(webp=webp, provider=self.provider, model=model)
 
     def _image_bytes(self, body, clock):
-        with self._post(clock, "/images/generations", body) as response:
-            payload = _read_json(clock, response, IMAGE_ANSWER_LIMIT)
+        with self._post(clock, "/images/generations", body) as exchange:
+            payload = exchange.json(IMAGE_ANSWER_LIMIT, loads=_loads)
         item = _first_image(payload)
         if isinstance(item.get("b64_json"), str) and item["b64_json"]:
             return _b64(item["b64_json"])
@@ -315,24 +335,22 @@ class Generator:
 
     def _download(self, clock, url):
         headers = {"Accept": "image/*"}
-        if _origin(url) == _origin(self.base_url) and self._api_key:
+        if same_origin(url, self.base_url) and self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"  # the key stays with its origin
-        with _provider_errors(clock, "the image download"):
-            response = self._session.get(url, headers=headers, stream=True,
-                                         timeout=clock.timeouts())
-        with response:
-            if response.status_code != 200:
-                raise GenerationFailed(
-                    502, f"the image download answered HTTP {response.status_code}")
-            declared = response.headers.get("Content-Length", "").strip()
+        with self._exchange(clock, self._download_words).open("GET", url, headers,
+                                                              redirects=IMAGE_REDIRECTS) as exchange:
+            declared = exchange.header("Content-Length").strip()
             if declared.isdigit() and int(declared) > IMAGE_DOWNLOAD_LIMIT:
                 raise GenerationFailed(502, "the generated image is larger than the size cap")
-            return _read_capped(clock, response, IMAGE_DOWNLOAD_LIMIT, "the generated image")
+            return exchange.body(IMAGE_DOWNLOAD_LIMIT)
 
     # -- shared ----------------------------------------------------------------------
 
     def _slot(self, clock, timing, phase):
         return _Slot(self._slots, clock, timing, phase, self.concurrency)
+
+    def _exchange(self, clock, words):
+        return Exchange(words, clock, self.base_url, CONNECT_TIMEOUT, pool="wizard")
 
     def _post(self, clock, path, body):
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -340,57 +358,20 @@ class Generator:
             headers["Accept"] = "text/event-stream"
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
-        with _provider_errors(clock, "the AI provider"):
-            response = self._session.post(self.base_url + path, json=body, headers=headers,
-                                          stream=True, timeout=clock.timeouts())
-        if response.status_code != 200:
-            with response:
-                raise GenerationFailed(502, _status_message(response, self._api_key))
-        return response
+        return self._exchange(clock, self._words).open("POST", self.base_url + path, headers, body)
 
 
 # -- the deadline and the queue ----------------------------------------------------------
 
-class _Deadline(Exception):
-    """The call's deadline passed (checked between reads)."""
-
-
-class _Clock:
-    """One call's deadline, started when the call is made (queueing counts)."""
-
-    def __init__(self, seconds):
-        self.seconds = seconds
-        self.started = time.monotonic()
-        self.deadline = self.started + seconds
-
-    def remaining(self):
-        left = self.deadline - time.monotonic()
-        if left <= 0:
-            raise _Deadline()
-        return left
-
-    def timeouts(self):
-        left = self.remaining()
-        return (min(left, CONNECT_TIMEOUT), left)
-
-    def elapsed_ms(self):
-        return _ms(time.monotonic() - self.started)
-
-    def timed_out(self):
-        return GenerationFailed(504, f"the AI provider did not answer within {self.seconds:g} s")
-
-    def guard(self):
-        return _Guard(self)
-
-
 class _Guard:
-    """The one place where every form of time-out becomes GenerationFailed(504). Under the
-    gevent worker it also runs a gevent.Timeout over the whole call, which interrupts any
-    blocked socket operation (slow-drip answers included); unpatched threads (tests, CLI)
-    rely on the socket time-outs and the checks between reads instead."""
+    """Where a time-out outside a provider exchange (the deadline passed in the queue, or
+    between steps) becomes GenerationFailed(504); inside one, the transport words it the same.
+    Under the gevent worker it also runs a gevent.Timeout over the whole call (queue, attempts,
+    repair, download), which interrupts any blocked socket operation; unpatched threads
+    (tests, CLI) rely on the socket time-outs and the checks between reads instead."""
 
-    def __init__(self, clock):
-        self.clock = clock
+    def __init__(self, clock, words):
+        self.clock, self.words = clock, words
         self.timer = None
         if gevent.monkey.is_module_patched("socket"):
             self.timer = gevent.Timeout(clock.seconds)  # a BaseException: no `except Exception` eats it
@@ -403,8 +384,8 @@ class _Guard:
     def __exit__(self, kind, exc, tb):
         if self.timer is not None:
             self.timer.close()
-        if (exc is not None and exc is self.timer) or isinstance(exc, _Deadline):
-            raise self.clock.timed_out() from None
+        if (exc is not None and exc is self.timer) or isinstance(exc, DeadlinePassed):
+            raise self.words.too_late(self.clock) from None
         return False
 
 
@@ -442,74 +423,20 @@ def _new_slots(concurrency):
     return threading.BoundedSemaphore(concurrency)
 
 
-class _provider_errors:
-    """Turns requests' failures into GenerationFailed; never shows the request (the
-    headers carry the key)."""
-
-    def __init__(self, clock, what):
-        self.clock, self.what = clock, what
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, exc, tb):
-        if kind is None:
-            return False
-        if issubclass(kind, (requests.Timeout, _Deadline)):
-            raise self.clock.timed_out() from None
-        if issubclass(kind, requests.ConnectionError):
-            raise GenerationFailed(502, f"{self.what} cannot be reached ({_cause(exc)})") from None
-        if issubclass(kind, requests.RequestException):
-            raise GenerationFailed(502, f"the request to {self.what} failed ({kind.__name__})") from None
-        return False
-
-
 # -- reading answers -----------------------------------------------------------------
 
-def _chunks(clock, response):
-    """The body's chunks as they arrive (one socket read each, so the deadline is checked
-    between reads and stream deltas are not held back to fill a buffer)."""
-    raw = response.raw
-    while True:
-        clock.remaining()
-        try:
-            chunk = raw.read1(CHUNK, decode_content=True)
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            if clock.deadline <= time.monotonic() or "timed out" in str(exc).lower():
-                raise _Deadline() from None
-            raise GenerationFailed(
-                502, f"the AI provider's answer was cut off ({type(exc).__name__})") from None
-        if not chunk:
-            return
-        yield chunk
+def _loads(data):
+    return blocking(json.loads, data) if len(data) > OFFLOAD_OVER else json.loads(data)
 
 
-def _read_capped(clock, response, limit, what):
-    parts, total = [], 0
-    for chunk in _chunks(clock, response):
-        total += len(chunk)
-        if total > limit:
-            raise GenerationFailed(502, f"{what} is larger than the size cap of {limit} bytes")
-        parts.append(chunk)
-    return b"".join(parts)
+def _is_event_stream(exchange):
+    return exchange.header("Content-Type").split(";")[0].strip().lower() == "text/event-stream"
 
 
-def _read_json(clock, response, limit):
-    data = _read_capped(clock, response, limit, "the AI provider's answer")
-    try:
-        return blocking(json.loads, data) if len(data) > OFFLOAD_OVER else json.loads(data)
-    except ValueError:
-        raise GenerationFailed(502, "the AI provider answered with malformed JSON") from None
-
-
-def _is_event_stream(response):
-    return response.headers.get("Content-Type", "").split(";")[0].strip().lower() == "text/event-stream"
-
-
-def _read_stream(clock, response, relay, reasoning):
+def _read_stream(exchange, relay, reasoning):
     """Collects an SSE chat-completion stream: content deltas go to `relay` in order."""
     parts, model, finished, size = [], None, False, 0
-    for record in sse_records(_chunks(clock, response)):
+    for record in exchange.records():
         data = record.data
         if data.strip() == "[DONE]":
             finished = True
@@ -522,7 +449,7 @@ def _read_stream(clock, response, relay, reasoning):
             raise GenerationFailed(502, "the AI provider streamed an unexpected record")
         if "error" in event:
             raise GenerationFailed(502, "the AI provider reported an error mid-stream: "
-                                        + _error_text(event, ""))
+                                        + error_text(event))
         model = _reported_model(event) or model
         delta, reason, done = _delta(event)
         finished = finished or done
@@ -562,7 +489,7 @@ def _message_content(payload):
     if not isinstance(content, str):
         refusal = message.get("refusal") if isinstance(message, dict) else None
         if isinstance(refusal, str) and refusal:
-            raise GenerationFailed(502, "the model refused: " + _short(refusal, ""))
+            raise GenerationFailed(502, "the model refused: " + redacted(refusal))
         raise GenerationFailed(502, "the AI provider's answer has no text content")
     return content
 
@@ -577,53 +504,6 @@ def _first_image(payload):
     if not isinstance(data, list) or not data or not isinstance(data[0], dict):
         raise GenerationFailed(502, "the AI provider's answer carries no image")
     return data[0]
-
-
-def _status_message(response, api_key):
-    status = response.status_code
-    if status in (401, 403):
-        # Providers echo part of a wrong key in their message: say nothing of it.
-        return f"the AI provider rejected the API key (HTTP {status})"
-    try:
-        body = response.raw.read(16 * 1024, decode_content=True)
-        detail = _error_text(json.loads(body), api_key)
-    except Exception:  # any unreadable error body: the status alone says enough
-        detail = ""
-    return f"the AI provider answered HTTP {status}" + (f": {detail}" if detail else "")
-
-
-def _error_text(payload, api_key):
-    error = payload.get("error") if isinstance(payload, dict) else None
-    text = error.get("message") if isinstance(error, dict) else error
-    return _short(text, api_key) if isinstance(text, str) else ""
-
-
-def _short(text, api_key):
-    """A provider's message made safe to show: no key, nothing key-like, one short line."""
-    if api_key:
-        text = text.replace(api_key, "***")
-    text = SECRETISH.sub("***", " ".join(text.split()))
-    return text[:200]
-
-
-def _cause(exc):
-    text = str(exc).lower()
-    for words, label in (("refused", "connection refused"), ("reset", "connection reset"),
-                         ("aborted", "connection closed"), ("remotedisconnected", "connection closed"),
-                         ("name or service", "unknown host"), ("resolution", "unknown host"),
-                         ("ssl", "TLS error"), ("certificate", "TLS error")):
-        if words in text:
-            return label
-    return "connection failed"
-
-
-def _origin(url):
-    parts = urlsplit(url)
-    try:
-        port = parts.port
-    except ValueError:
-        port = -1
-    return parts.scheme.lower(), (parts.hostname or "").lower(), port
 
 
 # -- JSON output -----------------------------------------------------------------------

@@ -1,0 +1,245 @@
+"""The shared provider transport (app/common/provider_http.py) against a real local
+HTTP server: kept-alive connections, compressed and capped bodies, the deadline (head
+and body, in plain threads and under gevent's patching), refusals worded per service
+with the provider's text redacted or left out, redirects, lines and SSE records."""
+import gzip
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+
+import pytest
+
+from app.common import provider_http
+from app.common.provider_http import Deadline, Exchange, ProviderFailed, Wording
+from devtools.fake_server import BackgroundServer, QuietThreadingServer
+
+ROOT = Path(__file__).resolve().parents[2]
+KEY = "sk-live-0123456789abcdef"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as providers answer
+
+    def log_message(self, *args):
+        pass
+
+    def _send(self, code, body, content_type="application/json", headers=()):
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in headers:
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        self._answer()
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self._answer()
+
+    def _answer(self):
+        fake = self.server.fake
+        path = self.path
+        fake.seen.append({"path": path, "port": self.client_address[1], "headers": dict(self.headers)})
+        if path == "/json":
+            self._send(200, b'{"ok": true}')
+        elif path == "/gzip":
+            self._send(200, gzip.compress(b'{"zipped": true}'), headers=[("Content-Encoding", "gzip")])
+        elif path.startswith("/status/"):
+            error = {"error": {"message": f"wrong key {KEY}, try   token_abcdef123 again"}}
+            self._send(int(path.rsplit("/", 1)[1]), json.dumps(error).encode())
+        elif path == "/big":
+            self._send(200, b"x" * 5000, "text/plain")
+        elif path == "/text":
+            self._send(200, b"not json", "text/plain")
+        elif path == "/lines":
+            self._send(200, b'{"a": 1}\n{"b": 2}\r\n{"c": 3}', "application/x-ndjson")
+        elif path == "/sse":
+            self._send(200, b"data: one\n\nevent: x\ndata: two\ndata: lines\n\n", "text/event-stream")
+        elif path.startswith("/redirect/"):
+            self._send(302, b"", headers=[("Location", "http://" + path[len("/redirect/"):])])
+        elif path == "/hold-head":
+            fake.release.wait(30)
+            self._send(200, b"{}")
+        elif path == "/hold-body":
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "100")
+            self.end_headers()
+            self.wfile.write(b"{")
+            self.wfile.flush()
+            fake.release.wait(30)
+        else:
+            self._send(404, b'{"error": "no such route"}')
+
+
+class FakeProvider(BackgroundServer):
+    def __init__(self):
+        self._server = QuietThreadingServer(("127.0.0.1", 0), _Handler)
+        self._server.fake = self
+        self.seen = []
+        self.release = threading.Event()
+
+    @property
+    def base(self):
+        return f"http://127.0.0.1:{self.port}"
+
+
+@pytest.fixture(scope="module")
+def fake():
+    with FakeProvider() as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def fresh(fake):
+    fake.seen.clear()
+    fake.release.clear()
+    yield
+    fake.release.set()  # a held answer ends with the test
+
+
+class Refused(ProviderFailed):
+    """A service's own error type."""
+
+
+class Shy(Wording):
+    error = Refused
+    unreachable = "{name} cannot be reached ({cause})"
+
+
+def exchange(fake, wording=None, seconds=5.0, pool="tests"):
+    return Exchange(wording or Wording("Fake"), Deadline(seconds), fake.base, 1.0, pool=pool)
+
+
+def call(fake, path, wording=None, seconds=5.0, headers=None, **options):
+    with exchange(fake, wording, seconds).open("GET", fake.base + path, headers or {}, **options) as ex:
+        return ex.json()
+
+
+def failure(run):
+    with pytest.raises(ProviderFailed) as caught:
+        run()
+    return caught.value
+
+
+def test_json_and_compressed_json(fake):
+    assert call(fake, "/json") == {"ok": True}
+    assert call(fake, "/gzip") == {"zipped": True}
+
+
+def test_calls_of_one_pool_share_a_kept_alive_connection(fake):
+    for _ in range(3):
+        with exchange(fake, pool="keep-alive").open("POST", fake.base + "/json", {}, {"n": 1}) as ex:
+            assert ex.json() == {"ok": True}
+    assert len({entry["port"] for entry in fake.seen}) == 1
+
+
+def test_a_part_read_answer_does_not_spoil_the_pool(fake):
+    with exchange(fake, pool="part-read").open("GET", fake.base + "/big", {}) as ex:
+        next(ex.chunks())
+    assert call(fake, "/json") == {"ok": True}
+
+
+def test_size_cap_and_not_json(fake):
+    with exchange(fake).open("GET", fake.base + "/big", {}) as ex:
+        too_large = failure(lambda: ex.body(limit=1000))
+    assert (too_large.status, too_large.message) == (502, "Fake's answer is larger than 1000 bytes")
+    not_json = failure(lambda: call(fake, "/text"))
+    assert (not_json.status, not_json.message) == (502, "Fake answered something that is not JSON")
+
+
+def test_refusals_never_show_the_key(fake):
+    rejected = failure(lambda: call(fake, "/status/401", Wording("Fake", show_text=True, api_key=KEY)))
+    assert (rejected.status, rejected.message) == (502, "Fake rejected the API key (HTTP 401)")
+    quiet = failure(lambda: call(fake, "/status/500"))
+    assert quiet.message == "Fake answered HTTP 500"
+    told = failure(lambda: call(fake, "/status/500", Wording("Fake", show_text=True, api_key=KEY)))
+    assert told.message == "Fake answered HTTP 500: wrong key ***, try *** again"
+    missing = failure(lambda: call(fake, "/nothing-here", Wording("Fake", show_text=True)))
+    assert missing.message == "Fake answered HTTP 404: no such route"
+
+
+def test_a_service_words_its_failures_and_names_its_error(fake):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed once the block ends: nothing listens there
+    base = f"http://127.0.0.1:{port}"
+    ex = Exchange(Shy("the AI provider"), Deadline(5.0), base, 1.0)
+    refused = failure(lambda: ex.open("GET", base + "/json", {}))
+    assert isinstance(refused, Refused)
+    assert (refused.status, refused.message) == (502, "the AI provider cannot be reached (connection refused)")
+    plain = failure(lambda: Exchange(Wording("Fake"), Deadline(5.0), base, 1.0).open("GET", base + "/json", {}))
+    assert plain.message == f"Fake could not be reached at {base} (connection refused or reset)"
+
+
+def test_a_passed_deadline_calls_nobody(fake):
+    deadline = Deadline(0.0)
+    ex = Exchange(Wording("Fake"), deadline, fake.base, 1.0)
+    late = failure(lambda: ex.open("GET", fake.base + "/json", {}))
+    assert (late.status, late.message) == (504, "Fake did not answer within 0 s")
+    assert fake.seen == []
+
+
+@pytest.mark.parametrize("path", ["/hold-head", "/hold-body"])
+def test_the_deadline_bounds_head_and_body(fake, path):
+    late = failure(lambda: call(fake, path, seconds=0.3))
+    assert (late.status, late.message) == (504, "Fake did not answer within 0.3 s")
+
+
+def test_lines_and_records(fake):
+    with exchange(fake).open("GET", fake.base + "/lines", {}) as ex:
+        assert [json.loads(line) for line in ex.lines()] == [{"a": 1}, {"b": 2}, {"c": 3}]
+    with exchange(fake).open("GET", fake.base + "/sse", {}) as ex:
+        assert [(r.event, r.data) for r in ex.records()] == [(None, "one"), ("x", "two\nlines")]
+
+
+def test_redirects_keep_the_key_within_its_origin(fake):
+    with FakeProvider() as other:
+        here = fake.base[len("http://"):]
+        there = other.base[len("http://"):]
+        auth = {"Authorization": "Bearer " + KEY}
+        assert call(fake, f"/redirect/{here}/json", headers=auth, redirects=2) == {"ok": True}
+        assert call(fake, f"/redirect/{there}/json", headers=auth, redirects=2) == {"ok": True}
+        assert fake.seen[1]["headers"].get("Authorization") == "Bearer " + KEY
+        assert "Authorization" not in other.seen[0]["headers"]
+    unfollowed = failure(lambda: call(fake, f"/redirect/{here}/json"))
+    assert unfollowed.message == "Fake answered HTTP 302"
+
+
+def test_redaction():
+    assert provider_http.redacted(f"bad {KEY}\n\n  and token-abcdefgh", KEY) == "bad *** and ***"
+    assert provider_http.error_text({"error": "api_key_1234567 is wrong"}) == "*** is wrong"
+    assert provider_http.error_text(["not", "an", "object"]) == ""
+
+
+GEVENT_SCRIPT = """
+from gevent import monkey; monkey.patch_all()
+import sys, gevent
+from app.common.provider_http import Deadline, Exchange, ProviderFailed, Wording
+base = sys.argv[1]
+def held():
+    try:
+        Exchange(Wording("Fake"), Deadline(0.3), base, 1.0).open("GET", base + "/hold-head", {})
+    except ProviderFailed as exc:
+        return exc.status
+calls = [gevent.spawn(held) for _ in range(3)]
+gevent.joinall(calls, raise_error=True)  # held together: none blocks the loop for the others
+with Exchange(Wording("Fake"), Deadline(5.0), base, 1.0).open("GET", base + "/json", {}) as ex:
+    answer = ex.json()
+print([c.value for c in calls], answer)
+"""
+
+
+def test_under_gevent_the_head_is_bounded(fake):
+    run = subprocess.run([sys.executable, "-c", GEVENT_SCRIPT, fake.base], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip().splitlines()[-1] == "[504, 504, 504] {'ok': True}"
