@@ -24,7 +24,7 @@ What it answers, like a model that follows its prompt: a system prompt asking fo
 `"turns"` a dialogue between the speakers it names ("Speaker names: A, B"), anything
 else a sentence that cites the first `source:<key>` the messages contain.
 
-Failures, chosen by the model name containing a word, or for every request by the
+Failures, chosen by a word of the model name (between dashes), or for every request by the
 mode: `malformed` (200 that is not the API's shape), `slow` (drips a byte every
 0.2 s for a minute), `429`, `401`, `500`. A provider given a key answers 401 to
 any other key.
@@ -169,8 +169,9 @@ def _handler(fake):
             self._answer(provider, method, route, body or {})
 
         def _failure(self, body):
-            model = str(body.get("model", ""))
-            return fake.mode or next((word for word in FAILURES if word in model), None)
+            # A whole word of the name: a name's number ("gpt-401-1234429…") never picks one.
+            words = set(re.split(r"[-:/]", str(body.get("model", ""))))
+            return fake.mode or next((word for word in FAILURES if word in words), None)
 
         def _think(self, body):
             model = THINK_MODEL.search(str(body.get("model", "")))
