@@ -6,6 +6,7 @@ import requests
 from app import create_app
 from tests.support.acceptance import ACCEPTANCE_SERVICES
 from tests.support.decks import copy_sample_deck, decks_with_sample
+from tests.support.inprocess import InProcessStarter
 from tests.support.shared import DatabaseBackend, ServiceStarter
 from tests.support.wizard import FORWARD_AUTH_PASSWORD
 
@@ -18,10 +19,13 @@ def start_service(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def start_module_service(tmp_path_factory):
+def start_module_service(request, tmp_path_factory):
     """Like start_service, for services shared by the tests of a module that
-    leave no trace (read-only requests, rejected inputs)."""
-    starter = ServiceStarter(tmp_path_factory)
+    leave no trace (read-only requests, rejected inputs). In a module marked
+    `in_process`, the services are apps in the test's own process
+    (tests.support.inprocess) instead of gunicorn servers."""
+    in_process = request.node.get_closest_marker("in_process") is not None
+    starter = (InProcessStarter if in_process else ServiceStarter)(tmp_path_factory)
     yield starter
     starter.stop_all()
 
@@ -123,3 +127,4 @@ def db_backend(request):
     SQLite file and a PostgreSQL server."""
     postgres = request.getfixturevalue("postgres_server") if request.param == "postgresql" else None
     return DatabaseBackend(request.param, postgres)
+

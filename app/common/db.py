@@ -74,6 +74,25 @@ def run_sql(proxy, sql, params=()):
     return proxy.execute_sql(sql, params)
 
 
+class BuiltOnce:
+    """SQL that peewee builds once and a hot path runs on every request: building a
+    query costs many times more than running it. `run(proxy, params)` runs it on the
+    proxy's database. Kept per engine, whose placeholders and quoting differ, so a
+    process that opens a database of the other engine (the tests' in-process apps)
+    builds it again."""
+
+    def __init__(self, build):
+        self.build = build  # () -> a peewee query whose parameters are the placeholders
+        self._by_engine = {}
+
+    def run(self, proxy, params):
+        engine = type(proxy.obj)
+        sql = self._by_engine.get(engine)
+        if sql is None:
+            sql = self._by_engine[engine] = self.build().sql()[0]
+        return proxy.execute_sql(sql, params)
+
+
 class JSONField(TextField):
     """JSON as compact text in a TEXT column, the same on both engines (playhouse's JSON
     fields are each tied to one; its SQLite one declares TEXT too, so databases made by

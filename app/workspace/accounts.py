@@ -1,6 +1,7 @@
 """Accounts: the first Owner, later accounts, and their public shape."""
 from peewee import IntegrityError
 
+from app.common.db import BuiltOnce
 from app.common.failures import Conflict, Invalid
 from app.workspace.models import DEFAULT_ORGANIZATION, Membership, Organization, Singleton, User, audit, database, now
 from app.workspace.passwords import hash_password, weakness
@@ -86,15 +87,13 @@ def set_password(user, password, actor):
     audit("user.password_reset", user, actor=actor)
 
 
-_organizations_sql = None
+# It runs on every /users/me.
+_organizations = BuiltOnce(lambda: Membership.select(Membership.organization).where(Membership.user == "?user?"))
 
 
 def organization_ids(user):
-    """The ids of the user's organizations (SQL built once: it runs on every /users/me)."""
-    global _organizations_sql
-    if _organizations_sql is None:
-        _organizations_sql = Membership.select(Membership.organization).where(Membership.user == "?user?").sql()[0]
-    rows = database.execute_sql(_organizations_sql, [User.id.db_value(user.id)]).fetchall()
+    """The ids of the user's organizations."""
+    rows = _organizations.run(database, [User.id.db_value(user.id)]).fetchall()
     return [str(Organization.id.python_value(organization)) for (organization,) in rows]
 
 

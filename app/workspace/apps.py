@@ -30,6 +30,7 @@ from flask import Response, redirect, render_template, request
 from peewee import JOIN
 
 from app.common.clientaddr import client_address
+from app.common.db import BuiltOnce
 from app.common.failures import Failure, Invalid, NotFound, UpstreamFailed, UpstreamTimeout
 from app.workspace import agents, bp, sessions, websocket
 from app.workspace.models import User, Workspace, WorkspaceAgent, WorkspaceApp, database
@@ -105,24 +106,25 @@ class AppTarget:
 
 _TARGET_FIELDS = (WorkspaceAgent.id, WorkspaceAgent.name, Workspace.name, Workspace.owner, User.username,
                   WorkspaceApp.slug, WorkspaceApp.url, WorkspaceApp.sharing_level)
-_target_sql = None
+
+
+def _target_query():
+    query = (WorkspaceAgent.select(*_TARGET_FIELDS)
+             .join(Workspace).join(User)
+             .join_from(WorkspaceAgent, WorkspaceApp, JOIN.LEFT_OUTER,
+                        on=(WorkspaceApp.agent == WorkspaceAgent.id) & (WorkspaceApp.slug == "?slug?"))
+             .where((User.username_key == "?user?") & (Workspace.name == "?workspace?")))
+    assert query.sql()[1] == ["?slug?", "?user?", "?workspace?"]  # the order run() passes them in
+    return query
+
+
+# It runs on every proxied request.
+_targets = BuiltOnce(_target_query)
 
 
 def _target_rows(username, workspace_name, slug):
-    """One row per agent of the workspace, with the app `slug` where that agent has
-    it. It runs on every proxied request: the SQL is built by peewee once and reused
-    (as sessions._key_and_user does), since building it costs more than running it."""
-    global _target_sql
-    if _target_sql is None:
-        query = (WorkspaceAgent.select(*_TARGET_FIELDS)
-                 .join(Workspace).join(User)
-                 .join_from(WorkspaceAgent, WorkspaceApp, JOIN.LEFT_OUTER,
-                            on=(WorkspaceApp.agent == WorkspaceAgent.id) & (WorkspaceApp.slug == "?slug?"))
-                 .where((User.username_key == "?user?") & (Workspace.name == "?workspace?")))
-        sql, params = query.sql()
-        assert params == ["?slug?", "?user?", "?workspace?"], params
-        _target_sql = sql
-    rows = database.execute_sql(_target_sql, [slug, username.lower(), workspace_name]).fetchall()
+    """One row per agent of the workspace, with the app `slug` where that agent has it."""
+    rows = _targets.run(database, [slug, username.lower(), workspace_name]).fetchall()
     return [AppTarget(*(field.python_value(value) if value is not None else None
                         for field, value in zip(_TARGET_FIELDS, row))) for row in rows]
 

@@ -14,6 +14,7 @@ from datetime import timedelta
 from flask import current_app, g, request
 from peewee import JOIN
 
+from app.common.db import BuiltOnce
 from app.common.failures import Forbidden, Unauthenticated
 from app.workspace.models import ApiKey, Membership, Organization, User, database, now
 
@@ -87,22 +88,17 @@ def authenticate(token):
 _KEY_FIELDS = (ApiKey.id, ApiKey.secret_hash, ApiKey.revoked_at, ApiKey.expires_at)
 _USER_FIELDS = (User.id, User.username, User.name, User.email, User.status, User.login_type, User.roles,
                 User.created_at)
-_lookup_sql = None
+# It runs on every authenticated request.
+_lookup = BuiltOnce(lambda: (ApiKey.select(*_KEY_FIELDS, *_USER_FIELDS, Membership.organization)
+                             .join(User, on=(ApiKey.user == User.id))
+                             .join(Membership, JOIN.LEFT_OUTER, on=(Membership.user == User.id))
+                             .where(ApiKey.id == "?key?")))
 
 
 def _key_and_user(key_id):
     """(ApiKey, User) of a key id in one statement, or None; the user carries its
-    organization ids (one row per membership). It runs on every authenticated
-    request: the SQL is built by peewee once and reused, since building it costs
-    many times more than running it."""
-    global _lookup_sql
-    if _lookup_sql is None:
-        query = (ApiKey.select(*_KEY_FIELDS, *_USER_FIELDS, Membership.organization)
-                 .join(User, on=(ApiKey.user == User.id))
-                 .join(Membership, JOIN.LEFT_OUTER, on=(Membership.user == User.id))
-                 .where(ApiKey.id == "?key?"))
-        _lookup_sql = query.sql()[0]
-    rows = database.execute_sql(_lookup_sql, [key_id]).fetchall()
+    organization ids (one row per membership)."""
+    rows = _lookup.run(database, [key_id]).fetchall()
     if not rows:
         return None
     key_values, user_values = rows[0][:len(_KEY_FIELDS)], rows[0][len(_KEY_FIELDS):-1]

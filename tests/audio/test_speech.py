@@ -1,8 +1,10 @@
-"""Speech through the running service: real espeak-ng, MP3 out, every bound."""
+"""Speech through the service's routes, in process: real espeak-ng, MP3 out, every bound."""
 import io
 
 import pytest
 from mutagen.mp3 import MP3
+
+pytestmark = pytest.mark.in_process
 
 
 def mp3_duration(data):

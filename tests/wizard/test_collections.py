@@ -1,9 +1,11 @@
-"""The seven collections through a running gunicorn: server-owned fields, filters,
+"""The seven collections, in process (route logic only): server-owned fields, filters,
 scoping of reads, the write rules, and bad input that changes nothing."""
 import json
 from urllib.parse import quote
 
 import pytest
+
+pytestmark = pytest.mark.in_process
 
 
 def rows(client, name, **wanted):

@@ -1,7 +1,10 @@
 """Identity from the proxy's trusted headers, and the loopback test identity."""
+import pytest
 import requests
 
 from tests.support.wizard import WizardClient
+
+pytestmark = pytest.mark.in_process
 
 
 def test_every_api_route_needs_remote_user(wizard_server):

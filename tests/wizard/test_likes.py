@@ -8,6 +8,8 @@ import pytest
 
 from tests.support.wizard import WizardClient
 
+pytestmark = pytest.mark.in_process
+
 
 def like_rows(admin, blueprint_id):
     response = admin.get("/api/collections/likes?filter=" + quote(json.dumps({"blueprint_id": blueprint_id})))

@@ -1,4 +1,4 @@
-"""Accounts through the running service: the first Owner, later accounts, and bad input."""
+"""Accounts, in process: the first Owner, later accounts, and bad input."""
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -7,6 +7,8 @@ import requests
 
 from app.workspace import VERSION
 from tests.support.workspace import OWNER
+
+pytestmark = pytest.mark.in_process
 
 
 def test_first_user_once_with_a_session_and_its_cookie(workspace):

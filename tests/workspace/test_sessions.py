@@ -2,9 +2,12 @@
 import time
 from datetime import datetime, timedelta
 
+import pytest
 import requests
 
 from tests.support.workspace import OWNER
+
+pytestmark = pytest.mark.in_process
 
 
 def test_token_from_header_cookie_or_query_in_that_order(owned):
