@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.workspace_apps            # full run (4 rounds of 5 s, 100 MB x 5)
     .venv/bin/python -m bench.workspace_apps --quick    # smoke run (2 rounds of 2 s, 100 MB x 2)
 
-It starts, each in a process of its own: the test app (tests/workspace/local_app.py:
+It starts, each in a process of its own: the test app (tests/support/workspace_app.py:
 threaded http.server, HTTP/1.1 keep-alive), the workspace platform (devtools.services,
 gunicorn, one gevent worker, as production) and a real agent (`python -m
 app.workspace.agent`) connected to it, creates the first user and a workspace whose
@@ -88,7 +88,7 @@ class Stack:
         self.service = None
         try:
             self.app_port = free_port()
-            self._spawn("app", [sys.executable, "-m", "tests.workspace.local_app", str(self.app_port)], root)
+            self._spawn("app", [sys.executable, "-m", "tests.support.workspace_app", str(self.app_port)], root)
             wait_healthy(f"http://{HOST}:{self.app_port}/hello")
             data_dir = root / "platform-data"
             data_dir.mkdir()

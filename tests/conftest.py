@@ -9,6 +9,8 @@ from tests.support.decks import copy_sample_deck, decks_with_sample
 from tests.support.inprocess import InProcessStarter
 from tests.support.shared import DatabaseBackend, ServiceStarter
 from tests.support.wizard import FORWARD_AUTH_PASSWORD
+from tests.support.workspace import AgentProcess
+from tests.support.workspace_app import LocalApp
 
 
 @pytest.fixture
@@ -128,3 +130,27 @@ def db_backend(request):
     postgres = request.getfixturevalue("postgres_server") if request.param == "postgresql" else None
     return DatabaseBackend(request.param, postgres)
 
+
+# ------------------------------------------- workspace agents (workspace and proxy tests)
+
+@pytest.fixture
+def start_agent(tmp_path):
+    """start_agent(url, token, apps=()) -> AgentProcess; all stopped at teardown."""
+    started = []
+
+    def start(url, token, apps=(), extra=()):
+        agent = AgentProcess(tmp_path, url, token, apps, extra)
+        started.append(agent)
+        return agent
+
+    yield start
+    for agent in started:
+        agent.stop()
+
+
+@pytest.fixture(scope="module")
+def local_app():
+    """A real HTTP app (tests.support.workspace_app) to put behind an agent."""
+    app = LocalApp()
+    yield app
+    app.stop()

@@ -6,7 +6,7 @@ import uuid
 import pytest
 
 from app.common.sse_client import iter_records
-from tests.decks.helpers import data_url, png_bytes
+from tests.support.decks import data_url, png_bytes
 
 
 @pytest.fixture(scope="module")

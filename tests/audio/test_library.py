@@ -2,8 +2,7 @@
 import json
 import shutil
 
-from tests.audio.test_rules import raw
-from tests.support.audio import start_audio
+from tests.support.audio import raw, start_audio
 
 
 def test_search_by_name_and_tag_words(audio):

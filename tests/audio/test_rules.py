@@ -1,30 +1,12 @@
 """The middleware's rules in order, their statuses, and the headers every response carries."""
-import http.client
 
 import pytest
 import requests
 
-from tests.support.audio import ORIGIN
+from tests.support.audio import ORIGIN, raw
 
 APP_ROUTES = ["/voices", "/soundlib/search?q=bell", "/soundlib/preview/local:bell.mp3"]
 OPEN_ROUTES = ["/health", "/ready", "/capabilities"]
-
-
-def raw(audio, method, path, headers, body=None, chunks=None):
-    """A request exactly as written (no normalisation of the path or headers)."""
-    connection = http.client.HTTPConnection("127.0.0.1", audio.service.port, timeout=30)
-    if chunks is not None:
-        connection.putrequest(method, "/api/audio" + path, skip_accept_encoding=True)
-        for name, value in {**headers, "Transfer-Encoding": "chunked"}.items():
-            connection.putheader(name, value)
-        connection.endheaders()
-        for chunk in chunks:
-            connection.send(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-        connection.send(b"0\r\n\r\n")
-    else:
-        connection.request(method, "/api/audio" + path, body=body, headers=headers)
-    response = connection.getresponse()
-    return response.status, response.read(), response
 
 
 def test_open_routes_need_no_app_header(audio):

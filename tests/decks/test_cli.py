@@ -7,8 +7,7 @@ import threading
 
 import requests
 
-from tests.decks.helpers import post_event
-from tests.support.decks import copy_sample_deck
+from tests.support.decks import copy_sample_deck, post_event
 from tests.support.shared import ROOT
 
 

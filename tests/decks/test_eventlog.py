@@ -9,8 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import requests
 
-from tests.decks.helpers import post_event, read_log
-from tests.support.decks import copy_sample_deck
+from tests.support.decks import copy_sample_deck, post_event, read_log
 
 
 def session_on(start_service, tmp_path, workers=1):

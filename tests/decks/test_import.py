@@ -5,7 +5,7 @@ import os
 import pytest
 import requests
 
-from tests.decks.helpers import tree
+from tests.support.decks import tree
 
 
 def post_import(url, body):

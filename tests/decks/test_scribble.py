@@ -5,7 +5,7 @@ import os
 import pytest
 import requests
 
-from tests.decks.helpers import data_url, png_bytes, tree
+from tests.support.decks import data_url, png_bytes, tree
 
 
 def post_scribble(service, sid, body, timeout=30):

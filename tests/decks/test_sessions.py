@@ -5,7 +5,7 @@ import os
 import pytest
 import requests
 
-from tests.decks.helpers import post_event, tree
+from tests.support.decks import post_event, tree
 
 
 def test_create_list_and_get_session(deck_session):

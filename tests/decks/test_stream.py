@@ -10,9 +10,7 @@ import pytest
 import requests
 
 from devtools.waiting import wait_for
-from tests.decks.helpers import post_event
-from tests.decks.streams import StreamReader
-from tests.decks.workers import post_event_on, streams_on_every_worker
+from tests.support.decks import StreamReader, post_event, post_event_on, streams_on_every_worker
 
 
 def stream_url(service, session, after=None):

@@ -188,7 +188,7 @@ def _sso(base_url, username, password):
 
 def test_workspace_upgrade(start_service, tmp_path):
     from tests.support.workspace import TOKEN_HEADER, AgentProcess, Workspace, wait_status
-    from tests.workspace.local_app import LocalApp
+    from tests.support.workspace_app import LocalApp
 
     fx = fixtures_of("workspace")
     data_dir = tmp_path / "workspace-data"

@@ -5,8 +5,7 @@ import os
 import subprocess
 import sys
 
-from tests.notebook.test_search import _note, _text_source
-from tests.support.notebook import start_stack, stop_stack
+from tests.support.notebook import add_note, add_text_source, start_stack, stop_stack
 from tests.support.shared import ROOT
 
 
@@ -21,8 +20,8 @@ def test_a_notebook_moves_to_postgresql_and_its_search_follows(tmp_path, postgre
     before = start_stack(data_dir)
     try:
         notebook = before.notebook("field notes")
-        source = _text_source(before, notebook, "Glaciers", "The glacier retreated past the old moraine.")
-        note = _note(before, notebook, "Moraines", "A moraine marks where the glacier stood.")
+        source = add_text_source(before, notebook, "Glaciers", "The glacier retreated past the old moraine.")
+        note = add_note(before, notebook, "Moraines", "A moraine marks where the glacier stood.")
         found = search(before, "moraine")
         assert found == sorted([source, note])
         listed = before.get(f"/sources?notebook_id={notebook}").json()

@@ -1,7 +1,7 @@
 """The typical flow through the running service and worker: a notebook, a PDF, a
 text and a link (served by a local HTTP server), the commands, text and vector
 search, the results, and the original file downloaded again."""
-from tests.notebook import documents
+from tests.support import documents
 
 
 def _hits(response):

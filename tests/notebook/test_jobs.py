@@ -1,6 +1,6 @@
 """Background jobs through the real worker: sync and async adds, failures that
 stay failed, retry, cancel on delete while queued, DELETE /commands."""
-from tests.notebook import documents
+from tests.support import documents
 
 
 def _add_async(nb, notebook_id, **fields):

@@ -12,12 +12,13 @@ import pytest
 import requests
 
 from devtools import nginx
-from tests.notebook.test_llm_setup import credential, model
 from tests.support.notebook import (
     AUTH,
     ENCRYPTION_KEY,
     LLM_TIMEOUT,
     PROVIDER_HOST,
+    credential,
+    model,
     notebook_env,
     start_stack,
     stop_stack,

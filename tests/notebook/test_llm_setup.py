@@ -5,23 +5,7 @@ import time
 
 import pytest
 
-from tests.support.notebook import PROVIDER_HOST
-
-
-def credential(nb, provider, key=None, base_url=None, name=None):
-    body = {"name": name or f"{provider} {time.monotonic_ns()}", "provider": provider,
-            "base_url": base_url or nb.fake.base_url("openai" if provider == "openai_compatible" else provider)}
-    if key:
-        body["api_key"] = key
-    response = nb.post("/credentials", json=body)
-    assert response.status_code == 201, response.text
-    return response.json()
-
-
-def model(nb, name, provider, cred, kind="language"):
-    response = nb.post("/models", json={"name": name, "provider": provider, "type": kind, "credential": cred["id"]})
-    assert response.status_code == 201, response.text
-    return response.json()
+from tests.support.notebook import PROVIDER_HOST, credential, model
 
 
 def test_without_a_language_model_every_feature_says_which_is_missing(llm_nb):

@@ -6,8 +6,7 @@ import time
 import pytest
 
 from app.common.sse_client import iter_records
-from tests.notebook.test_llm_setup import credential, model
-from tests.support.notebook import LLM_TIMEOUT, PROVIDER_HOST
+from tests.support.notebook import LLM_TIMEOUT, PROVIDER_HOST, credential, model
 
 KEYS = {"openai": "sk-good", "anthropic": "ant-good", "ollama": None}
 NAMES = {"openai": "fake-chat", "anthropic": "claude-fake-1", "ollama": "llama-fake:latest"}

@@ -13,8 +13,7 @@ import pytest
 import requests
 
 from app.common.sse_client import iter_records
-from tests.notebook.test_llm_setup import credential
-from tests.support.notebook import AUTH
+from tests.support.notebook import AUTH, credential
 
 JOB_DEADLINE = 60.0
 DEFAULT_SLOTS = ("default_chat_model", "default_transformation_model", "large_context_model",

@@ -11,7 +11,7 @@ import threading
 
 from devtools import services
 from devtools.waiting import wait_for
-from tests.notebook import documents
+from tests.support import documents
 from tests.support.notebook import Client, Worker, notebook_env
 
 SEARCHERS = 4

@@ -5,6 +5,8 @@ one hit per parent however long its text, snippets, stemming and diacritics, a
 renamed source, and input that would be query syntax."""
 import pytest
 
+from tests.support.notebook import add_note, add_text_source
+
 HIT_FIELDS = {"id", "parent_id", "type", "title", "score", "relevance", "matches"}
 # Longer than one part of PostgreSQL's index (app.notebook.index.PART_CHARS): indexed
 # in several rows, still one hit.
@@ -29,19 +31,6 @@ def _ids(hits):
     return [hit["id"] for hit in hits]
 
 
-def _text_source(nb, notebook_id, title, content):
-    response = nb.post("/sources", json={"type": "text", "notebook_id": notebook_id, "title": title,
-                                         "content": content, "embed": False})
-    assert response.status_code == 201, response.text
-    return response.json()["id"]
-
-
-def _note(nb, notebook_id, title, content):
-    response = nb.post("/notes", json={"title": title, "content": content, "notebook_id": notebook_id})
-    assert response.status_code == 201, response.text
-    return response.json()["id"]
-
-
 FILLER = ("The survey team measured the river banks, counted the birds along the shore, and wrote "
           "down the weather every morning before breakfast. ")
 
@@ -51,14 +40,14 @@ def library(nb):
     """A notebook of sources and notes with known words, and a second notebook."""
     notebook, other = nb.notebook(), nb.notebook()
     ids = {
-        "title": _text_source(nb, notebook, "Heliotrope gardens", FILLER * 3),
-        "body": _text_source(nb, notebook, "Garden notes", FILLER + "A heliotrope grew by the wall. " + FILLER * 2),
-        "both": _text_source(nb, notebook, "Orchards", FILLER + "Quinces and medlars ripen late. " + FILLER),
-        "one": _text_source(nb, notebook, "Fruit", FILLER + "Quinces ripen in the autumn sun. " + FILLER),
-        "note": _note(nb, notebook, "Heliotrope seeds", "Sow the heliotrope seeds in spring."),
-        "elsewhere": _text_source(nb, other, "Heliotrope elsewhere", FILLER + "heliotrope " + FILLER),
-        "cafe": _text_source(nb, notebook, "Le café du coin", FILLER + "Un café crème au comptoir. " + FILLER),
-        "running": _text_source(nb, notebook, "Athletics", FILLER + "She runs every day. " + FILLER),
+        "title": add_text_source(nb, notebook, "Heliotrope gardens", FILLER * 3),
+        "body": add_text_source(nb, notebook, "Garden notes", FILLER + "A heliotrope grew by the wall. " + FILLER * 2),
+        "both": add_text_source(nb, notebook, "Orchards", FILLER + "Quinces and medlars ripen late. " + FILLER),
+        "one": add_text_source(nb, notebook, "Fruit", FILLER + "Quinces ripen in the autumn sun. " + FILLER),
+        "note": add_note(nb, notebook, "Heliotrope seeds", "Sow the heliotrope seeds in spring."),
+        "elsewhere": add_text_source(nb, other, "Heliotrope elsewhere", FILLER + "heliotrope " + FILLER),
+        "cafe": add_text_source(nb, notebook, "Le café du coin", FILLER + "Un café crème au comptoir. " + FILLER),
+        "running": add_text_source(nb, notebook, "Athletics", FILLER + "She runs every day. " + FILLER),
     }
     return notebook, other, ids
 
@@ -105,8 +94,8 @@ def test_a_long_source_is_one_hit_with_a_snippet_of_its_best_passage(nb):
     words = [f"filler{i % 997}" for i in range(LONG_WORDS)]
     words[100] = "zeppelin"
     words[LONG_WORDS - 100:LONG_WORDS - 97] = ["zeppelin", "hangar", "zeppelin"]
-    long_id = _text_source(nb, notebook, "A long log", " ".join(words))
-    short_id = _text_source(nb, notebook, "A short log", "A hangar by the sea.")
+    long_id = add_text_source(nb, notebook, "A long log", " ".join(words))
+    short_id = add_text_source(nb, notebook, "A short log", "A hangar by the sea.")
     hits = {hit["id"]: hit for hit in _search(nb, query="zeppelin hangar", notebook_id=notebook)}
     assert sorted(hits) == sorted([long_id, short_id])  # (which first: each engine's length normalization)
     matches = hits[long_id]["matches"]
@@ -118,7 +107,7 @@ def test_a_long_source_is_one_hit_with_a_snippet_of_its_best_passage(nb):
 
 def test_a_renamed_source_is_found_by_its_new_title_only(nb):
     notebook = nb.notebook()
-    source = _text_source(nb, notebook, "Marmalade", "Seville oranges boiled with sugar.")
+    source = add_text_source(nb, notebook, "Marmalade", "Seville oranges boiled with sugar.")
     assert _ids(_search(nb, query="marmalade", notebook_id=notebook)) == [source]
     renamed = nb.put(f"/sources/{source}", json={"title": "Preserves"})
     assert renamed.status_code == 200, renamed.text

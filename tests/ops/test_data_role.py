@@ -20,7 +20,7 @@ import yaml
 
 from devtools.pg_server import PostgresServer
 from devtools.services import free_port
-from tests.ops.test_static import _ansible_like, _tool
+from tests.support.ops import ansible_like, venv_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 OPS = ROOT / "ops"
@@ -35,7 +35,7 @@ DATABASE_SERVICES = GROUP_VARS["bundle_database_services"]
 def _render(template, **variables):
     values = {**DATA_DEFAULTS, **{k: v for k, v in GROUP_VARS.items() if not k.startswith("bundle_ports")},
               "ansible_managed": "test", **variables}
-    return _ansible_like(DATA / "templates").get_template(template).render(**values)
+    return ansible_like(DATA / "templates").get_template(template).render(**values)
 
 
 def _passwords():
@@ -244,7 +244,7 @@ def _write_env_files(tmp_path, **variables):
                 "base_secret_values": {"notebook_password": "nb", "notebook_encryption_key": "key",
                                        "workspace_oidc_client_secret": "oidc"}, **variables}
     (tmp_path / "vars.json").write_text(json.dumps(settings))
-    result = subprocess.run([_tool("ansible-playbook"), "-i", "localhost,", "-e", f"@{tmp_path / 'vars.json'}",
+    result = subprocess.run([venv_tool("ansible-playbook"), "-i", "localhost,", "-e", f"@{tmp_path / 'vars.json'}",
                              str(tmp_path / "play.yml")], capture_output=True, text=True, timeout=300,
                             cwd=tmp_path, env={**os.environ, "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"),
                                                "ANSIBLE_NOCOLOR": "1"})

@@ -27,6 +27,7 @@ from devtools.fake_openai import FakeOpenAI
 from devtools.oidc_provider import sign_in
 from devtools.services import free_port
 from devtools.waiting import wait_for
+from tests.support.ops import ServerName, recap
 
 pytestmark = pytest.mark.slow
 
@@ -34,17 +35,6 @@ ROOT = Path(__file__).resolve().parents[2]
 DOMAIN = "staging.test"
 USER, PASSWORD = "alice", "staging-" + uuid.uuid4().hex
 ACME_CA = "/etc/bundle/acme-ca.pem"  # in the box: what certbot trusts to reach pebble
-
-
-class ServerName(requests.adapters.HTTPAdapter):
-    """TLS to 127.0.0.1 with a site's name as SNI (the box's names resolve nowhere)."""
-
-    def __init__(self, host):
-        self.server_name = host
-        super().__init__()
-
-    def init_poolmanager(self, *args, **kwargs):
-        super().init_poolmanager(*args, server_hostname=self.server_name, **kwargs)
 
 
 class Staging:
@@ -89,12 +79,6 @@ class Staging:
             time.sleep(0.2)  # polling the unit's state, with a deadline
         # Active now, and not a unit in a crash loop caught between two restarts.
         assert self.systemctl("show", "-p", "NRestarts", "--value", unit) == "0", f"{unit} restarted by itself"
-
-
-def recap(output):
-    match = re.search(r"^localhost\s+:\s+(.*)$", output, re.M)
-    assert match, output[-3000:]
-    return dict(item.split("=") for item in match.group(1).split())
 
 
 def _vars(port, service_ports, idp_port, ai_base_url, acme):

@@ -11,15 +11,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-import jinja2
 import pytest
 import yaml
 
 from devtools import authelia_config, nginx, oidc_provider, staging
+from tests.support.ops import ansible_like, venv_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 OPS = ROOT / "ops"
-BIN = Path(sys.executable).parent
 UNITS = ("bundle@.service", "bundle-worker@.service")
 # `systemd-analyze security` overall exposure (0 = locked down, 10 = unprotected).
 # bundle@ measures 1.6 ("OK"); what remains is the network (the services serve and
@@ -28,14 +27,8 @@ EXPOSURE_THRESHOLD = 2.0
 SECRETS = OPS / "roles/base/files/bundle_secrets.py"
 
 
-def _tool(name):
-    path = BIN / name
-    assert path.exists(), f"{name} is missing from the venv: it comes with requirements-dev.txt"
-    return str(path)
-
-
 def test_ansible_lint_production_profile():
-    result = subprocess.run([_tool("ansible-lint"), "--offline", "--profile", "production", "--nocolor",
+    result = subprocess.run([venv_tool("ansible-lint"), "--offline", "--profile", "production", "--nocolor",
                              "site.yml", "rotate-oidc-secret.yml", "roles"], cwd=OPS, capture_output=True,
                             text=True, timeout=600, env={**os.environ, "ANSIBLE_LOCAL_TEMP": "/tmp"})
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-3000:]
@@ -43,7 +36,7 @@ def test_ansible_lint_production_profile():
 
 @pytest.mark.parametrize("playbook", ["site.yml", "rotate-oidc-secret.yml"])
 def test_playbook_syntax(playbook):
-    result = subprocess.run([_tool("ansible-playbook"), "--syntax-check", "-i", "localhost,", playbook],
+    result = subprocess.run([venv_tool("ansible-playbook"), "--syntax-check", "-i", "localhost,", playbook],
                             cwd=OPS, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -95,15 +88,6 @@ def test_unit_contract():
         assert line in unit.splitlines(), line
 
 
-def _ansible_like(search_path):
-    """Jinja2 as Ansible's template module has it, with the two filters the ops templates use."""
-    environment = jinja2.Environment(loader=jinja2.FileSystemLoader(str(search_path)),
-                                     undefined=jinja2.StrictUndefined, trim_blocks=True,
-                                     keep_trailing_newline=True)
-    environment.filters["to_json"] = json.dumps
-    return environment
-
-
 def _self_signed(directory):
     crt, key = directory / "bundle.crt", directory / "bundle.key"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
@@ -126,7 +110,7 @@ def test_every_site_passes_nginx_t_with_production_variables(tmp_path):
                                     wizard_auth_request_url="http://127.0.0.1:9091/api/authz/auth-request")
     prefix = tmp_path / "prefix"
     nginx.render(prefix, variables)
-    auth_site = _ansible_like(OPS / "roles/identity_provider/templates").get_template("auth.conf.j2").render(
+    auth_site = ansible_like(OPS / "roles/identity_provider/templates").get_template("auth.conf.j2").render(
         ansible_managed="test", nginx_listen_addresses=["127.0.0.1"], bundle_https_port=443,
         bundle_auth_host="auth.example.org", nginx_tls_certificate_path=crt, nginx_tls_certificate_key_path=key,
         nginx_snippets_dir="snippets", identity_provider_upstream="127.0.0.1:9091")
@@ -163,7 +147,7 @@ def test_the_rendered_authelia_registration_feeds_the_stand_in(tmp_path):
     """The registration as the identity_provider role renders it for Authelia is the
     spec's table, and the stand-in provider accepts exactly that file."""
     digest = oidc_provider.pbkdf2_sha512_digest("s3cret", rounds=1000)
-    text = _ansible_like(OPS / "roles/identity_provider/templates").get_template("oidc-clients.yml.j2").render(
+    text = ansible_like(OPS / "roles/identity_provider/templates").get_template("oidc-clients.yml.j2").render(
         ansible_managed="test", bundle_oidc_client_id="workspace", identity_provider_client_name="Workspace",
         base_secret_values={"workspace_oidc_client_secret_digest": digest},
         bundle_hosts={"workspace": "workspace.example.org"}, bundle_url_suffix="")

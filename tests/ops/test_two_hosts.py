@@ -33,7 +33,7 @@ import yaml
 from devtools import private_network, staging
 from devtools.fake_openai import FakeOpenAI
 from devtools.waiting import wait_for
-from tests.ops.test_staging import ServerName, recap
+from tests.support.ops import ServerName, recap
 from tests.support.workspace import agent_program, http_on, websocket_on
 
 pytestmark = pytest.mark.slow
@@ -357,7 +357,7 @@ def agent(deployment, tmp_path_factory):
                             "password": OWNER["password"]}, timeout=30).json()["session_token"]
     setup.headers = {"Workspace-Session-Token": setup.token}
     app_port = 8899
-    setup.app = deployment.in_client(sys.executable, "-m", "tests.workspace.local_app", str(app_port),
+    setup.app = deployment.in_client(sys.executable, "-m", "tests.support.workspace_app", str(app_port),
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     made = http.post(http.base + "/api/v2/users/me/workspaces", headers=setup.headers, timeout=30, json={
         "name": "dev", "agents": [{"name": "main", "apps": [{"slug": "echo", "url": f"http://127.0.0.1:{app_port}"}]}]})

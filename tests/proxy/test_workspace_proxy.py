@@ -17,7 +17,6 @@ from simple_websocket import ConnectionError as HandshakeRefused
 from devtools import nginx as nginx_tool
 from tests.support.proxy import EchoServer
 from tests.support.workspace import AGENT_ENV, TOKEN_HEADER, Workspace, create_workspace, wait_status
-from tests.workspace import conftest as workspace_fixtures
 
 
 def test_no_gate_json_clients_get_json_not_a_redirect(start_service, nginx_for):
@@ -58,10 +57,6 @@ def test_upgrades_pass_on_every_path_and_identity_headers_do_not(nginx_for):
 
 
 # --------------------------------------------------------------------------- agents, apps and terminals through nginx
-
-start_agent = workspace_fixtures.start_agent  # fixtures of the workspace tests, used here too
-local_app = workspace_fixtures.local_app
-
 
 def _platform_with_agent_behind(nginx_for, start_service, start_agent, local_app):
     """A platform behind nginx (the site named 127.0.0.1, so that plain URLs reach it),

@@ -1,5 +1,6 @@
 """The audio service's test helpers: the running service with its calls (`Audio`),
 started with a seeded local sound library and a counting wrapper around espeak-ng."""
+import http.client
 import shutil
 import stat
 
@@ -53,3 +54,20 @@ def start_audio(starter, data_dir, env=None, engine=True):
     service = starter("audio", data_dir=data_dir, env={
         "AUDIO_PUBLIC_ORIGIN": ORIGIN, **({"AUDIO_ESPEAK_BINARY": str(script)} if engine else {}), **(env or {})})
     return Audio(service, log, down)
+
+
+def raw(audio, method, path, headers, body=None, chunks=None):
+    """A request exactly as written (no normalisation of the path or headers)."""
+    connection = http.client.HTTPConnection("127.0.0.1", audio.service.port, timeout=30)
+    if chunks is not None:
+        connection.putrequest(method, "/api/audio" + path, skip_accept_encoding=True)
+        for name, value in {**headers, "Transfer-Encoding": "chunked"}.items():
+            connection.putheader(name, value)
+        connection.endheaders()
+        for chunk in chunks:
+            connection.send(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        connection.send(b"0\r\n\r\n")
+    else:
+        connection.request(method, "/api/audio" + path, body=body, headers=headers)
+    response = connection.getresponse()
+    return response.status, response.read(), response

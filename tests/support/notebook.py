@@ -14,7 +14,7 @@ import requests
 
 from devtools import services
 from devtools.database_peek import peek
-from tests.notebook import documents
+from tests.support import documents
 from tests.support.shared import ROOT
 
 PASSWORD = "test-password-9f3a"
@@ -199,3 +199,32 @@ def llm_stack(tmp_path_factory, fake_providers, backend, **env):
                           ANTHROPIC_API_KEY="", OLLAMA_API_BASE="", **env)
     client.fake = fake_providers
     return client
+
+
+def credential(nb, provider, key=None, base_url=None, name=None):
+    body = {"name": name or f"{provider} {time.monotonic_ns()}", "provider": provider,
+            "base_url": base_url or nb.fake.base_url("openai" if provider == "openai_compatible" else provider)}
+    if key:
+        body["api_key"] = key
+    response = nb.post("/credentials", json=body)
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def model(nb, name, provider, cred, kind="language"):
+    response = nb.post("/models", json={"name": name, "provider": provider, "type": kind, "credential": cred["id"]})
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def add_text_source(nb, notebook_id, title, content):
+    response = nb.post("/sources", json={"type": "text", "notebook_id": notebook_id, "title": title,
+                                         "content": content, "embed": False})
+    assert response.status_code == 201, response.text
+    return response.json()["id"]
+
+
+def add_note(nb, notebook_id, title, content):
+    response = nb.post("/notes", json={"title": title, "content": content, "notebook_id": notebook_id})
+    assert response.status_code == 201, response.text
+    return response.json()["id"]

@@ -22,29 +22,6 @@ def owned(start_module_service, db_backend):
     return ws, ws.first_user()
 
 
-@pytest.fixture
-def start_agent(tmp_path):
-    """start_agent(url, token, apps=()) -> AgentProcess; all stopped at teardown."""
-    started = []
-
-    def start(url, token, apps=(), extra=()):
-        agent = AgentProcess(tmp_path, url, token, apps, extra)
-        started.append(agent)
-        return agent
-
-    yield start
-    for agent in started:
-        agent.stop()
-
-
-@pytest.fixture(scope="module")
-def local_app():
-    from tests.workspace.local_app import LocalApp
-    app = LocalApp()
-    yield app
-    app.stop()
-
-
 @pytest.fixture(scope="module")
 def connected(start_module_service, local_app, tmp_path_factory, db_backend):
     setup = Connected()

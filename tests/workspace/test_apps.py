@@ -13,7 +13,7 @@ import requests
 from simple_websocket import Client
 
 from tests.support.workspace import TOKEN_HEADER
-from tests.workspace.local_app import Handler, random_pieces
+from tests.support.workspace_app import Handler, random_pieces
 
 
 def test_get_through_the_agent(connected):

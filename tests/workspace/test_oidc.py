@@ -10,7 +10,7 @@ import pytest
 import requests
 from joserfc.jwk import RSAKey
 
-from tests.workspace.oidc_fixtures import (
+from tests.support.oidc import (
     BOB,
     CALLBACK,
     CLIENT_ID,
@@ -29,7 +29,7 @@ from tests.workspace.oidc_fixtures import (
 @pytest.fixture
 def oidc_stack(start_service, db_backend):
     """make(env=None, users=..., secret_at_platform=None, oidc=True) -> Stack: a started
-    provider and the workspace service configured against it (see oidc_fixtures), on
+    provider and the workspace service configured against it (see tests/support/oidc.py), on
     each database backend in turn."""
     with stack_factory(start_service, db_backend) as make:
         yield make

@@ -1,4 +1,4 @@
-"""Documents the tests add: made here, byte by byte, so that nothing is fetched."""
+"""Sample documents the notebook tests add: made here, byte by byte, so that nothing is fetched."""
 import io
 
 PDF_TEXT = "Mitochondria are the powerhouse of the cell and make ATP through respiration."

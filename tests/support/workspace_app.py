@@ -214,7 +214,7 @@ class LocalApp:
         self.thread.join(10)
 
 
-if __name__ == "__main__":  # python -m tests.workspace.local_app PORT (the bench runs it in a process of its own)
+if __name__ == "__main__":  # python -m tests.support.workspace_app PORT (the bench runs it in a process of its own)
     import sys
     server = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
     server.daemon_threads = True
