@@ -4,6 +4,7 @@
 
 Used by the dev runner, the test fixtures and the benchmarks.
 """
+import contextlib
 import json
 import os
 import signal
@@ -25,6 +26,16 @@ def free_port(address="127.0.0.1"):
     with socket.socket() as s:
         s.bind((address, 0))
         return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def held_port(address="127.0.0.1"):
+    """A free port, kept bound (not listening) while the block runs: a server the block
+    starts on port 0 meanwhile (a provider whose configuration names this port) cannot
+    be handed the same one. Whatever is to listen on it binds after the block."""
+    with socket.socket() as held:
+        held.bind((address, 0))
+        yield held.getsockname()[1]
 
 
 def terminate(process, timeout):

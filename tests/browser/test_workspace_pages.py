@@ -19,15 +19,16 @@ IDP_PASSWORD = "idp-pass-9ZqW"
 def platform(site):
     """The platform behind nginx at http://workspace.localhost:PORT, with OIDC against a
     local provider whose one redirect URI is that address's callback; the Owner exists."""
-    port = services.free_port()
-    access_url = f"http://workspace.localhost:{port}"
     secret = secrets.token_urlsafe(32)
-    with OidcProvider({
-        "clients": [{"client_id": "workspace", "client_name": "Workspace",
-                     "client_secret_digest": pbkdf2_sha512_digest(secret, rounds=1000),
-                     "redirect_uris": [access_url + "/api/v2/users/oidc/callback"]}],
-        "users": [{"username": "dave", "password": IDP_PASSWORD, "email": "dave@example.net", "name": "Dave"}],
-    }) as idp:
+    with services.held_port() as port:  # until the provider has a port of its own
+        access_url = f"http://workspace.localhost:{port}"
+        idp = OidcProvider({
+            "clients": [{"client_id": "workspace", "client_name": "Workspace",
+                         "client_secret_digest": pbkdf2_sha512_digest(secret, rounds=1000),
+                         "redirect_uris": [access_url + "/api/v2/users/oidc/callback"]}],
+            "users": [{"username": "dave", "password": IDP_PASSWORD, "email": "dave@example.net", "name": "Dave"}],
+        }).start()
+    with idp:
         running = site("workspace", listen_port=port, env={
             "WORKSPACE_ACCESS_URL": access_url, "WORKSPACE_OIDC_ISSUER_URL": idp.issuer,
             "WORKSPACE_OIDC_CLIENT_ID": "workspace", "WORKSPACE_OIDC_CLIENT_SECRET": secret,

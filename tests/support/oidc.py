@@ -167,14 +167,14 @@ def stack_factory(start_service, db_backend=None):
 
     def make(env=None, users=PROVIDER_USERS, secret_at_platform=None, oidc=True):
         secret = secrets.token_urlsafe(32)
-        port = services.free_port()
-        base_url = f"http://127.0.0.1:{port}"
-        idp = OidcProvider({
-            "clients": [{"client_id": CLIENT_ID, "client_name": "Workspace",
-                         "client_secret_digest": pbkdf2_sha512_digest(secret),
-                         "redirect_uris": [base_url + CALLBACK]}],
-            "users": [{**user, "password": PASSWORD} for user in users],
-        }).start()
+        with services.held_port() as port:  # until the provider has a port of its own
+            base_url = f"http://127.0.0.1:{port}"
+            idp = OidcProvider({
+                "clients": [{"client_id": CLIENT_ID, "client_name": "Workspace",
+                             "client_secret_digest": pbkdf2_sha512_digest(secret),
+                             "redirect_uris": [base_url + CALLBACK]}],
+                "users": [{**user, "password": PASSWORD} for user in users],
+            }).start()
         providers.append(idp)
         environment = {"WORKSPACE_ACCESS_URL": base_url, **(db_backend.env() if db_backend else {})}
         if oidc:
