@@ -13,6 +13,8 @@ falls more than `max_pending` messages behind is dropped, and its reader sees
 `SubscriptionClosed` on its next `get`, so a stream ends and its client reconnects
 from its own cursor (and resyncs). Call `publish` and `subscribe` from greenlets of the
 worker's loop, not from threadpool threads (gevent events are not thread-safe).
+Every subscriber of a process is handed the same message object, which nobody may
+change after it is published (app.common.sse renders it once for all its streams).
 """
 import json
 import logging

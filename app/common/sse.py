@@ -33,6 +33,31 @@ def format_record(data, record_id=None, event=None):
     return ("\n".join(lines) + "\n\n").encode("utf-8")
 
 
+class _RenderedOnce:
+    """The record bytes of the last messages rendered, by the identity of the message:
+    every stream of a worker is handed the same message object by the broker, so the
+    first stream to send it renders it and the others send those same bytes. Entries
+    hold their message, so an id is never reused while its entry lives."""
+
+    SIZE = 64
+
+    def __init__(self):
+        self._entries = {}  # id(message) -> (message, record id, bytes)
+
+    def record(self, message, record_id):
+        entry = self._entries.get(id(message))
+        if entry is not None and entry[0] is message and entry[1] == record_id:
+            return entry[2]
+        data = format_record(message, record_id)
+        if len(self._entries) >= self.SIZE:
+            del self._entries[next(iter(self._entries))]
+        self._entries[id(message)] = (message, record_id, data)
+        return data
+
+
+_rendered = _RenderedOnce()
+
+
 def comment(text):
     return f": {text}\n\n".encode()
 
@@ -52,7 +77,7 @@ def _records(replay, subscription, seq_of, after, keepalive, path):
                 if last_seq is not None and seq <= last_seq:
                     return None
                 last_seq = seq
-            return format_record(message, seq)
+            return _rendered.record(message, seq)
 
         for message in replay:
             record = render(message)

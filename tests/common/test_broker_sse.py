@@ -45,6 +45,25 @@ def test_format_record():
     assert format_record({"a": 1}, 7) == b'id: 7\ndata: {"a":1}\n\n'
 
 
+def test_every_stream_sends_the_bytes_the_first_one_rendered():
+    """One message object published to many streams is rendered once; another object,
+    or the same one under another id, is rendered anew."""
+    broker = Broker()
+    subs = [broker.subscribe("t") for _ in range(3)]
+    streams = [_records([], sub, lambda m: m["seq"], 0, 60, "/t") for sub in subs]
+    for stream in streams:
+        assert next(stream) == b": stream open\n\n"
+    message = {"seq": 5, "text": "once"}
+    broker.publish("t", message)
+    sent = [next(stream) for stream in streams]
+    assert sent[0] == format_record(message, 5) and all(chunk is sent[0] for chunk in sent)
+    broker.publish("t", {"seq": 6, "text": "once"})
+    later = [next(stream) for stream in streams]
+    assert later[0] == format_record({"seq": 6, "text": "once"}, 6) and later[0] is not sent[0]
+    for stream in streams:
+        stream.close()
+
+
 def test_records_skip_duplicates_and_keep_a_fixed_keepalive_schedule():
     """Replay, then live with duplicates skipped; keepalives keep their own schedule
     while events flow more often than the interval (a timer reset by each event
