@@ -87,6 +87,18 @@ def proc_cpu_seconds(pid):
     return None if cpu is None else cpu[0]
 
 
+def proc_status_kb(pid, field):
+    """A `kB` field of /proc/<pid>/status (VmRSS, VmHWM), or None."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
 def self_cpu_seconds():
     """This process's CPU: the bench client shares the machine with the service."""
     usage = resource.getrusage(resource.RUSAGE_SELF)

@@ -71,6 +71,7 @@ from bench.common import (  # noqa: E402
     percentile,
     print_targets,
     proc_cpu_seconds,
+    proc_status_kb,
     raise_nofile,
     run_header,
     self_cpu_seconds,
@@ -95,18 +96,6 @@ EVENT_TIMEOUT_S = 15.0       # one fan-out event reaching every stream
 
 
 # --------------------------------------------------------------------------- helpers
-
-def proc_status_kb(pid, field):
-    """A `kB` field of /proc/<pid>/status (VmRSS, VmHWM), or None."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
 
 def filesystem_of(path):
     """(device, mount point, fs type) holding `path`."""

@@ -1,0 +1,83 @@
+"""The two references of bench/fanout.py, each a broadcaster as small as it can be:
+`GET /stream` is an SSE stream that sends every message published after it opened,
+and `POST /publish` hands its body (one JSON object) to every open stream.
+
+- `floor`: a few lines of Flask, served as our services are (gunicorn's gevent
+  worker): a queue per stream, and the event serialized once per publish. What a
+  stream of ours costs beyond it is our own code.
+- `starlette_app`: the same in Starlette on uvicorn (asyncio), what a FastAPI user
+  would pick.
+
+Never imported by the services; the bench starts each in a process of its own.
+"""
+import asyncio
+import json
+
+from flask import Flask, Response, request
+from gevent.queue import Queue
+from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse, StreamingResponse
+from starlette.routing import Route
+
+OPEN = b": stream open\n\n"
+
+# --------------------------------------------------------------------------- the floor
+
+floor = Flask(__name__)
+_floor_queues = set()
+
+
+@floor.get("/stream")
+def floor_stream():
+    queue = Queue()
+    _floor_queues.add(queue)
+
+    def records():
+        try:
+            yield OPEN
+            while True:
+                yield queue.get()
+        finally:
+            _floor_queues.discard(queue)
+
+    return Response(records(), mimetype="text/event-stream")
+
+
+@floor.post("/publish")
+def floor_publish():
+    record = b"data: " + json.dumps(request.get_json(), separators=(",", ":")).encode() + b"\n\n"
+    for queue in list(_floor_queues):
+        queue.put(record)
+    return {"streams": len(_floor_queues)}
+
+
+# --------------------------------------------------------------------------- Starlette
+
+_starlette_queues = set()
+
+
+async def starlette_stream(request):
+    queue = asyncio.Queue()
+    _starlette_queues.add(queue)
+
+    async def records():
+        try:
+            yield OPEN
+            while True:
+                yield await queue.get()
+        finally:
+            _starlette_queues.discard(queue)
+
+    return StreamingResponse(records(), media_type="text/event-stream")
+
+
+async def starlette_publish(request):
+    body = await request.json()
+    record = b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
+    for queue in list(_starlette_queues):
+        queue.put_nowait(record)
+    return PlainTextResponse(json.dumps({"streams": len(_starlette_queues)}), media_type="application/json")
+
+
+starlette_app = Starlette(routes=[Route("/stream", starlette_stream),
+                                  Route("/publish", starlette_publish, methods=["POST"])])
