@@ -32,6 +32,7 @@ request (its headers carry the key) is never shown; the provider's own error tex
 only where the service asks for it, and then redacted."""
 import contextlib
 import json
+import os
 import re
 import threading
 import time
@@ -195,6 +196,13 @@ def _shared_session(key):
     return session
 
 
+def _environment_settings(url):
+    """What a requests Session would take from the environment for `url`: the proxies
+    (HTTP(S)_PROXY, NO_PROXY) and the CA bundle (REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE)."""
+    verify = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or True
+    return requests.utils.get_environ_proxies(url), verify
+
+
 class _HeadTimeout(BaseException):
     """Raised by gevent.Timeout; a BaseException so that no library catches it."""
 
@@ -213,9 +221,10 @@ class Exchange:
     (`pool`, `base_url`); failures are `wording`'s. Use it as a context manager, or
     close() it: a body left part-read closes its connection."""
 
-    def __init__(self, wording, deadline, base_url, connect_timeout, pool=""):
+    def __init__(self, wording, deadline, base_url, connect_timeout, pool="", environment=False):
         self.wording, self.deadline, self.base_url = wording, deadline, base_url
         self.connect_timeout, self.pool = connect_timeout, pool
+        self.environment = environment  # take proxies and the CA bundle from the environment
         self.response = None
 
     def __enter__(self):
@@ -236,8 +245,9 @@ class Exchange:
 
     def open(self, method, url, headers, body=None, redirects=0):
         """Sends the request (`body` as JSON) and reads the response's head; a non-2xx
-        answer is the wording's refusal. Up to `redirects` redirections are followed
-        (as GET; the Authorization header only within its origin)."""
+        answer is the wording's refusal. Up to `redirects` redirections are followed as
+        requests follows them (307 and 308 keep the method and body, the others become
+        a GET), the Authorization header only within its origin."""
         wording = self.wording
         left = self._remaining()
         timeout = (min(self.connect_timeout, left), left)
@@ -248,8 +258,10 @@ class Exchange:
         try:
             request = requests.PreparedRequest()
             request.prepare(method=method, url=url, headers={**_DEFAULT_HEADERS, **headers}, json=body)
+            proxies, verify = _environment_settings(url) if self.environment else ({}, True)
             with _head_deadline(left):
-                self.response = session.get_adapter(request.url).send(request, stream=True, timeout=timeout)
+                self.response = session.get_adapter(request.url).send(
+                    request, stream=True, timeout=timeout, verify=verify, proxies=proxies)
         except _HeadTimeout:
             raise self._timed_out() from None
         except requests.exceptions.ConnectTimeout:
@@ -271,7 +283,9 @@ class Exchange:
             target = urljoin(url, location)
             if not same_origin(target, url):
                 headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
-            return self.open("GET", target, headers, None, redirects - 1)
+            if code not in (307, 308):
+                method, body = "GET", None
+            return self.open(method, target, headers, body, redirects - 1)
         if not 200 <= code < 300:
             try:
                 raise wording.refused(code, self)

@@ -82,7 +82,7 @@ IMAGE_DOWNLOAD_LIMIT = 32 * 1024 * 1024  # an image fetched from the answer's `u
 MAX_IMAGE_PIXELS = 40_000_000            # refuse decompression bombs before decoding
 OFFLOAD_OVER = 256 * 1024                # parse/repair larger texts off the loop
 CONNECT_TIMEOUT = 10.0
-IMAGE_REDIRECTS = 5
+REDIRECTS = 30  # requests' own limit, which the wizard's calls had
 KEY_SHAPE = re.compile(r"[!-~]{1,512}")  # a key goes into a header: printable ASCII only
 
 
@@ -338,7 +338,7 @@ class Generator:
         if same_origin(url, self.base_url) and self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"  # the key stays with its origin
         with self._exchange(clock, self._download_words).open("GET", url, headers,
-                                                              redirects=IMAGE_REDIRECTS) as exchange:
+                                                              redirects=REDIRECTS) as exchange:
             declared = exchange.header("Content-Length").strip()
             if declared.isdigit() and int(declared) > IMAGE_DOWNLOAD_LIMIT:
                 raise GenerationFailed(502, "the generated image is larger than the size cap")
@@ -350,7 +350,9 @@ class Generator:
         return _Slot(self._slots, clock, timing, phase, self.concurrency)
 
     def _exchange(self, clock, words):
-        return Exchange(words, clock, self.base_url, CONNECT_TIMEOUT, pool="wizard")
+        # As requests' Session does (the wizard's calls always have): the environment's
+        # proxies and CA bundle, and redirects followed.
+        return Exchange(words, clock, self.base_url, CONNECT_TIMEOUT, pool="wizard", environment=True)
 
     def _post(self, clock, path, body):
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -358,7 +360,8 @@ class Generator:
             headers["Accept"] = "text/event-stream"
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
-        return self._exchange(clock, self._words).open("POST", self.base_url + path, headers, body)
+        return self._exchange(clock, self._words).open("POST", self.base_url + path, headers, body,
+                                                       redirects=REDIRECTS)
 
 
 # -- the deadline and the queue ----------------------------------------------------------
@@ -449,7 +452,7 @@ def _read_stream(exchange, relay, reasoning):
             raise GenerationFailed(502, "the AI provider streamed an unexpected record")
         if "error" in event:
             raise GenerationFailed(502, "the AI provider reported an error mid-stream: "
-                                        + error_text(event))
+                                        + error_text(event, exchange.wording.api_key))
         model = _reported_model(event) or model
         delta, reason, done = _delta(event)
         finished = finished or done

@@ -11,6 +11,7 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -41,13 +42,16 @@ class _Handler(BaseHTTPRequestHandler):
         self._answer()
 
     def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         self._answer()
 
     def _answer(self):
         fake = self.server.fake
         path = self.path
-        fake.seen.append({"path": path, "port": self.client_address[1], "headers": dict(self.headers)})
+        fake.seen.append({"path": path, "port": self.client_address[1], "headers": dict(self.headers),
+                          "method": self.command, "body": getattr(self, "body", b"")})
+        if path.startswith("http://"):  # asked as a proxy: route on the target's path
+            path = urlsplit(path).path
         if path == "/json":
             self._send(200, b'{"ok": true}')
         elif path == "/gzip":
@@ -65,6 +69,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, b"data: one\n\nevent: x\ndata: two\ndata: lines\n\n", "text/event-stream")
         elif path.startswith("/redirect/"):
             self._send(302, b"", headers=[("Location", "http://" + path[len("/redirect/"):])])
+        elif path.startswith("/moved/"):  # 308: the same request, elsewhere
+            self._send(308, b"", headers=[("Location", "/" + path[len("/moved/"):])])
         elif path == "/hold-head":
             fake.release.wait(30)
             self._send(200, b"{}")
@@ -212,6 +218,28 @@ def test_redirects_keep_the_key_within_its_origin(fake):
         assert "Authorization" not in other.seen[0]["headers"]
     unfollowed = failure(lambda: call(fake, f"/redirect/{here}/json"))
     assert unfollowed.message == "Fake answered HTTP 302"
+
+
+def test_a_308_keeps_the_method_and_the_body(fake):
+    with exchange(fake).open("POST", fake.base + "/moved/json", {}, {"hello": 1}, redirects=1) as ex:
+        assert ex.json() == {"ok": True}
+    assert [(s["method"], s["path"], s["body"]) for s in fake.seen] == [
+        ("POST", "/moved/json", b'{"hello": 1}'), ("POST", "/json", b'{"hello": 1}')]
+
+
+def test_a_caller_may_take_the_environments_proxy(fake, monkeypatch):
+    """The wizard's calls take HTTP(S)_PROXY as requests' Session does; the
+    notebook's never do. The fake answers a proxy's absolute-form request too."""
+    monkeypatch.setenv("HTTP_PROXY", fake.base)
+    monkeypatch.setenv("NO_PROXY", "")
+    target = "http://provider.invalid/json"  # resolves nowhere: only the proxy can answer
+    with Exchange(Wording("Fake"), Deadline(5.0), target, 1.0, pool="proxied", environment=True).open(
+            "GET", target, {}) as ex:
+        assert ex.json() == {"ok": True}
+    assert fake.seen[-1]["path"] == target
+    direct = failure(lambda: Exchange(Wording("Fake"), Deadline(5.0), target, 1.0, pool="direct").open(
+        "GET", target, {}))
+    assert direct.status == 502
 
 
 def test_redaction():
