@@ -24,6 +24,11 @@ _announced = {}        # collection -> the last counter value announced by this 
 _watcher = None
 
 
+def forget():
+    """For a process that opens another database: its counters count other writes."""
+    _announced.clear()
+
+
 def announce(versions):
     """After a write's commit: {collection: its counter after the write}."""
     for name, version in versions.items():

@@ -12,13 +12,14 @@ serve both tiers, and a module moves from gunicorn to the in-process tier with i
 `pytestmark = pytest.mark.in_process` alone.
 """
 import http.client
+import io
 import itertools
 import os
-import types
 from contextlib import ExitStack, contextmanager
 from urllib.parse import urlsplit
 
 import requests
+import urllib3
 from requests.cookies import extract_cookies_to_jar
 from requests.structures import CaseInsensitiveDict
 from requests.utils import get_encoding_from_headers
@@ -26,19 +27,22 @@ from werkzeug.test import Client
 
 from app import create_app
 
-_APPS = {}  # base URL -> Flask app
+_APPS = {}  # host of an in-process base URL -> InProcessService
 _serial = itertools.count(1)  # each app its own address, as each server its own port
-# The caller is this process, as a request to a loopback-bound gunicorn comes from it.
-LOOPBACK_PEER = {"REMOTE_ADDR": "127.0.0.1", "REMOTE_PORT": "40000"}
 
 
 class InProcessService:
     """A service's app in this process: what tests use of a RunningService (name,
-    base_url, data_dir, env)."""
+    base_url, data_dir, env). Its callers come from a loopback address of its own,
+    as from this process to a loopback-bound gunicorn, so that what a process keeps
+    per client address (the login limiter) is not shared by two apps."""
 
     def __init__(self, name, app, data_dir, env):
         self.name, self.app, self.data_dir, self.env = name, app, data_dir, env
-        self.base_url = f"http://{name}-{next(_serial)}.in-process"
+        n = next(_serial)
+        self.host = f"{name}-{n}.in-process"
+        self.base_url = f"http://{self.host}"
+        self.peer = {"REMOTE_ADDR": f"127.0.{n // 250 % 250}.{n % 250 + 1}", "REMOTE_PORT": "40000"}
 
 
 @contextmanager
@@ -49,11 +53,11 @@ def in_process(name, data_dir, env=None):
     env = {"SERVICE": name, "DATA_DIR": str(data_dir), **(env or {})}
     with _environment(env):
         service = InProcessService(name, create_app(name, {"TESTING": True}), data_dir, env)
-    _APPS[service.base_url] = service.app
+    _APPS[service.host] = service
     try:
         yield service
     finally:
-        del _APPS[service.base_url]
+        del _APPS[service.host]
 
 
 @contextmanager
@@ -100,9 +104,9 @@ class InProcessStarter:
 def _get_adapter(session, url):
     """requests' choice of transport, which reaches an in-process app when `url` is
     on its address: the clients (tests.support.*) and plain requests.get alike."""
-    base, _, _ = url.partition(".in-process")
-    app = _APPS.get(base + ".in-process") if _ else None
-    return WsgiAdapter(app) if app is not None else _network_adapter(session, url)
+    parts = urlsplit(url)
+    service = _APPS.get(parts.netloc) if parts.scheme == "http" else None
+    return WsgiAdapter(service) if service is not None else _network_adapter(session, url)
 
 
 _network_adapter = requests.Session.get_adapter
@@ -114,39 +118,70 @@ class WsgiAdapter(requests.adapters.BaseAdapter):
     answer is read before it is returned (no endless streams on this tier); cookies
     are the Session's, as over the network."""
 
-    def __init__(self, app):
+    def __init__(self, service):
         super().__init__()
-        self.client = Client(app, use_cookies=False)
+        self.service = service
+        self.client = Client(service.app, use_cookies=False)
 
     def send(self, request, stream=False, timeout=None, verify=True, cert=None, proxies=None):
         url = urlsplit(request.url)
-        body = request.body
+        # A body requests would send chunked arrives whole here, with its length.
+        headers = [(k, v) for k, v in request.headers.items() if k.lower() != "transfer-encoding"]
         answer = self.client.open(
             path=url.path or "/", query_string=url.query, method=request.method,
-            base_url=f"{url.scheme}://{url.netloc}", headers=list(request.headers.items()),
-            data=body.encode() if isinstance(body, str) else (body or b""),
-            environ_base=LOOPBACK_PEER)
+            base_url=f"{url.scheme}://{url.netloc}", headers=headers,
+            data=_body_bytes(request.body), environ_base=self.service.peer)
         try:
             return self._response(request, answer)
         finally:
             answer.close()
 
     def _response(self, request, answer):
-        response = requests.Response()
-        response.status_code = answer.status_code
-        response.reason = answer.status.partition(" ")[2]
-        response.headers = CaseInsensitiveDict(answer.headers.items())
-        response.encoding = get_encoding_from_headers(response.headers)
-        response.url, response.request, response.connection = request.url, request, self
-        response._content = answer.get_data()
-        response._content_consumed = True
-        # The Session takes cookies from raw._original_response.msg, as urllib3 gives it.
-        message = http.client.HTTPMessage()
+        content = answer.get_data()
+        # Several fields of one name are one, their values joined, as urllib3 gives them.
+        joined = {}
+        for name, value in answer.headers.items():
+            joined[name] = f"{joined[name]}, {value}" if name in joined else value
+        message = http.client.HTTPMessage()  # every field apart: the cookie jar reads it
         for name, value in answer.headers.items():
             message[name] = value
-        response.raw = types.SimpleNamespace(_original_response=types.SimpleNamespace(msg=message))
-        extract_cookies_to_jar(response.cookies, request, response.raw)
+        raw = urllib3.HTTPResponse(body=io.BytesIO(content), headers=joined, status=answer.status_code,
+                                   preload_content=False)
+        raw._original_response = _Answered(message)  # where the Session takes cookies
+        response = requests.Response()
+        response.status_code, response.reason = answer.status_code, answer.status.partition(" ")[2]
+        response.headers = CaseInsensitiveDict(joined)
+        response.encoding = get_encoding_from_headers(response.headers)
+        response.url, response.request, response.connection, response.raw = request.url, request, self, raw
+        response._content, response._content_consumed = content, True
+        extract_cookies_to_jar(response.cookies, request, raw)
         return response
 
     def close(self):
         pass
+
+
+class _Answered:
+    """What urllib3 keeps of http.client's response, as far as requests reads it: the
+    header fields one by one (the cookie jar's source), and that it is over."""
+
+    def __init__(self, msg):
+        self.msg = msg
+
+    def isclosed(self):
+        return True
+
+    def close(self):
+        pass
+
+
+def _body_bytes(body):
+    """A prepared request's body as bytes: requests leaves a str, bytes, None, or the
+    iterable it would send chunked."""
+    if body is None:
+        return b""
+    if isinstance(body, str):
+        return body.encode()
+    if isinstance(body, (bytes, bytearray)):
+        return bytes(body)
+    return b"".join(chunk.encode() if isinstance(chunk, str) else chunk for chunk in body)
