@@ -50,7 +50,7 @@ class _RenderedOnce:
             return entry[2]
         data = format_record(message, record_id)
         if len(self._entries) >= self.SIZE:
-            del self._entries[next(iter(self._entries))]
+            self._entries.clear()  # the streams are on the newest messages: start over
         self._entries[id(message)] = (message, record_id, data)
         return data
 
@@ -70,17 +70,18 @@ def _records(replay, subscription, seq_of, after, keepalive, path):
     try:
         yield comment("stream open")
 
-        def render(message):
+        def render(message, shared=True):
             nonlocal last_seq
             seq = seq_of(message) if seq_of else None
             if seq is not None:
                 if last_seq is not None and seq <= last_seq:
                     return None
                 last_seq = seq
-            return _rendered.record(message, seq)
+            # A live message is the broker's one object for every stream; a replay is this stream's own.
+            return _rendered.record(message, seq) if shared else format_record(message, seq)
 
         for message in replay:
-            record = render(message)
+            record = render(message, shared=False)
             if record:
                 yield record
         replay = None  # a long-lived stream need not keep its replay in memory
