@@ -91,11 +91,15 @@ class Reference:
                        "--port", str(self.port), "--log-level", "warning", "--no-access-log"]
         self.log = open(root / f"{name}.log", "wb")
         self.process = subprocess.Popen(command, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
-        wait_for(self._accepts, f"{name} to listen", START_TIMEOUT_S)
         self.api = KeepAliveClient(self.port)
-        # gunicorn: the arbiter's one child is the worker; uvicorn serves in its own process.
-        self.worker_pid = (wait_for(lambda: child_pids(self.process.pid), "the worker", START_TIMEOUT_S)[0]
-                           if name == "floor" else self.process.pid)
+        try:
+            wait_for(self._accepts, f"{name} to listen", START_TIMEOUT_S)
+            # gunicorn: the arbiter's one child is the worker; uvicorn serves in its own process.
+            self.worker_pid = (wait_for(lambda: child_pids(self.process.pid), "the worker", START_TIMEOUT_S)[0]
+                               if name == "floor" else self.process.pid)
+        except BaseException:
+            self.stop()
+            raise
 
     def _accepts(self):
         if self.process.poll() is not None:
@@ -130,13 +134,24 @@ class Ours:
         # The wizard's identity: the proxy's trusted header, which a loopback caller may send.
         self.identity = "Remote-User: bench\r\n" if name == "wizard" else ""
         self.api = KeepAliveClient(self.port)
+        self.session, self.write_path = None, "/api/collections/saved_prompts"
         if name == "decks":
-            self.api.json("POST", "/api/decks/import", body)
-            session = self.api.json("POST", "/api/sessions", {"deck_id": body["id"]})["id"]
-            self.write_path = f"/api/sessions/{session}/events"
-            self.stream_path = f"/api/sessions/{session}/stream?after=0"
-        else:
-            self.write_path, self.stream_path = "/api/collections/saved_prompts", "/api/events"
+            try:
+                self.api.json("POST", "/api/decks/import", body)
+                self.session = self.api.json("POST", "/api/sessions", {"deck_id": body["id"]})["id"]
+            except BaseException:
+                self.stop()
+                raise
+            self.write_path = f"/api/sessions/{self.session}/events"
+
+    @property
+    def stream_path(self):
+        """The deck's stream opens after the events written so far, so that a stream
+        replays nothing a write could be mistaken for."""
+        if self.session is None:
+            return "/api/events"
+        last = self.api.json("GET", f"/api/sessions/{self.session}")["last_seq"]
+        return f"/api/sessions/{self.session}/stream?after={last}"
 
     def write(self, i):
         if self.name == "decks":
