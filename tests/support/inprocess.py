@@ -49,7 +49,9 @@ class InProcessService:
 def in_process(name, data_dir, env=None):
     """The app of `name` on `data_dir`, built with the environment `env` adds. The
     environment is the process's only while the app is built (as a service reads it
-    at its start): a gunicorn service a test starts meanwhile inherits none of it."""
+    at its start): a gunicorn service a test starts meanwhile inherits none of it. What
+    a service reads per request (REDIS_URL, for its broker and limits) is therefore not
+    the app's: a module that needs Redis runs on gunicorn."""
     env = {"SERVICE": name, "DATA_DIR": str(data_dir), **(env or {})}
     with _environment(env):
         service = InProcessService(name, create_app(name, {"TESTING": True}), data_dir, env)
