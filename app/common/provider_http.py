@@ -21,9 +21,11 @@ than the rest of the call. (A call from a gevent threadpool thread makes its own
 Session: a gevent socket belongs to the loop of the thread that made it.) A call is a
 PreparedRequest (requests' default headers and ours) handed to the session's
 transport adapter, which owns the pool: the Session's own per-call merging of
-settings, cookies and hooks would be a third of a call's CPU, and this way no proxy
-from the environment and no cookie ever joins a call, so one credential's call
-carries nothing of another's.
+settings, cookies and hooks would be a third of a call's CPU, and this way no cookie
+ever joins a call, so one credential's call carries nothing of another's. Proxies and
+a CA bundle from the environment join a call only where its caller asks
+(`Exchange(..., environment=True)`: the wizard's calls, as requests' Session took
+them); the notebook's calls go straight to their provider.
 
 Failures: every one is `wording.error(status, message)` (ProviderFailed unless the
 service names its own subclass), worded by the service's Wording: 504 for time, 502
