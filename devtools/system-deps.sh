@@ -13,6 +13,11 @@ python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
 # The two-host staging's front balances TCP with nginx's stream module.
 [ -f /usr/lib/nginx/modules/ngx_stream_module.so ] || missing+=(libnginx-mod-stream)
+# LemonLDAP::NG, the real OpenID provider of the single sign-on tests, with the Perl
+# modules its portal loads at start that Debian only recommends (the captcha's images).
+[ -x /usr/sbin/llng-fastcgi-server ] || missing+=(liblemonldap-ng-portal-perl lemonldap-ng-fastcgi-server)
+perl -MGD::SecurityImage -MImage::Magick -MString::Random -MIO::String -e1 2>/dev/null ||
+  missing+=(libgd-securityimage-perl libimage-magick-perl libstring-random-perl libio-string-perl)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
   echo "missing Debian packages: ${missing[*]}; run: sudo apt-get install -y ${missing[*]}" >&2
