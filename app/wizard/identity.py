@@ -45,8 +45,9 @@ class Identity:
 
 
 def parse_groups(value):
-    """Comma-separated (Authelia) or pipe-separated (authentik) group names."""
-    return frozenset(part.strip() for part in re.split(r"[,|]", value or "") if part.strip())
+    """Group names separated by commas (Authelia), pipes (authentik) or semicolons
+    (LemonLDAP::NG's multi-value separator, "; ")."""
+    return frozenset(part.strip() for part in re.split(r"[,|;]", value or "") if part.strip())
 
 
 def _test_identity_allowed():
