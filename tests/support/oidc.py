@@ -139,6 +139,16 @@ class Stack:
         return http.get(self.url("/api/v2/users/me"), timeout=TIMEOUT, allow_redirects=False)
 
 
+def assert_error_page(response, status, *phrases):
+    """A readable HTML page (not JSON, not a 500) with a way back to /login."""
+    assert response.status_code == status, (response.status_code, response.text[:500])
+    assert response.headers["Content-Type"].startswith("text/html")
+    assert 'href="/login"' in response.text
+    assert "workspace_session_token" not in response.headers.get("Set-Cookie", "")
+    for phrase in phrases:
+        assert phrase in response.text, response.text
+
+
 def flow_cookies(http):
     return {c.name: c for c in http.cookies if c.name.startswith("oidc_")}
 

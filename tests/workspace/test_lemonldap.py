@@ -24,7 +24,7 @@ from devtools import nginx
 from devtools.database_peek import peek
 from devtools.lemonldap import CLIENT_ID, LemonLdap, sign_in
 from devtools.services import free_port
-from tests.support.oidc import CALLBACK, OWNER, TIMEOUT, as_uuid, query_of
+from tests.support.oidc import CALLBACK, OWNER, TIMEOUT, as_uuid, assert_error_page, query_of
 
 SIGN_IN_TEXT = "Sign in with LemonLDAP::NG"
 SCOPES = "openid profile email groups"  # the spec's client registration table
@@ -128,16 +128,6 @@ def site(start_module_service, tmp_path_factory):
     made = make_site(start_module_service, tmp_path_factory)
     yield made
     stop_site(made)
-
-
-def assert_error_page(response, status, *phrases):
-    """A readable HTML page (never a 500, never JSON) with a way back to /login."""
-    assert response.status_code == status, (response.status_code, response.text[:500])
-    assert response.headers["Content-Type"].startswith("text/html")
-    assert 'href="/login"' in response.text
-    assert "workspace_session_token" not in response.headers.get("Set-Cookie", "")
-    for phrase in phrases:
-        assert phrase in response.text, response.text
 
 
 # --- the whole chain ------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from tests.support.oidc import (
     SIGN_IN_TEXT,
     TIMEOUT,
     as_uuid,
+    assert_error_page,
     flow_cookies,
     query_of,
     set_cookie_headers,
@@ -33,16 +34,6 @@ def oidc_stack(start_service, db_backend):
     each database backend in turn."""
     with stack_factory(start_service, db_backend) as make:
         yield make
-
-
-def assert_error_page(response, status, *phrases):
-    """A readable HTML page (not JSON, not a 500) with a way back to /login."""
-    assert response.status_code == status, (response.status_code, response.text[:500])
-    assert response.headers["Content-Type"].startswith("text/html")
-    assert 'href="/login"' in response.text
-    assert "workspace_session_token" not in response.headers.get("Set-Cookie", "")
-    for phrase in phrases:
-        assert phrase in response.text, response.text
 
 
 def assert_flow_cookies_cleared(response):
