@@ -23,6 +23,7 @@ bench: setup
 	$(PY) -m bench.workspace
 	$(PY) -m bench.workspace_apps
 	$(PY) -m bench.wizard
+	$(PY) -m bench.refresh
 	$(PY) -m bench.fanout
 	$(PY) -m bench.notebook
 	$(PY) -m bench.notebook_ask

@@ -136,15 +136,18 @@ class Stack:
     """The service, and nginx in front of it (the production site; nginx serves the
     service's uploads folder itself), started together and stopped together."""
 
-    def __init__(self, root, name, workers, nginx_connections, env=None):
+    def __init__(self, root, name, workers, nginx_connections, env=None, lists_via_nginx=True):
+        """`lists_via_nginx`: the site sends the collection lists from the service's
+        files (wizard_lists_dir), as production does; False: the service sends them."""
         self.data_dir = root / f"{name}-data"
         self.uploads_dir = self.data_dir / "uploads"
         self.uploads_dir.mkdir(parents=True)
         self.proxy = None
         self.service = Service("wizard", self.data_dir, root / f"{name}-service.log", workers=workers, env=env)
+        lists = {"wizard_lists_dir": str(self.data_dir / "lists")} if lists_via_nginx else {}
         try:
             self.proxy = devnginx.start(root / f"{name}-nginx", None, {"wizard": f"{HOST}:{self.service.port}"},
-                                        variables={"wizard_uploads_dir": str(self.uploads_dir),
+                                        variables={**lists, "wizard_uploads_dir": str(self.uploads_dir),
                                                    # Each stream holds two of nginx's connections (client, upstream).
                                                    "nginx_worker_connections": nginx_connections})
             self.proxy_pids = [self.proxy.process.pid, *child_pids(self.proxy.process.pid)]
@@ -185,9 +188,11 @@ class BodyClient(KeepAliveClient):
     def __init__(self, port, timeout=REQUEST_TIMEOUT_S):
         super().__init__(port, timeout=timeout)
         self.scratch = memoryview(bytearray(256 * 1024))
+        self.etag = None   # of the last answer
 
     def send(self, raw):
-        """(status, body length, first bytes of the body) of one request."""
+        """(status, body length, first bytes of the body) of one request; its ETag in
+        `self.etag`."""
         if self.sock is None or time.monotonic() - self.last_used > self.MAX_IDLE_S:
             self.connect()
         sock = self.sock
@@ -204,7 +209,7 @@ class BodyClient(KeepAliveClient):
                     break
             head = buf[:end].decode("latin-1")
             status = int(head[9:12])
-            length = close = None
+            length = close = etag = None
             for line in head.split("\r\n")[1:]:
                 name, _, value = line.partition(":")
                 name = name.strip().lower()
@@ -212,6 +217,11 @@ class BodyClient(KeepAliveClient):
                     length = int(value)
                 elif name == "connection":
                     close = value.strip().lower() == "close"
+                elif name == "etag":
+                    etag = value.strip()
+            self.etag = etag
+            if length is None and status in (204, 304):
+                length = 0   # no body, by definition
             if length is None:
                 raise HttpError(f"response without Content-Length ({head[:200]!r})")
             rest = buf[end + 4:]

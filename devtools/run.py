@@ -113,7 +113,8 @@ def main():
         running = _start_services(companions)
         proxy = nginx.start(VAR / "nginx", NGINX_PORT,
                             {s.name: f"127.0.0.1:{s.port}" for s in running}, stderr=sys.stderr,
-                            variables={"wizard_uploads_dir": str(VAR / "wizard" / "uploads")})
+                            variables={"wizard_uploads_dir": str(VAR / "wizard" / "uploads"),
+                                       "wizard_lists_dir": str(VAR / "wizard" / "lists")})
         print("\nThe bundle is running (Ctrl-C stops it):", flush=True)
         for service in running:
             home = HOME_PATHS.get(service.name, "/")

@@ -35,7 +35,8 @@ def main(names=None):
             try:
                 run.SEEDERS.get(name, lambda s: None)(service)
                 proxy = nginx.start(Path(scratch) / f"{name}-nginx", None, {name: f"127.0.0.1:{service.port}"},
-                                    variables={"wizard_uploads_dir": str(data_dir / "uploads")})
+                                    variables={"wizard_uploads_dir": str(data_dir / "uploads"),
+                                               "wizard_lists_dir": str(data_dir / "lists")})
                 page = browser.new_page(viewport={"width": 1200, "height": HEIGHTS.get(name, 800)})
                 path = PAGES.get(name) or run.HOME_PATHS.get(name, "/")
                 page.goto(f"http://{proxy.host(name)}:{proxy.port}{path}", wait_until="networkidle")

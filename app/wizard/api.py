@@ -6,7 +6,7 @@ from flask import Response, jsonify, request
 from app.common import sse
 from app.common.body import json_object
 from app.common.failures import Invalid
-from app.wizard import bp, collections, events, identity
+from app.wizard import bp, collections, events, identity, list_files
 from app.wizard.models import LlmTiming
 
 log = logging.getLogger("bundle.wizard")
@@ -30,9 +30,16 @@ def me():
 @bp.get("/api/collections/<name>")
 def list_collection(name):
     wanted = collections.parse_filter(request.args.get("filter"))
-    body = collections.list_rows(name, identity.current(), wanted)
-    response = Response(body, mimetype="application/json")
-    # Private: the answer depends on who asks.
+    answer = collections.list_rows(name, identity.current(), wanted)
+    if request.if_none_match.contains_weak(answer.tag):
+        response = Response(status=304)   # the page holds these bytes already
+    elif request.headers.get(list_files.ACCEL_HEADER):
+        response = list_files.redirect_response(answer)
+    else:
+        response = Response(answer.body, mimetype="application/json")
+    response.set_etag(answer.tag)
+    # Private: the answer depends on who asks. no-cache: asked again every time, with
+    # If-None-Match, so a revoked identity never reads a kept copy.
     response.headers["Cache-Control"] = "private, no-cache"
     return response
 

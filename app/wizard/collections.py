@@ -56,39 +56,43 @@ def parse_filter(raw):
     return wanted
 
 
-def _visible(model, name, who: Identity):
-    query = model.select()
+def _scope_key(name, who):
+    """Which rows of `name` `who` sees, as a key: "*" for all of them, else whose own
+    rows join the shared ones. Forbidden when `who` may not read `name` at all."""
     if who.is_admin or name == "admin_prompts":
-        return query
-    if name in PRIVATE:
-        return query.where(model.user_id == who.id)
-    if name in SHARED_OR_OWN:
-        shared = model.user_id.is_null() | (model.is_public == True)  # noqa: E712 (peewee builds SQL from ==)
-        return query.where(shared | (model.user_id == who.id))
+        return "*"
+    if name in PRIVATE or name in SHARED_OR_OWN:
+        return who.id
     raise Forbidden(f"{name} is readable by administrators only")
 
 
-def _scope_key(name, who):
-    if who.is_admin or name == "admin_prompts":
-        return "*"
-    return who.id
+def _visible(model, name, who: Identity):
+    query = model.select()
+    if _scope_key(name, who) == "*":
+        return query
+    if name in PRIVATE:
+        return query.where(model.user_id == who.id)
+    shared = model.user_id.is_null() | (model.is_public == True)  # noqa: E712 (peewee builds SQL from ==)
+    return query.where(shared | (model.user_id == who.id))
 
 
 def list_rows(name, who, wanted):
-    """The rows `who` may see, newest first, as a JSON array (UTF-8 bytes); served from
-    the cache while the collection has not changed."""
+    """The rows `who` may see, newest first, as a cache.Answer: a JSON array (UTF-8
+    bytes) and its content tag; served from the cache while the collection has not
+    changed."""
     model = model_of(name)
-    query = _visible(model, name, who)   # raises 403 before anything is read
-    key = (name, _scope_key(name, who), json.dumps(wanted, sort_keys=True))
+    key = (name, _scope_key(name, who), json.dumps(wanted, sort_keys=True))   # 403 before anything is read
     version = cache.version(name)
-    body = cache.get(key, version)
-    if body is None:
+    kept = cache.get(key, version)
+    if kept is None:
+        query = _visible(model, name, who)   # built only when the answer is
         for column, value in wanted.items():
             field = getattr(model, column)
             query = query.where(field.is_null() if value is None else field == value)
         body = ("[" + ",".join(_row_texts(name, model, query.order_by(model.seq.desc()))) + "]").encode()
-        cache.put(key, version, body)
-    return body
+        kept = cache.answer(body)
+        cache.put(key, version, kept)
+    return kept
 
 
 _COLUMNS = ("seq", "id", "user_id", "created_at", "is_public", "blueprint_id", "key", "likes_count", "data")

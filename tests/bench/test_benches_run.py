@@ -16,6 +16,7 @@ SMOKE_ARGUMENTS = {
     "fanout": ["--quick"],
     "notebook": ["--quick", "--sources", "20", "--queries", "20"],
     "notebook_ask": ["--streams", "10", "--rounds", "1"],
+    "refresh": ["--quick"],
     "scale": ["--quick"],
     "wizard": ["--quick"],
     "workspace": ["--quick"],

@@ -57,7 +57,7 @@ def ai_env(fake):
 def wizard_site(site, tmp_path, env=None, provider=None):
     """The wizard behind nginx, which serves the uploads folder itself as in production."""
     data_dir = tmp_path / "wizard-data"
-    variables = {"wizard_uploads_dir": str(data_dir / "uploads")}
+    variables = {"wizard_uploads_dir": str(data_dir / "uploads"), "wizard_lists_dir": str(data_dir / "lists")}
     if provider is not None:
         variables["wizard_auth_request_url"] = provider.issuer + "/api/authz/auth-request"
     return site("wizard", env=env, variables=variables, data_dir=data_dir)

@@ -107,6 +107,7 @@ def test_every_site_passes_nginx_t_with_production_variables(tmp_path):
                                     tls_certificate_key=key, http2=True, http_redirect_port=80,
                                     acme_webroot=str(tmp_path / "acme"),
                                     wizard_uploads_dir=str(tmp_path / "uploads"),
+                                    wizard_lists_dir=str(tmp_path / "lists"),
                                     wizard_auth_request_url="http://127.0.0.1:9091/api/authz/auth-request")
     prefix = tmp_path / "prefix"
     nginx.render(prefix, variables)

@@ -1,7 +1,8 @@
 """The prompt wizard behind the real nginx site: nginx is what vouches for identity.
 Client-sent identity and test headers never get through; forward auth at an
 Authelia-shaped provider makes signed-in visitors themselves and everyone else
-`public`; uploads are served from the folder with nosniff; events are unbuffered."""
+`public`; uploads are served from the folder with nosniff; collection lists are sent
+by nginx from the files the service names; events are unbuffered."""
 import io
 import re
 
@@ -10,6 +11,7 @@ import requests
 from PIL import Image
 
 from app.common.sse_client import iter_records
+from devtools import nginx
 from devtools.oidc_provider import SESSION_COOKIE, portal_session
 from tests.support.wizard import FORWARD_AUTH_PASSWORD
 
@@ -29,7 +31,8 @@ def open_proxy(wizard_backend, tmp_path_factory):
     from devtools import nginx
     proxy = nginx.start(tmp_path_factory.mktemp("nginx-wizard-open"),
                         upstreams={"wizard": f"127.0.0.1:{wizard_backend.port}"},
-                        variables={"wizard_uploads_dir": str(wizard_backend.data_dir / "uploads")})
+                        variables={"wizard_uploads_dir": str(wizard_backend.data_dir / "uploads"),
+                                   "wizard_lists_dir": str(wizard_backend.data_dir / "lists")})
     yield proxy
     proxy.stop()
 
@@ -135,3 +138,49 @@ def test_an_unavailable_identity_provider_fails_closed(auth_proxy, forward_auth_
     finally:
         forward_auth_provider.down = False
     assert me(auth_proxy)["id"] == "public"
+
+
+def list_of(proxy, **headers):
+    return requests.get(proxy.url + "/api/collections/blueprints", headers=proxy.headers("wizard", **headers),
+                        timeout=10)
+
+
+def test_collection_lists_are_sent_by_nginx_from_the_named_file(open_proxy, wizard_backend):
+    requests.post(open_proxy.url + "/api/collections/blueprints", headers=open_proxy.headers("wizard"),
+                  json={"title": "sent by nginx", "is_public": True}, timeout=10)
+    through = list_of(open_proxy)
+    direct = requests.get(wizard_backend.base_url + "/api/collections/blueprints",
+                          headers={"Remote-User": "public"}, timeout=10)
+    assert through.status_code == 200 and through.content == direct.content
+    tag = through.headers["ETag"]
+    assert tag == direct.headers["ETag"]
+    assert through.headers["Content-Type"] == "application/json"
+    assert through.headers["Cache-Control"] == "private, no-cache"
+    assert "X-Accel-Redirect" not in through.headers
+    assert (wizard_backend.data_dir / "lists" / (tag.strip('"') + ".json")).read_bytes() == direct.content
+    unchanged = list_of(open_proxy, **{"If-None-Match": tag})
+    assert unchanged.status_code == 304 and unchanged.content == b"" and unchanged.headers["ETag"] == tag
+    # The internal location is not reachable from outside.
+    assert requests.get(open_proxy.url + "/_wizard_lists/" + tag.strip('"') + ".json",
+                        headers=open_proxy.headers("wizard"), timeout=10).status_code == 404
+
+
+def test_a_client_cannot_ask_for_a_file_redirect_where_nginx_sends_none(auth_proxy):
+    answer = list_of(auth_proxy, **{"X-Wiz-Accel-Lists": "on"})
+    assert answer.status_code == 200 and answer.content.startswith(b"[")
+
+
+def test_a_list_file_nginx_cannot_find_is_sent_by_the_service(wizard_backend, tmp_path_factory):
+    # nginx looks in an empty folder: every file is "gone", as one swept between the
+    # service's answer and nginx's open would be.
+    prefix = tmp_path_factory.mktemp("nginx-wizard-lists-gone")
+    proxy = nginx.start(prefix, upstreams={"wizard": f"127.0.0.1:{wizard_backend.port}"},
+                        variables={"wizard_lists_dir": str(prefix / "elsewhere")})
+    try:
+        direct = requests.get(wizard_backend.base_url + "/api/collections/blueprints",
+                              headers={"Remote-User": "public"}, timeout=10)
+        answer = list_of(proxy)
+        assert answer.status_code == 200 and answer.content == direct.content
+        assert answer.headers["ETag"] == direct.headers["ETag"]
+    finally:
+        proxy.stop()

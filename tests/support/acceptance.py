@@ -103,6 +103,7 @@ def target_for(request, tmp_path_factory, name):
         seeder(service)
         proxy = nginx.start(tmp_path_factory.mktemp(f"acceptance-{name}-nginx"), None,
                             {name: f"127.0.0.1:{service.port}"},
-                            variables={"wizard_uploads_dir": str(data_dir / "uploads")})
+                            variables={"wizard_uploads_dir": str(data_dir / "uploads"),
+                                       "wizard_lists_dir": str(data_dir / "lists")})
         stack.callback(proxy.stop)
         yield Target(proxy.url, proxy.host(name))

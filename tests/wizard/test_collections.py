@@ -82,6 +82,27 @@ def test_shared_collections_show_globals_public_rows_and_own(wizard):
     assert {mine["id"], shared["id"]} <= {row["id"] for row in rows(wizard, "blueprints")}
 
 
+def test_a_list_carries_the_tag_of_its_content_and_answers_304_while_it_holds(wizard):
+    bob = wizard.as_user("bob")
+    bob.post("/api/collections/blueprints", json={"title": "bob's shared", "is_public": True})
+    first = bob.get("/api/collections/blueprints")
+    tag = first.headers["ETag"]
+    assert first.status_code == 200 and tag.startswith('"') and first.headers["Cache-Control"] == "private, no-cache"
+    for held in (tag, "W/" + tag, f'"other", {tag}'):
+        same = bob.get("/api/collections/blueprints", headers={"If-None-Match": held})
+        assert same.status_code == 304 and same.content == b"" and same.headers["ETag"] == tag
+    # Another user's private row changes the collection, not bob's view of it: still 304.
+    wizard.post("/api/collections/blueprints", json={"title": "alice's own"})
+    assert bob.get("/api/collections/blueprints", headers={"If-None-Match": tag}).status_code == 304
+    # A row bob sees: the whole new list, under a new tag.
+    wizard.post("/api/collections/blueprints", json={"title": "alice's shared", "is_public": True})
+    changed = bob.get("/api/collections/blueprints", headers={"If-None-Match": tag})
+    assert changed.status_code == 200 and changed.headers["ETag"] != tag
+    assert changed.json()[0]["title"] == "alice's shared"
+    # Alice sees her own private row too: her view has another tag.
+    assert wizard.get("/api/collections/blueprints").headers["ETag"] != changed.headers["ETag"]
+
+
 def test_llm_logs_are_for_administrators_only(wizard, admin):
     assert wizard.get("/api/collections/llm_logs").status_code == 403
     assert wizard.post("/api/collections/llm_logs", json={"kind": "x"}).status_code == 403
