@@ -237,6 +237,22 @@ def test_what_the_provider_sends_is_what_the_platform_reads(site):
     assert_error_page(refused, 400, "not accepted")
 
 
+def test_the_client_is_registered_as_the_spec_says(site):
+    """PKCE required and exactly one redirect URI, at the provider's side."""
+    http = site.browser()
+    asked = {"response_type": "code", "client_id": CLIENT_ID, "redirect_uri": site.url(CALLBACK), "scope": SCOPES,
+             "state": "st", "nonce": "nc"}
+    authorize = site.idp.metadata()["authorization_endpoint"] + "?"
+    without_pkce = sign_in(http, authorize + urlencode(asked), "rtyler")
+    assert query_of(without_pkce)["error"] == "invalid_request" and "code" not in query_of(without_pkce)
+    elsewhere = http.get(authorize + urlencode({**asked, "redirect_uri": site.url(CALLBACK) + "x",
+                                                "code_challenge": pkce_pair()[1], "code_challenge_method": "S256"}),
+                         timeout=TIMEOUT, allow_redirects=False)
+    # The portal's error page, PE_UNAUTHORIZEDURL (108), and no redirect anywhere.
+    assert elsewhere.status_code == 200 and "Location" not in elsewhere.headers
+    assert 'class="message message-negative alert"' in elsewhere.text and 'trmsg="108"' in elsewhere.text
+
+
 def test_a_wrong_state_is_a_readable_refusal(site):
     http = site.browser()
     callback = site.to_callback(http, "rtyler")
