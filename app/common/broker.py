@@ -1,24 +1,34 @@
 """Publish/subscribe of small JSON messages by topic, for the live streams of a service.
 
 One interface (subscribe / publish / subscriber_count / close_all, and
-Subscription.get / close / SubscriptionClosed), two backends, chosen at first use:
+Subscription.get / interrupt / close / SubscriptionClosed), two backends, chosen at
+first use:
 
 - `Broker`, in the process (REDIS_URL unset, the embedded default): a publish reaches
   the subscribers of this process only.
 - `RedisBroker` (REDIS_URL set): a publish is a Redis PUBLISH, and reaches the
   subscribers of every process of the service, this one included, in one order.
 
-Each subscriber has a bounded queue. `publish` never waits on a subscriber: one that
-falls more than `max_pending` messages behind is dropped, and its reader sees
-`SubscriptionClosed` on its next `get`, so a stream ends and its client reconnects
-from its own cursor (and resyncs). Call `publish` and `subscribe` from greenlets of the
-worker's loop, not from threadpool threads (gevent events are not thread-safe).
+Each subscriber may fall `max_pending` messages behind. `publish` never waits on a
+subscriber: one that falls further behind is dropped, and its reader sees
+`SubscriptionClosed` on its next `get` (after the messages it was still owed), so a
+stream ends and its client reconnects from its own cursor (and resyncs). Call
+`publish` and `subscribe` from greenlets of the worker's loop, not from threadpool
+threads (the wake-ups go through the loop's callbacks, which are not thread-safe).
 Every subscriber of a process is handed the same message object, which nobody may
 change after it is published (app.common.sse renders it once for all its streams).
+
+Delivery in a process is built for one message reaching thousands of streams: the
+message is stored once per topic (each subscriber keeps only its position), and the
+subscribers waiting for it are woken by one loop callback that switches to each in
+turn, instead of one event, one callback and one timer per subscriber and message.
 """
 import json
 import logging
+import sys
+import time
 from collections import defaultdict, deque
+from itertools import islice
 
 import gevent
 import redis
@@ -28,6 +38,13 @@ from gevent.lock import Semaphore
 from app.common import lifecycle, redis_client
 
 log = logging.getLogger("bundle.broker")
+
+LAGGING = "lagging: the client fell too far behind"
+# A topic stores at least this many messages before it looks for its slowest reader
+# to forget what everyone has read: the look is over all its subscribers, so it is
+# made once per so many messages, never per message.
+SCAN_AT_LEAST = 16
+_NOTHING = object()
 
 
 class SubscriptionClosed(Exception):
@@ -39,40 +56,48 @@ class SubscriptionClosed(Exception):
 
 
 class Subscription:
-    def __init__(self, broker, topic, max_pending):
+    # Slots: thousands are open at once, one per stream.
+    __slots__ = ("_broker", "topic", "_topic", "_cursor", "_owed", "_waiter", "_interrupted",
+                 "closed_reason")
+
+    def __init__(self, broker, topic):
         self._broker = broker
         self.topic = topic
-        self._max_pending = max_pending
-        self._items = deque()
-        self._ready = Event()
+        self._topic = None        # the _Topic it reads, while subscribed
+        self._cursor = 0          # how many of the topic's messages it has read
+        self._owed = None         # the messages it had not read when it ended
+        self._waiter = None       # its greenlet, while it waits in `get`
+        self._interrupted = False
         self.closed_reason = None
 
-    def _offer(self, message):
-        if self.closed_reason:
-            return
-        if len(self._items) >= self._max_pending:
-            self._end("lagging: the client fell too far behind")
-            return
-        self._items.append(message)
-        self._ready.set()
-
-    def _end(self, reason):
-        if not self.closed_reason:
-            self.closed_reason = reason
-            self._broker._forget(self)
-            self._ready.set()
-
     def get(self, timeout=None):
-        """The next message, or None when `timeout` seconds pass without one.
-        Messages queued before a close are still handed out, then the close raises."""
-        if not self._items and not self.closed_reason:
-            self._ready.clear()
-            self._ready.wait(timeout)
-        if self._items:
-            return self._items.popleft()
-        if self.closed_reason:
-            raise SubscriptionClosed(self.closed_reason)
-        return None
+        """The next message; None when `timeout` seconds pass without one, or when
+        `interrupt()` woke the wait. Messages owed at a close are still handed out,
+        then the close raises. One reader (greenlet) per subscription."""
+        deadline = None
+        while True:
+            message = self._take()
+            if message is not _NOTHING:
+                return message
+            if self.closed_reason:
+                raise SubscriptionClosed(self.closed_reason)
+            if self._interrupted:
+                self._interrupted = False
+                return None
+            if timeout is None:
+                self._sleep(None)
+                continue
+            now = time.monotonic()
+            deadline = now + timeout if deadline is None else deadline
+            if now >= deadline:
+                return None
+            self._sleep(deadline - now)
+
+    def interrupt(self):
+        """Make the waiting `get`, or the next one, return None once it has no message
+        to hand out (a stream's keepalive is due): one wake-up, no timer per `get`."""
+        self._interrupted = True
+        self._wake()
 
     def close(self):
         self._end("closed")
@@ -83,6 +108,143 @@ class Subscription:
     def __exit__(self, *exc):
         self.close()
 
+    def _take(self):
+        topic = self._topic
+        if topic is not None:
+            unread = topic.published - self._cursor
+            if unread:
+                self._cursor += 1
+                return topic.log[-unread]  # the log holds at least every unread message
+        elif self._owed:
+            return self._owed.popleft()
+        return _NOTHING
+
+    def _sleep(self, timeout):
+        topic = self._topic
+        if topic is not None:
+            topic.sleepers[self] = None  # once, however often it waits before the next message
+        self._waiter = gevent.getcurrent()
+        try:
+            if timeout is None:
+                gevent.get_hub().switch()
+            else:
+                with gevent.Timeout(timeout, False):
+                    gevent.get_hub().switch()
+        finally:
+            self._waiter = None
+
+    def _wake(self):
+        if self._waiter is not None:
+            gevent.get_hub().loop.run_callback(_wake_all, (self,))
+
+    def _end(self, reason):
+        if self.closed_reason:
+            return
+        self.closed_reason = reason
+        topic = self._topic
+        if topic is not None:
+            unread = topic.published - self._cursor
+            if unread:
+                self._owed = deque(islice(topic.log, len(topic.log) - unread, None))
+            # Not left listed: a topic without messages would keep its ended subscriptions.
+            topic.sleepers.pop(self, None)
+            self._topic = None
+        self._broker._forget(self)
+        self._wake()
+
+
+def _wake_all(sleepers):
+    """In the loop: switch to each subscription still waiting, in turn (each runs until
+    it waits again, on its socket or its next message), as gevent's own Event does."""
+    for sub in sleepers:
+        waiter = sub._waiter
+        if waiter is not None:
+            sub._waiter = None
+            try:
+                waiter.switch()
+            except BaseException:  # the others must still be woken
+                gevent.get_hub().handle_error(waiter, *sys.exc_info())
+
+
+class _Topic:
+    """One topic's subscriptions in this process, and the messages some of them have
+    not read yet (`log`, the newest last; `published` counts every message)."""
+
+    __slots__ = ("subs", "log", "published", "scan_at", "sleepers")
+
+    def __init__(self, scan_at):
+        self.subs = set()
+        self.log = deque()
+        self.published = 0
+        self.scan_at = scan_at
+        self.sleepers = {}  # subscriptions to wake at the next message (a dict: ordered, O(1) removal)
+
+
+class _LocalTopics:
+    """The subscriptions of this process by topic, and delivering a message to them:
+    what both backends do once a message reaches the process."""
+
+    def __init__(self, max_pending):
+        self.max_pending = max_pending
+        self._topics = {}
+
+    def add(self, sub):
+        topic = self._topics.get(sub.topic)
+        if topic is None:
+            topic = self._topics[sub.topic] = _Topic(min(SCAN_AT_LEAST, self.max_pending))
+        topic.subs.add(sub)
+        sub._topic, sub._cursor = topic, topic.published
+
+    def remove(self, sub):
+        """True when `sub` was its topic's last subscription here."""
+        topic = self._topics.get(sub.topic)
+        if topic is None or sub not in topic.subs:
+            return False
+        topic.subs.discard(sub)
+        if topic.subs:
+            return False
+        del self._topics[sub.topic]
+        return True
+
+    def deliver(self, name, message):
+        topic = self._topics.get(name)
+        if topic is None:
+            return
+        if len(topic.log) >= topic.scan_at:
+            self._trim(topic)
+        topic.log.append(message)
+        topic.published += 1
+        if topic.sleepers:
+            sleepers, topic.sleepers = topic.sleepers, {}
+            gevent.get_hub().loop.run_callback(_wake_all, sleepers)
+
+    def _trim(self, topic):
+        """End the subscriptions `max_pending` messages behind (they keep what they are
+        owed), forget what all the others have read, and look again once the log has
+        doubled: the look costs one step per subscription, a few times per topic."""
+        behind = 0
+        for sub in list(topic.subs):
+            unread = topic.published - sub._cursor
+            if unread >= self.max_pending:
+                sub._end(LAGGING)
+            else:
+                behind = max(behind, unread)
+        for _ in range(len(topic.log) - behind):
+            topic.log.popleft()
+        topic.scan_at = min(self.max_pending, max(SCAN_AT_LEAST, 2 * behind))
+
+    def count(self, name):
+        topic = self._topics.get(name)
+        return len(topic.subs) if topic is not None else 0
+
+    def total(self):
+        return sum(len(topic.subs) for topic in self._topics.values())
+
+    def end_all(self, reason):
+        for topic in list(self._topics.values()):
+            for sub in list(topic.subs):
+                sub._end(reason)
+
 
 class Broker:
     """In the process: a publish reaches this process's subscribers only."""
@@ -90,38 +252,30 @@ class Broker:
 
     def __init__(self, max_pending=1000):
         self.max_pending = max_pending
-        self._topics = defaultdict(set)
+        self._local = _LocalTopics(max_pending)
         self._closed_reason = None
 
     def subscribe(self, topic):
         """A new subscription; once the broker is closed (the worker is stopping,
         yet still serves requests on kept-alive connections) it is closed at once."""
-        sub = Subscription(self, topic, self.max_pending)
-        self._topics[topic].add(sub)
+        sub = Subscription(self, topic)
+        self._local.add(sub)
         if self._closed_reason:
             sub._end(self._closed_reason)
         return sub
 
     def publish(self, topic, message):
-        for sub in list(self._topics.get(topic, ())):
-            sub._offer(message)
+        self._local.deliver(topic, message)
 
     def subscriber_count(self, topic):
-        return len(self._topics.get(topic, ()))
+        return self._local.count(topic)
 
     def close_all(self, reason="server is stopping"):
         self._closed_reason = reason
-        for subs in list(self._topics.values()):
-            for sub in list(subs):
-                sub._end(reason)
+        self._local.end_all(reason)
 
     def _forget(self, sub):
-        subs = self._topics.get(sub.topic)
-        if subs is not None:
-            subs.discard(sub)
-            if not subs:
-                del self._topics[sub.topic]
-
+        self._local.remove(sub)
 
 
 # --------------------------------------------------------------------------- Redis
@@ -153,7 +307,7 @@ class RedisBroker:
         self._url = url
         self._client = redis_client.for_url(url)
         self._prefix = f"{redis_client.PREFIX}:{redis_client.database_number(self._client)}:"
-        self._topics = defaultdict(set)          # topic -> this process's subscriptions
+        self._local = _LocalTopics(max_pending)  # this process's subscriptions
         self._listening = {}                      # topic -> Event set once Redis confirmed its SUBSCRIBE
         self._confirmations = defaultdict(deque)  # channel -> Events of the SUBSCRIBEs sent, in their order
         self._conn = None                         # the subscriber connection, while it is up
@@ -169,12 +323,12 @@ class RedisBroker:
     def subscribe(self, topic):
         """A new subscription; closed at once (with the reason) when the broker is
         closed or Redis cannot be reached."""
-        sub = Subscription(self, topic, self.max_pending)
+        sub = Subscription(self, topic)
         unavailable = self._closed_reason or self._wait_until_up()
         if unavailable:
             sub._end(unavailable)
             return sub
-        self._topics[topic].add(sub)
+        self._local.add(sub)
         listening = self._listening.get(topic)
         if listening is None:
             listening = self._listening[topic] = self._send_subscribe(topic)
@@ -193,7 +347,7 @@ class RedisBroker:
 
     def subscriber_count(self, topic):
         """The subscribers of `topic` in this process."""
-        return len(self._topics.get(topic, ()))
+        return self._local.count(topic)
 
     def close_all(self, reason="server is stopping"):
         self._closed_reason = reason
@@ -262,16 +416,14 @@ class RedisBroker:
                     del self._confirmations[channel]
 
     def _deliver(self, topic, data):
-        subs = self._topics.get(topic)
-        if not subs:
+        if not self._local.count(topic):
             return
         try:
             message = json.loads(data)
         except ValueError:
             log.warning("live events: a message on %s is not JSON; dropped", topic)
             return
-        for sub in list(subs):
-            sub._offer(message)
+        self._local.deliver(topic, message)
 
     def _send_subscribe(self, topic):
         channel = (self._prefix + topic).encode("utf-8")
@@ -300,7 +452,7 @@ class RedisBroker:
         if self._closed_reason:
             return
         if was_up:
-            streams = sum(len(subs) for subs in self._topics.values())
+            streams = self._local.total()
             log.warning("live events: the connection to Redis is lost (%s); %d open streams closed,"
                         " reconnecting in %.1f s", reason, streams, backoff)
         else:
@@ -313,20 +465,14 @@ class RedisBroker:
         self._listening.clear()
 
     def _end_all(self, reason):
-        for subs in list(self._topics.values()):
-            for sub in list(subs):
-                sub._end(reason)
+        self._local.end_all(reason)
 
     def _forget(self, sub):
-        subs = self._topics.get(sub.topic)
-        if subs is None or sub not in subs:
+        if not self._local.remove(sub):
             return
-        subs.discard(sub)
-        if not subs:
-            del self._topics[sub.topic]
-            self._listening.pop(sub.topic, None)
-            if self._up.is_set():
-                self._send("UNSUBSCRIBE", (self._prefix + sub.topic).encode("utf-8"))
+        self._listening.pop(sub.topic, None)
+        if self._up.is_set():
+            self._send("UNSUBSCRIBE", (self._prefix + sub.topic).encode("utf-8"))
 
 
 # --------------------------------------------------------------------------- the process's broker

@@ -7,8 +7,10 @@ are sent with `id:` and never twice: live messages at or below the last sequence
 sent are skipped, so subscribing before the replay leaves no gap and no duplicate.
 
 A keepalive comment goes out every `KEEPALIVE_SECONDS` on a fixed schedule,
-whether or not events flow. A gone client is noticed on the next write: the server
-raises in the write and the generator's `finally` closes the subscription.
+whether or not events flow: the process's one ticker (app.common.ticker) interrupts
+the stream's wait when it is due, so no stream arms a timer per message. A gone
+client is noticed on the next write: the server raises in the write and the
+generator's `finally` closes the subscription.
 """
 import json
 import logging
@@ -16,6 +18,7 @@ import time
 
 from flask import Response, request
 
+from app.common import ticker
 from app.common.broker import SubscriptionClosed
 
 KEEPALIVE_SECONDS = 25.0
@@ -62,55 +65,65 @@ def comment(text):
     return f": {text}\n\n".encode()
 
 
+KEEPALIVE = comment("keepalive")
+
+
+def _replayed(replay, seq_of, last_seq):
+    """The records of `replay` past `last_seq`; returns the last sequence sent."""
+    for message in replay:
+        seq = seq_of(message) if seq_of else None
+        if seq is not None:
+            if last_seq is not None and seq <= last_seq:
+                continue
+            last_seq = seq
+        yield format_record(message, seq)  # this stream's own object: not shared
+    return last_seq
+
+
 def _records(replay, subscription, seq_of, after, keepalive, path):
-    last_seq = after
     opened = time.monotonic()
-    next_keepalive = opened + keepalive
     ending = "client gone"  # unless the loop below ends it otherwise
+    # The process's one ticker interrupts the wait when a keepalive is due (fixed
+    # schedule), so waiting for a message arms no timer of its own.
+    alarm = ticker.every(keepalive, subscription.interrupt)
     try:
         yield comment("stream open")
-
-        def render(message, shared=True):
-            nonlocal last_seq
-            seq = seq_of(message) if seq_of else None
-            if seq is not None:
-                if last_seq is not None and seq <= last_seq:
-                    return None
-                last_seq = seq
-            # A live message is the broker's one object for every stream; a replay is this stream's own.
-            return _rendered.record(message, seq) if shared else format_record(message, seq)
-
-        for message in replay:
-            record = render(message, shared=False)
-            if record:
-                yield record
+        last_seq = yield from _replayed(replay, seq_of, after)
         replay = None  # a long-lived stream need not keep its replay in memory
+        get, record = subscription.get, _rendered.record
         while True:
-            now = time.monotonic()
-            if now >= next_keepalive:
-                yield comment("keepalive")
-                # Fixed schedule: the next keepalive is due 25 s after the previous one was due.
-                while next_keepalive <= now:
-                    next_keepalive += keepalive
             try:
-                message = subscription.get(timeout=next_keepalive - now)
+                message = get()
             except SubscriptionClosed as closed:
                 ending = closed.reason
                 yield comment(f"closed: {closed.reason}")
                 return
-            if message is not None:
-                record = render(message)
-                if record:
-                    yield record
+            if message is None:  # interrupted: the keepalive is due
+                yield KEEPALIVE
+                continue
+            # Inline, not shared with _replayed: this runs per message and stream.
+            seq = seq_of(message) if seq_of else None
+            if seq is not None:
+                if last_seq is not None and seq <= last_seq:
+                    continue  # sent already (by the replay)
+                last_seq = seq
+            # The broker's one object for every stream: rendered once per process.
+            yield record(message, seq)
     finally:
+        alarm.cancel()
         subscription.close()
         log.info("stream %s ended after %.1fs: %s", path, time.monotonic() - opened, ending)
 
 
 def stream_response(replay, subscription, seq_of=None, after=None, keepalive=KEEPALIVE_SECONDS):
-    """`after`: the client's cursor; records at or below it are never sent."""
+    """`after`: the client's cursor; records at or below it are never sent.
+    `subscription`: a broker subscription, or anything with its `get()` (None when
+    interrupted), `interrupt()` and `close()`."""
     response = Response(_records(replay, subscription, seq_of, after, keepalive, request.path),
                         mimetype="text/event-stream")
+    # The records are bytes already: the server iterates the generator itself, without
+    # werkzeug's encoding and closing layers around each record (the server closes it).
+    response.direct_passthrough = True
     response.headers["Cache-Control"] = "no-cache"
     response.headers["X-Accel-Buffering"] = "no"
     return response

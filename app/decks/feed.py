@@ -156,18 +156,17 @@ class FeedSubscription:
     """A broker subscription to a session's live events. Closing it stops the
     session's feed when it was the last subscription in this process."""
 
-    __slots__ = ("_subscription", "_log")
+    __slots__ = ("_subscription", "_log", "get", "interrupt")
 
     def __init__(self, subscription, session_log):
         self._subscription = subscription
         self._log = session_log
+        # The broker subscription's own methods: a stream calls `get` once per event.
+        self.get, self.interrupt = subscription.get, subscription.interrupt
 
     @property
     def closed_reason(self):
         return self._subscription.closed_reason
-
-    def get(self, timeout=None):
-        return self._subscription.get(timeout)
 
     def close(self):
         self._subscription.close()

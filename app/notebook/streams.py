@@ -5,9 +5,10 @@ the smallest adapter from a generator of records to that interface.
 The generator runs in a greenlet of its own (not a thread); it takes a database
 connection only around its own queries (`database.connection_context()`), never
 across a model call, so that hundreds of streams do not hold the pool. It hands its
-records over a gevent queue; the response's greenlet waits on the queue with the helper's
-keepalive schedule, so a comment goes out every 25 s while a model thinks. A gone
-client closes the feed, which kills the greenlet and with it the provider call."""
+records over a gevent queue; the response's greenlet waits on the queue, and the
+helper's keepalive ticker interrupts that wait (`interrupt`), so a comment goes out
+every 25 s while a model thinks. A gone client closes the feed, which kills the
+greenlet and with it the provider call."""
 import logging
 
 import gevent
@@ -18,6 +19,7 @@ from app.common.sse import stream_response
 
 log = logging.getLogger("bundle.notebook")
 _END = object()
+_WAKE = object()
 
 
 class Feed:
@@ -46,7 +48,12 @@ class Feed:
             return None
         if item is _END:
             raise SubscriptionClosed("complete")
-        return item
+        return None if item is _WAKE else item
+
+    def interrupt(self):
+        """The keepalive is due: the waiting `get` returns None (after the records
+        queued before)."""
+        self._queue.put(_WAKE)
 
     def close(self):
         self._greenlet.kill(block=False)

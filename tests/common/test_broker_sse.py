@@ -111,3 +111,133 @@ def test_subscriptions_made_after_close_all_are_closed_at_once():
     with pytest.raises(SubscriptionClosed, match="stopping"):
         late.get(timeout=5)
     assert broker.subscriber_count("t") == 0
+
+
+# --------------------------------------------------------------------------- waking and keepalives
+
+def _wait_until(condition, what, timeout=10):
+    """Yield to the loop until `condition()` holds: a bound on a hang, not a figure."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        gevent.sleep(0.01)
+
+
+def test_one_publish_wakes_every_waiting_reader_once():
+    broker = Broker()
+    subs = [broker.subscribe("t") for _ in range(50)]
+    readers = [gevent.spawn(sub.get) for sub in subs]
+    gevent.sleep(0)  # every reader is waiting
+    broker.publish("t", {"n": 1})
+    assert [r.get(timeout=10) for r in readers] == [{"n": 1}] * 50
+    # Each was handed the message once: nothing more is waiting for it.
+    assert all(sub.get(0) is None for sub in subs)
+
+
+def test_interrupt_returns_none_after_the_messages_already_there():
+    broker = Broker()
+    sub = broker.subscribe("t")
+    waiter = gevent.spawn(sub.get)
+    gevent.sleep(0)
+    sub.interrupt()
+    assert waiter.get(timeout=10) is None
+    broker.publish("t", "queued")
+    sub.interrupt()  # while not waiting: the next get that finds nothing returns None
+    assert sub.get() == "queued"
+    assert sub.get() is None
+    broker.publish("t", "next")
+    assert sub.get() == "next"
+
+
+def test_close_all_ends_every_waiting_reader_promptly():
+    broker = Broker()
+    subs = [broker.subscribe(f"t{n % 3}") for n in range(30)]
+    readers = [gevent.spawn(sub.get) for sub in subs]  # no time-out: only the close ends them
+    gevent.sleep(0)
+    broker.close_all("server is stopping")
+    gevent.joinall(readers, timeout=10)
+    assert all(isinstance(r.exception, SubscriptionClosed) and r.exception.reason == "server is stopping"
+               for r in readers)
+    assert all(broker.subscriber_count(f"t{n}") == 0 for n in range(3))
+
+
+def test_a_reader_closed_from_elsewhere_wakes_and_the_others_go_on_waiting():
+    broker = Broker()
+    gone, other = broker.subscribe("t"), broker.subscribe("t")
+    readers = [gevent.spawn(gone.get), gevent.spawn(other.get)]
+    gevent.sleep(0)
+    gone.close()
+    with pytest.raises(SubscriptionClosed, match="closed"):
+        readers[0].get(timeout=10)
+    assert not readers[1].ready()
+    broker.publish("t", "still here")
+    assert readers[1].get(timeout=10) == "still here"
+
+
+def test_a_topic_keeps_only_what_its_slowest_reader_has_not_read():
+    """The messages are stored once per topic; what every reader has read is dropped
+    (within a small batch), however many messages go through."""
+    from app.common.broker import SCAN_AT_LEAST
+    broker = Broker(max_pending=100)
+    fast, slow = broker.subscribe("t"), broker.subscribe("t")
+    for n in range(500):
+        broker.publish("t", n)
+        assert fast.get(0) == n
+        if n % 10 == 0:
+            while slow.get(0) is not None:
+                pass  # the slow reader catches up every ten messages
+    topic = broker._local._topics["t"]
+    assert len(topic.log) <= 2 * max(SCAN_AT_LEAST, 10)
+    assert slow.get(0) == 491  # and it still has what it had not read, in order
+
+
+def test_a_slow_stream_is_ended_with_the_reason_after_what_it_was_owed():
+    """A stream whose client does not read falls behind; it is ended (its subscription
+    forgotten at once), sends what it was owed, then says why it ends."""
+    broker = Broker(max_pending=5)
+    stream = _records([], broker.subscribe("t"), lambda m: m["seq"], 0, 60, "/t")
+    assert next(stream) == b": stream open\n\n"
+    for seq in range(1, 10):
+        broker.publish("t", {"seq": seq})
+    assert broker.subscriber_count("t") == 0
+    rest = list(stream)
+    assert rest == [format_record({"seq": s}, s) for s in range(1, 6)] + [
+        b": closed: lagging: the client fell too far behind\n\n"]
+
+
+def test_the_one_ticker_sends_keepalives_on_idle_streams():
+    """Idle streams get their keepalives from the process's one ticker (no timer of
+    their own), each on its own fixed schedule, and an ended stream leaves it."""
+    from app.common import ticker
+    broker = Broker()
+    before = ticker.current().pending()
+    streams = [_records([], broker.subscribe("t"), None, None, 0.05, "/t") for _ in range(20)]
+    for stream in streams:
+        assert next(stream) == b": stream open\n\n"
+    readers = [gevent.spawn(lambda s=stream: [next(s), next(s)]) for stream in streams]
+    assert all(r.get(timeout=10) == [b": keepalive\n\n"] * 2 for r in readers)
+    assert ticker.current().pending() == before + 20
+    for stream in streams:
+        stream.close()
+    assert broker.subscriber_count("t") == 0
+    assert ticker.current().pending() == before
+
+
+def test_ticker_schedules_are_fixed_never_early_and_survive_a_faulty_callback():
+    from app.common.ticker import Ticker
+    ticker = Ticker()
+    calls = []
+    started = time.monotonic()
+
+    def faulty():
+        raise RuntimeError("boom")
+
+    ticker.every(0.02, faulty)
+    alarm = ticker.every(0.05, lambda: calls.append(time.monotonic() - started))
+    cancelled = ticker.every(0.01, lambda: calls.append("cancelled"))
+    cancelled.cancel()
+    _wait_until(lambda: len(calls) >= 4, "four calls")
+    alarm.cancel()
+    assert "cancelled" not in calls
+    assert all(at >= n * 0.05 for n, at in enumerate(calls, start=1)), calls  # never early
+    _wait_until(lambda: ticker._greenlet is None, "the idle ticker to end")

@@ -62,3 +62,27 @@ def test_detect(name, head, kind):
 def test_detect_refuses(name, head):
     with pytest.raises(extract.Unsupported):
         extract.detect(name, head)
+
+
+def test_a_model_stream_sends_keepalives_while_the_model_thinks():
+    """The feed of a model's records answers the SSE helper's keepalive interrupt
+    between two records, and the stream still ends after the last one."""
+    from gevent.event import Event
+
+    from app.common.sse import _records, format_record
+    from app.notebook.streams import Feed, error_record
+
+    thought = Event()
+
+    def records():
+        yield {"type": "step"}
+        thought.wait()  # the model thinks
+        yield {"type": "final_answer"}
+
+    stream = _records([], Feed(records(), error_record), None, None, 0.05, "/ask")
+    assert next(stream) == b": stream open\n\n"
+    assert next(stream) == format_record({"type": "step"})
+    assert next(stream) == b": keepalive\n\n"
+    thought.set()
+    rest = [chunk for chunk in stream if chunk != b": keepalive\n\n"]
+    assert rest == [format_record({"type": "final_answer"}), b": closed: complete\n\n"]
