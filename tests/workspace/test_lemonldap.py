@@ -23,7 +23,7 @@ import requests
 from devtools import nginx
 from devtools.database_peek import peek
 from devtools.lemonldap import CLIENT_ID, LemonLdap, sign_in
-from devtools.services import free_port
+from devtools.services import held_port
 from tests.support.oidc import CALLBACK, OWNER, TIMEOUT, as_uuid, assert_error_page, query_of
 
 SIGN_IN_TEXT = "Sign in with LemonLDAP::NG"
@@ -92,9 +92,9 @@ def make_site(start_module_service, tmp_path_factory, issuer_suffix="", configur
     """A provider (issuer announced with `issuer_suffix`), the workspace service given the
     issuer as `configured_issuer(idp)` (default: as announced), and nginx in front, with
     the Owner and two password accounts whose emails the provider's users have."""
-    port = free_port()
-    base_url = f"http://127.0.0.1:{port}"
-    idp = LemonLdap(redirect_uris=[base_url + CALLBACK], issuer_suffix=issuer_suffix).start()
+    with held_port() as port:  # nginx's, named in the provider's registration; bound below
+        base_url = f"http://127.0.0.1:{port}"
+        idp = LemonLdap(redirect_uris=[base_url + CALLBACK], issuer_suffix=issuer_suffix).start()
     service = start_module_service("workspace", env={
         "WORKSPACE_ACCESS_URL": base_url,
         "WORKSPACE_OIDC_ISSUER_URL": configured_issuer(idp) if configured_issuer else idp.issuer,
