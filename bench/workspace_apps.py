@@ -9,19 +9,24 @@ gunicorn, one gevent worker, as production) and a real agent (`python -m
 app.workspace.agent`) connected to it, creates the first user and a workspace whose
 agent declares the app, and waits until the agent is `connected`.
 
+The reference a user would otherwise reach for: an SSH port forward (`ssh -L`, with a
+terminal open as a user has it, so ssh sets TCP_NODELAY) through Debian's sshd on a
+private loopback port, key-only (devtools/ssh_forward.py).
+
 Phase 1, small GET: C keep-alive clients (default 8) send `GET /hello` (19 bytes)
-back-to-back for S seconds, straight to the app and then through
+back-to-back for S seconds, straight to the app, through
 `/@owner/dev.main/apps/app/hello` with the session token (the platform
 authenticates, resolves the app, opens a stream on the agent's websocket, the agent
-dials the app). A 2 s warm-up of each, not counted; then rounds alternate (ABBA).
-requests/s (all rounds, and the spread of the rounds), p50/p99; the ratio is the
-platform's requests/s over the app's (target >= 0.3). CPU per request is split:
-the platform's worker, and the rest of the path (agent and app).
+dials the app), and through the SSH forward. A 2 s warm-up of each, not counted;
+then rounds alternate the order (ABC, CBA). requests/s (all rounds, and the spread
+of the rounds), p50/p99; the ratio is the platform's requests/s over the app's
+(target >= 0.3), beside ssh's. CPU per request is split by hop: the platform's worker
+(or ssh and sshd), and the rest of the path (agent and app, or the app).
 
 Phase 2, bulk: one client downloads 100 MB (`GET /bytes?count=104857600`, Content-Length)
-straight from the app and through the platform, reading into one reused buffer.
-One warm-up download of each, then N of each, alternating; the median's MB/s of
-each, all runs shown; the ratio of the medians (target >= 0.3).
+straight from the app, through the platform and through the SSH forward, reading into
+one reused buffer. One warm-up download of each, then N of each, alternating; the
+median's MB/s of each, all runs shown; the ratio of the medians (target >= 0.5).
 
 Phase 3, the extra hop between workers (issue "agents on any worker"): the
 platform as it scales out (REDIS_URL, a mesh secret, one database) twice, two
@@ -72,9 +77,11 @@ from bench.common import (  # noqa: E402
 from bench.workspace import TOKEN_HEADER, create_first_user, run_clients  # noqa: E402
 from devtools.redis_server import RedisServer  # noqa: E402
 from devtools.services import free_port, terminate, wait_healthy  # noqa: E402
+from devtools.ssh_forward import SshForward  # noqa: E402
 from tests.support.workspace import agent_program  # noqa: E402
 
 TARGET_RATIO = 0.3
+TARGET_BULK_RATIO = 0.5
 BULK_BYTES = 100 * 1024 * 1024
 APP_PREFIX = "/@owner/dev.main/apps/app"
 CONNECT_TIMEOUT_S = 30.0
@@ -83,9 +90,10 @@ CONNECT_TIMEOUT_S = 30.0
 class Stack:
     """The app, the platform and the agent, started together and stopped together."""
 
-    def __init__(self, root, env=None):
+    def __init__(self, root, env=None, ssh=False):
+        """`ssh`: an SSH forward to the app too (`self.ssh`), the reference."""
         self.processes = []
-        self.service = None
+        self.service = self.ssh = None
         try:
             self.app_port = free_port()
             self._spawn("app", [sys.executable, "-m", "tests.support.workspace_app", str(self.app_port)], root)
@@ -99,6 +107,8 @@ class Stack:
             self.agent_pid = self._spawn("agent", [*agent_program(), "agent", "--url",
                                                    f"http://{HOST}:{self.service.port}"], root, env).pid
             self._wait_connected(agent["id"])
+            if ssh:
+                self.ssh = SshForward(root / "ssh", self.app_port).start()
         except BaseException:
             self.stop()
             raise
@@ -133,6 +143,9 @@ class Stack:
         raise RuntimeError(f"the agent did not connect within {CONNECT_TIMEOUT_S} s")
 
     def stop(self):
+        if self.ssh is not None:
+            self.ssh.stop()
+            self.ssh = None
         for process, log in reversed(self.processes):
             try:
                 terminate(process, 10)
@@ -155,23 +168,31 @@ def run_small(args, stack):
     print(f"\n== Small GET: {args.clients} keep-alive clients, {args.rounds} rounds x {args.seconds:g} s ==",
           flush=True)
     ways = {"app": (stack.app_port, build_request("GET", "/hello", f"{HOST}:{stack.app_port}")),
-            "platform": (stack.service.port, platform_request(stack.service.port, stack.token))}
+            "platform": (stack.service.port, platform_request(stack.service.port, stack.token)),
+            "ssh -L": (stack.ssh.port, build_request("GET", "/hello", f"{HOST}:{stack.app_port}"))}
     app_pid = stack.processes[0][0].pid
-    # "worker" is the process that answers the bench's request, "proxy" the rest of the path.
+    # "worker" is the first hop (the process the bench's request reaches), "proxy" the rest.
     meters = {"app": lambda: CpuMeter([app_pid]),
-              "platform": lambda: CpuMeter(stack.service.worker_pids, [stack.agent_pid, app_pid])}
+              "platform": lambda: CpuMeter(stack.service.worker_pids, [stack.agent_pid, app_pid]),
+              "ssh -L": lambda: CpuMeter(stack.ssh.pids(), [app_pid])}
     return small_rounds(args, ways, meters)
 
 
+def alternating(ways, round_index):
+    """The order of `ways` in a round: as given, then reversed (ABC, CBA, ...), so that
+    drift over the run falls evenly on each."""
+    order = list(ways)
+    return order if round_index % 2 == 0 else order[::-1]
+
+
 def small_rounds(args, ways, meters):
-    """Warm-up, then ABBA rounds of the two `ways` ({name: (port, request)}); the
-    figures of each, printed."""
-    first, second = ways
+    """Warm-up, then rounds of the `ways` ({name: (port, request)}) in alternating
+    order; the figures of each, printed."""
     for way, (port, raw) in ways.items():  # warm-up, not counted
         run_clients(port, raw, args.clients, 2.0, meters[way]())
     segments = {way: [] for way in ways}
     for r in range(args.rounds):
-        for way in ((first, second) if r % 2 == 0 else (second, first)):
+        for way in alternating(ways, r):
             port, raw = ways[way]
             segment = run_clients(port, raw, args.clients, args.seconds, meters[way]())
             segments[way].append(segment)
@@ -186,8 +207,8 @@ def small_rounds(args, ways, meters):
         print(f"   {way:<9} {figure['rate']:7.0f} req/s (rounds {min(rates):.0f}..{max(rates):.0f}), "
               f"p50 {fmt_ms(figure['p50'])}, p99 {fmt_ms(figure['p99'])}; CPU per request: "
               + (f"app {figure['worker_per_req'] * 1e6:.0f} us" if way == "app" else
-                 f"platform worker(s) {figure['worker_per_req'] * 1e6:.0f} us, rest of the path "
-                 f"{figure['proxy_per_req'] * 1e6:.0f} us")
+                 f"{'ssh and sshd' if way == 'ssh -L' else 'platform worker(s)'} "
+                 f"{figure['worker_per_req'] * 1e6:.0f} us, rest of the path {figure['proxy_per_req'] * 1e6:.0f} us")
               + f"; bench client {figure['client_per_req'] * 1e6:.0f} us; answers {dict(figure['statuses'])}"
               + (f"; disturbed rounds {figure['disturbed_rounds']}" if figure["disturbed_rounds"] else ""))
     return figures
@@ -229,16 +250,16 @@ def run_bulk(args, stack):
     print(f"\n== Bulk: {BULK_BYTES // (1024 * 1024)} MB download x {args.downloads}, one client ==", flush=True)
     path = f"/bytes?count={BULK_BYTES}"
     return bulk_rounds(args, {"app": (stack.app_port, path, None),
-                              "platform": (stack.service.port, APP_PREFIX + path, {TOKEN_HEADER: stack.token})})
+                              "platform": (stack.service.port, APP_PREFIX + path, {TOKEN_HEADER: stack.token}),
+                              "ssh -L": (stack.ssh.port, path, None)})
 
 
 def bulk_rounds(args, ways):
-    first, second = ways
     for port, target, headers in ways.values():  # warm-up, not counted
         download(port, target, headers)
     times = {way: [] for way in ways}
     for r in range(args.downloads):  # alternating, as the small GETs
-        for way in ((first, second) if r % 2 == 0 else (second, first)):
+        for way in alternating(ways, r):
             times[way].append(download(*ways[way]))
     speeds = {}
     for way, runs in times.items():
@@ -291,7 +312,7 @@ def main():
     raise_nofile()
     print(run_header("Workspace apps benchmark", args.quick))
     with tempfile.TemporaryDirectory(prefix="bench-workspace-apps-") as directory:
-        stack = Stack(Path(directory))
+        stack = Stack(Path(directory), ssh=True)
         try:
             small = run_small(args, stack)
             bulk = run_bulk(args, stack)
@@ -300,6 +321,8 @@ def main():
         hop_small, hop_bulk = run_hop(args, Path(directory))
     ratio = small["platform"]["rate"] / small["app"]["rate"] if small["app"]["rate"] else 0.0
     bulk_ratio = bulk["platform"] / bulk["app"] if bulk["app"] else 0.0
+    ssh_ratio = small["ssh -L"]["rate"] / small["app"]["rate"] if small["app"]["rate"] else 0.0
+    ssh_bulk_ratio = bulk["ssh -L"] / bulk["app"] if bulk["app"] else 0.0
     hop_small_ratio = hop_small["other"]["rate"] / hop_small["holder"]["rate"] if hop_small["holder"]["rate"] else 0.0
     hop_bulk_ratio = hop_bulk["other"] / hop_bulk["holder"] if hop_bulk["holder"] else 0.0
     print("\n== Summary ==")
@@ -307,16 +330,22 @@ def main():
         ("small GET req/s, platform / app", f"{ratio:.2f} ({small['platform']['rate']:.0f} / "
                                             f"{small['app']['rate']:.0f})",
          f">= {TARGET_RATIO}", ratio >= TARGET_RATIO),
-        ("small GET p99, platform / app", f"{fmt_ms(small['platform']['p99'])} / {fmt_ms(small['app']['p99'])}", "-",
-         None),
+        ("small GET req/s, ssh -L / app (the reference)", f"{ssh_ratio:.2f} ({small['ssh -L']['rate']:.0f} / "
+                                                          f"{small['app']['rate']:.0f})", "-", None),
+        ("small GET p99, platform / ssh -L / app", f"{fmt_ms(small['platform']['p99'])} / "
+                                                   f"{fmt_ms(small['ssh -L']['p99'])} / {fmt_ms(small['app']['p99'])}",
+         "-", None),
         ("100 MB download, platform / app", f"{bulk_ratio:.2f} ({bulk['platform']:.0f} / {bulk['app']:.0f} MB/s)",
-         f">= {TARGET_RATIO}", bulk_ratio >= TARGET_RATIO),
+         f">= {TARGET_BULK_RATIO}", bulk_ratio >= TARGET_BULK_RATIO),
+        ("100 MB download, ssh -L / app (the reference)", f"{ssh_bulk_ratio:.2f} ({bulk['ssh -L']:.0f} / "
+                                                          f"{bulk['app']:.0f} MB/s)", "-", None),
         ("small GET req/s, other worker / holder", f"{hop_small_ratio:.2f} ({hop_small['other']['rate']:.0f} / "
                                                    f"{hop_small['holder']['rate']:.0f})", "-", None),
         ("100 MB download, other worker / holder", f"{hop_bulk_ratio:.2f} ({hop_bulk['other']:.0f} / "
                                                    f"{hop_bulk['holder']:.0f} MB/s)", "-", None),
     ])
     print(json.dumps({"small_ratio": round(ratio, 3), "bulk_ratio": round(bulk_ratio, 3),
+                      "ssh_small_ratio": round(ssh_ratio, 3), "ssh_bulk_ratio": round(ssh_bulk_ratio, 3),
                       "hop_small_ratio": round(hop_small_ratio, 3), "hop_bulk_ratio": round(hop_bulk_ratio, 3)}))
 
 

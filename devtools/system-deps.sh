@@ -3,7 +3,7 @@
 # Needs root for apt-get; as another user it names the command to run instead.
 set -euo pipefail
 # command -> Debian package
-declare -A PACKAGES=([nginx]=nginx-light [openssl]=openssl [espeak-ng]=espeak-ng [chromium]=chromium [debootstrap]=debootstrap [systemd-nspawn]=systemd-container [systemd-analyze]=systemd [node]=nodejs [redis-server]=redis-server [wrk]=wrk [nft]=nftables [ip]=iproute2 [pebble]=pebble)
+declare -A PACKAGES=([nginx]=nginx-light [openssl]=openssl [espeak-ng]=espeak-ng [chromium]=chromium [debootstrap]=debootstrap [systemd-nspawn]=systemd-container [systemd-analyze]=systemd [node]=nodejs [redis-server]=redis-server [wrk]=wrk [nft]=nftables [ip]=iproute2 [pebble]=pebble [sshd]=openssh-server [ssh]=openssh-client)
 missing=()
 for cmd in "${!PACKAGES[@]}"; do
   command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || missing+=("${PACKAGES[$cmd]}")
@@ -27,3 +27,8 @@ echo "installing Debian packages: ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# The apps bench runs an sshd of its own on a private loopback port; the system-wide one
+# that installing openssh-server just started is not wanted on a test machine.
+if [[ " ${missing[*]} " == *" openssh-server "* ]] && [ -d /run/systemd/system ]; then
+  systemctl disable --now ssh.service ssh.socket >/dev/null 2>&1 || true
+fi
