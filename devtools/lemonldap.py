@@ -42,7 +42,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from devtools.nginx import nginx_binary
-from devtools.services import free_port, terminate
+from devtools.services import free_port, stop_all
 from devtools.waiting import wait_for
 
 FASTCGI_SERVER = "/usr/sbin/llng-fastcgi-server"
@@ -311,21 +311,22 @@ http {{
                    "--pid", str(self.folder / "run" / "llng-fastcgi.pid")]
         if os.geteuid() == 0:
             command += ["--user", SERVICE_USER, "--group", SERVICE_USER]
-        log = open(self.folder / "fastcgi.log", "ab")
-        self.processes.append(subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                               stderr=log, cwd=self.folder))
+        self._spawn(command, self.folder / "fastcgi.log", env=env, cwd=self.folder)
         conf = self.folder / "nginx" / "nginx.conf"
         conf.write_text(self._nginx_conf())
-        nginx_log = open(self.folder / "nginx" / "logs" / "stderr", "ab")
-        self.processes.append(subprocess.Popen(
-            [nginx_binary(), "-p", f"{self.folder}/nginx/", "-c", str(conf), "-e", "stderr"],
-            stdin=subprocess.DEVNULL, stdout=nginx_log, stderr=nginx_log))
+        self._spawn([nginx_binary(), "-p", f"{self.folder}/nginx/", "-c", str(conf), "-e", "stderr"],
+                    self.folder / "nginx" / "logs" / "stderr")
         try:
             wait_for(self._ready, "LemonLDAP::NG's portal to answer its discovery document", timeout=60)
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _spawn(self, command, log_path, **options):
+        with open(log_path, "ab") as log:  # the child keeps its own copy of the descriptor
+            self.processes.append(subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                                   **options))
 
     def _ready(self):
         for process in self.processes:
@@ -342,11 +343,7 @@ http {{
         return "\n".join(parts)
 
     def stop(self):
-        for process in reversed(self.processes):
-            try:
-                terminate(process, 10)
-            except subprocess.TimeoutExpired:
-                pass  # killed by terminate()
+        stop_all(self.processes)
         self.processes = []
         if self.folder:
             shutil.rmtree(self.folder, ignore_errors=True)

@@ -53,6 +53,19 @@ def terminate(process, timeout):
     return time.monotonic() - started
 
 
+def stop_all(processes, timeout=10.0):
+    """Terminate `processes`, the last started first; one that does not stop within
+    `timeout` is killed, and the others are still stopped. Closes a stdin pipe first
+    (a process that waits on its input then sees its end)."""
+    for process in reversed(processes):
+        if process.stdin:
+            process.stdin.close()
+        try:
+            terminate(process, timeout)
+        except subprocess.TimeoutExpired:
+            pass  # killed by terminate()
+
+
 class RunningService:
     def __init__(self, name, port, data_dir, process, env=None):
         self.name, self.port, self.data_dir, self.process = name, port, data_dir, process

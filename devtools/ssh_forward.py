@@ -18,7 +18,7 @@ import socket
 import subprocess
 from pathlib import Path
 
-from devtools.services import free_port, terminate
+from devtools.services import free_port, stop_all
 from devtools.waiting import wait_for
 
 SSHD = "/usr/sbin/sshd"
@@ -77,18 +77,18 @@ PrintMotd no
         self._keys()
         if os.geteuid() == 0:
             Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # its privilege separation folder
-        log = open(self.folder / "ssh.log", "ab")
-        self.processes.append(subprocess.Popen([SSHD, "-D", "-e", "-f", str(self._sshd_config())],
-                                               stdin=subprocess.DEVNULL, stdout=log, stderr=log))
-        wait_for(lambda: _accepts(self.sshd_port), "sshd to listen", timeout=30)
         command = ["ssh", "-i", str(self.folder / "client_key"), "-p", str(self.sshd_port),
                    "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes",
                    "-o", "ExitOnForwardFailure=yes", "-L", f"127.0.0.1:{self.port}:127.0.0.1:{self.target_port}"]
         command += ["-tt", f"{getpass.getuser()}@127.0.0.1", "sleep 86400"] if self.terminal else \
             ["-N", f"{getpass.getuser()}@127.0.0.1"]
-        # stdin a pipe never written: the remote terminal stays open, as a user's would.
-        self.processes.append(subprocess.Popen(command, stdin=subprocess.PIPE, stdout=log, stderr=log))
         try:
+            with open(self.folder / "ssh.log", "ab") as log:  # each child keeps its own descriptor
+                self.processes.append(subprocess.Popen([SSHD, "-D", "-e", "-f", str(self._sshd_config())],
+                                                       stdin=subprocess.DEVNULL, stdout=log, stderr=log))
+                wait_for(lambda: _accepts(self.sshd_port), "sshd to listen", timeout=30)
+                # stdin a pipe never written: the remote terminal stays open, as a user's would.
+                self.processes.append(subprocess.Popen(command, stdin=subprocess.PIPE, stdout=log, stderr=log))
             wait_for(self._forwarding, "ssh to forward its local port", timeout=30)
         except BaseException:
             self.stop()
@@ -109,13 +109,7 @@ PrintMotd no
         return found
 
     def stop(self):
-        for process in reversed(self.processes):
-            if process.stdin:
-                process.stdin.close()
-            try:
-                terminate(process, 10)
-            except subprocess.TimeoutExpired:
-                pass  # killed
+        stop_all(self.processes)
         self.processes = []
 
     def __enter__(self):
