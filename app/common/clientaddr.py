@@ -13,9 +13,11 @@ def is_loopback(address):
         return False
 
 
-def client_address():
-    peer = request.remote_addr or ""
-    forwarded = request.headers.get("X-Real-IP", "").strip()
+def client_address(environ=None):
+    """Of this request, or of the WSGI `environ` given (a path that runs without Flask's)."""
+    environ = request.environ if environ is None else environ
+    peer = environ.get("REMOTE_ADDR") or ""
+    forwarded = environ.get("HTTP_X_REAL_IP", "").strip()
     if forwarded and is_loopback(peer):
         try:
             return str(ipaddress.ip_address(forwarded))

@@ -13,22 +13,29 @@ log = logging.getLogger("bundle.request")
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
+def request_id(incoming):
+    """The id a request is logged under: the client's X-Request-Id when it is sane."""
+    return incoming if _REQUEST_ID.match(incoming) else uuid.uuid4().hex
+
+
+def log_line(method, path, status, started, request_id):
+    """The request's line; `started` is its time.monotonic() at arrival."""
+    log.info("%s %s %s %.1fms id=%s", method, path, status, (time.monotonic() - started) * 1000, request_id)
+
+
 def register(app):
     configure_logging()
 
     @app.before_request
     def start_timer():
         g.request_started = time.monotonic()
-        incoming = request.headers.get("X-Request-Id", "")
-        g.request_id = incoming if _REQUEST_ID.match(incoming) else uuid.uuid4().hex
+        g.request_id = request_id(request.headers.get("X-Request-Id", ""))
 
     @app.after_request
     def log_request(response):
         # For a stream this is the time to its first byte; the stream logs its end itself.
-        started = g.get("request_started", time.monotonic())
-        duration_ms = (time.monotonic() - started) * 1000
-        request_id = g.get("request_id", "-")
-        response.headers["X-Request-Id"] = request_id
-        log.info("%s %s %s %.1fms id=%s", request.method, request.path,
-                 response.status_code, duration_ms, request_id)
+        identifier = g.get("request_id", "-")
+        response.headers["X-Request-Id"] = identifier
+        log_line(request.method, request.path, response.status_code, g.get("request_started", time.monotonic()),
+                 identifier)
         return response

@@ -55,3 +55,4 @@ def init_app(app):
     bind_to_requests(app, database)
 
     app.register_blueprint(bp)
+    apps.install_front(app)

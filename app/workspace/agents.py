@@ -25,7 +25,7 @@ from flask import current_app, request
 from app.common import lifecycle
 from app.common.broker import broker
 from app.common.failures import Failure, Invalid, Unauthenticated, Unavailable, UpstreamFailed
-from app.workspace import bp, schemas, websocket
+from app.workspace import bp, grants, schemas, websocket
 from app.workspace.mesh import Refused, Unreachable, mesh
 from app.workspace.models import WorkspaceAgent, WorkspaceApp, database, now
 from app.workspace.mux import Mux, StreamClosed, join
@@ -276,6 +276,7 @@ def _record_apps(agent_id, info):
                 (WorkspaceApp.agent == agent_id) & (WorkspaceApp.slug == slug)).execute()
             if not updated:
                 WorkspaceApp.create(agent=agent_id, slug=slug, display_name=slug, url=url)
+    grants.changed()  # an app's address may have changed
 
 
 @websocket.route(bp, "/api/v2/workspaceagents/me/rpc")

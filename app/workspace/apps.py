@@ -3,51 +3,48 @@
     /@<user>/<workspace>.<agent>/apps/<slug>/<path>    (also /%40<user>/..., and
     /@<user>/<workspace>/apps/<slug>/<path> when the workspace has one agent)
 
-Any method, through the agent's connection (one mux stream per request) to the app's
-local URL inside the workspace. The app sees `/<path>?<query>` (the prefix is
-stripped, and given in X-Forwarded-Prefix), Host set to its own address, and
-X-Forwarded-For/-Proto/-Host. The platform's credentials never reach it: the
-`Workspace-Session-Token` header, the `workspace_session_token` cookie and query
-parameter are removed.
-
-Bodies stream both ways: the request body is read from the WSGI input while the
-answer is already coming back, and the answer is a generator (a greenlet per
-request under gevent, no thread). A websocket upgrade (any `Upgrade:` request) is
-spliced: the handshake goes to the app as it is and from then on raw bytes flow
-between the client's socket and the stream.
+Any method, through the agent's connection to the app's local URL inside the
+workspace (app_proxy.py: what the app sees, how bodies stream, which streams are
+kept for the next request). A websocket upgrade (any `Upgrade:` request) is spliced:
+the handshake goes to the app as it is and from then on raw bytes flow between the
+client's socket and a stream of its own.
 
 Access: a signed-in user (session cookie, header or query token). Sharing level
 `owner`: the workspace's owner and site administrators; `authenticated`: anyone
 signed in. Others get 404, as if the app did not exist. Unauthenticated browsers
 (Accept has text/html) are sent to /login with a redirect back; machine clients get
 401 JSON. An agent that is not connected gives a 502 page (JSON for machines).
-"""
-import logging
-from urllib.parse import urlencode, urlsplit
 
-import gevent
+The front (install_front): a GET or HEAD without a body is served before Flask
+routes it, since a page of an app asks for many small files and Flask's request path
+cost more than the rest of the proxy. Every request is checked: a token and an app
+that were allowed a moment ago are taken from grants.py, which drops them as soon as
+anything that could take access away has changed (a revoked token is refused by the
+next request); otherwise checked in the database as the route does. Whatever the
+front does not answer itself (a refusal, an upgrade, a body, an app that fails) goes
+to the route, which answers it as it answers everything else.
+"""
+import re
+import time
+from urllib.parse import urlencode
+
 from flask import Response, redirect, render_template, request
 from peewee import JOIN
 
-from app.common.clientaddr import client_address
+from app.common import requestlog
 from app.common.db import BuiltOnce
-from app.common.failures import Failure, Invalid, NotFound, UpstreamFailed, UpstreamTimeout
-from app.workspace import agents, bp, sessions, websocket
+from app.common.failures import Failure, Invalid, NotFound
+from app.workspace import agents, app_proxy, bp, grants, sessions, websocket
 from app.workspace.models import User, Workspace, WorkspaceAgent, WorkspaceApp, database
-from app.workspace.mux import MAX_DATA, StreamClosed, splice
+from app.workspace.mux import StreamClosed, splice
 from app.workspace.workspaces import may_manage
-
-log = logging.getLogger("bundle.workspace.apps")
 
 METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "PROPFIND", "PROPPATCH", "MKCOL", "COPY",
            "MOVE", "LOCK", "UNLOCK", "REPORT", "SEARCH"]
-HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization", "te",
-              "trailer", "trailers", "transfer-encoding", "upgrade"}
-# Replaced or removed on the way to the app (besides the hop-by-hop headers).
-NOT_FORWARDED = HOP_BY_HOP | {"host", "expect", "content-length", "workspace-session-token", "x-forwarded-for",
-                              "x-forwarded-proto", "x-forwarded-host", "x-forwarded-prefix"}
-HEAD_LIMIT = 64 * 1024
-HEAD_TIMEOUT_S = 120.0
+# Where the front leaves the app's failure for the route to answer.
+FRONT_FAILURE = "bundle.workspace.app_failure"
+FRONT_PATH = re.compile(r"/@([^/]+)/([^/]+)/apps/([^/]+)/")
+FRONT_METHODS = ("GET", "HEAD")
 
 
 # --------------------------------------------------------------------------- who and what
@@ -155,99 +152,34 @@ def app_without_slash(user, target, slug):
 @websocket.route(bp, "/@<user>/<target>/apps/<slug>/", defaults={"path": ""}, methods=METHODS,
                  provide_automatic_options=False)
 @websocket.route(bp, "/@<user>/<target>/apps/<slug>/<path:path>", methods=METHODS, provide_automatic_options=False)
-def app_proxy(user, target, slug, path):
+def app_route(user, target, slug, path):
     try:
         viewer = sessions.current_user()
         app = find_app(viewer, user, target, slug)
         database.close()  # a proxied answer may last long: give the pooled connection back now
-        upgrade = "HTTP_UPGRADE" in request.environ
-        if upgrade and request.environ.get("gunicorn.socket") is None:
-            raise Invalid("Upgrades need the platform's server (gunicorn).")
-        stream = agents.open_stream(app.agent_id, {"kind": "app", "url": app.url}, request_head(app.url, app.prefix))
+        failure = request.environ.pop(FRONT_FAILURE, None)
+        if failure is not None:
+            raise failure
+        if "HTTP_UPGRADE" in request.environ:
+            return _splice_upgrade(app)
+        answer = app_proxy.exchange(request.environ, app)
     except Failure as exc:
         return page_error(exc)
-    return _splice_upgrade(stream) if upgrade else _forward(stream)
+    # An iterator, not a list: werkzeug would add a Content-Length the app did not send.
+    response = Response(iter(answer.body), status=answer.status, headers=answer.headers, direct_passthrough=True)
+    if not any(name.lower() == "content-type" for name, _ in answer.headers):
+        del response.headers["Content-Type"]
+    return response
 
 
-# --------------------------------------------------------------------------- the request to the app
-
-def forwarded_target():
-    """`/<path>?<query>` as the client sent it (still percent-encoded), less the
-    prefix and the platform's token parameter."""
-    raw = request.environ.get("RAW_URI") or request.full_path
-    raw_path, _, raw_query = raw.partition("?")
-    parts = raw_path.split("/", 5)  # '', '@user', 'workspace.agent', 'apps', 'slug', rest
-    kept = [item for item in raw_query.split("&")
-            if item and item.split("=", 1)[0] != sessions.COOKIE]
-    return "/" + (parts[5] if len(parts) > 5 else "") + ("?" + "&".join(kept) if kept else "")
-
-
-def _without_platform_cookie(value):
-    pairs = [pair for pair in value.split(";") if pair.split("=", 1)[0].strip() != sessions.COOKIE]
-    return ";".join(pairs).strip()
-
-
-def _client_headers():
-    environ = request.environ
-    named_in_connection = {name.strip().lower() for name in environ.get("HTTP_CONNECTION", "").split(",")}
-    for key, value in environ.items():
-        if not key.startswith("HTTP_"):
-            continue
-        name = key[5:].replace("_", "-").title()
-        lower = name.lower()
-        if lower in NOT_FORWARDED or lower in named_in_connection:
-            continue
-        if lower == "cookie":
-            value = _without_platform_cookie(value)
-            if not value:
-                continue
-        yield name, value
-    if environ.get("CONTENT_TYPE"):
-        yield "Content-Type", environ["CONTENT_TYPE"]
-
-
-def _body_framing():
-    """(header lines, chunked?) of the request body."""
-    if request.environ.get("CONTENT_LENGTH"):
-        return [f"Content-Length: {int(request.environ['CONTENT_LENGTH'])}"], False
-    if "chunked" in request.environ.get("HTTP_TRANSFER_ENCODING", "").lower():
-        return ["Transfer-Encoding: chunked"], True
-    return [], False
-
-
-def request_head(app_url, prefix):
-    upgrade = request.environ.get("HTTP_UPGRADE")
-    lines = [f"{request.method} {forwarded_target()} HTTP/1.1", f"Host: {urlsplit(app_url).netloc}"]
-    lines += [f"{name}: {value}" for name, value in _client_headers()]
-    lines += [f"X-Forwarded-For: {client_address()}", f"X-Forwarded-Proto: {request.scheme}",
-              f"X-Forwarded-Host: {request.host}", f"X-Forwarded-Prefix: {prefix}"]
-    if upgrade:
-        lines += ["Connection: Upgrade", f"Upgrade: {upgrade}"]
-    else:
-        # One request per stream (the agent dials the app for each one).
-        lines += ["Connection: close"] + _body_framing()[0]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-
-
-def _send_body(stream, environ, chunked):
-    body = environ["wsgi.input"]
-    try:
-        while True:
-            data = body.read(MAX_DATA)
-            if not data:
-                break
-            stream.write(b"%x\r\n%s\r\n" % (len(data), data) if chunked else data)
-        if chunked:
-            stream.write(b"0\r\n\r\n")
-    except StreamClosed:
-        pass
-    except OSError:
-        stream.close("the client's request body was cut")
-
-
-def _splice_upgrade(stream):
-    """The request head went with the OPEN; from now on raw bytes both ways."""
-    sock = request.environ["gunicorn.socket"]
+def _splice_upgrade(app):
+    """The request head goes with the OPEN of a stream of its own; from then on raw
+    bytes both ways."""
+    sock = request.environ.get("gunicorn.socket")
+    if sock is None:
+        raise Invalid("Upgrades need the platform's server (gunicorn).")
+    stream = agents.open_stream(app.agent_id, {"kind": "app", "url": app.url},
+                                app_proxy.request_head(request.environ, app.url, app.prefix))
     sock.settimeout(None)
     try:
         splice(stream, sock)
@@ -258,139 +190,54 @@ def _splice_upgrade(stream):
     return websocket.taken_over()
 
 
-def _forward(stream):
-    """The request head went with the OPEN: the body (if any) follows while the
-    answer is read."""
-    framing, chunked = _body_framing()
-    sender = gevent.spawn(_send_body, stream, request.environ, chunked) if framing else None
-    reader = StreamReader(stream)
+# --------------------------------------------------------------------------- the front
+
+def install_front(flask_app):
+    """Serve plain GETs and HEADs of apps before Flask (see the module's text)."""
+    routed = flask_app.wsgi_app
+
+    def front(environ, start_response):
+        if environ["REQUEST_METHOD"] in FRONT_METHODS and "HTTP_UPGRADE" not in environ:
+            path = environ.get("PATH_INFO", "").encode("latin-1").decode("utf-8", "replace")
+            match = FRONT_PATH.match(path)
+            if match and not app_proxy.has_body(environ):
+                with flask_app.app_context():  # sessions read the settings from it
+                    answer = _front_answer(environ, path, *match.groups())
+                if answer is not None:
+                    start_response(answer.status, answer.headers)
+                    return answer.body
+        return routed(environ, start_response)
+
+    flask_app.wsgi_app = front
+
+
+def _front_answer(environ, path, username, target, slug):
+    """The app's Answer with the request's id, logged as the route's would be; None
+    for the route to answer (a refusal, an app that fails)."""
+    started = time.monotonic()
+    token = sessions.token_in(environ)
     try:
-        status, headers = reader.response_head()
-    except (StreamClosed, ValueError) as exc:
-        _end(stream, sender)
-        return page_error(UpstreamFailed("The workspace app is not reachable.", detail=str(exc)))
-    except TimeoutError:
-        _end(stream, sender)
-        return page_error(UpstreamTimeout("The workspace app did not answer in time."))
-    return _response(stream, sender, reader, status, headers)
+        app = grants.kept(("app", token, username.lower(), target, slug),
+                          lambda: _checked_app(token, username, target, slug))
+    except Failure:
+        return None  # the route says why, as this client expects it
+    try:
+        answer = app_proxy.exchange(environ, app)
+    except Failure as exc:
+        environ[FRONT_FAILURE] = exc
+        return None
+    request_id = requestlog.request_id(environ.get("HTTP_X_REQUEST_ID", ""))
+    answer.headers.append(("X-Request-Id", request_id))
+    requestlog.log_line(environ["REQUEST_METHOD"], path, int(answer.status[:3]), started, request_id)
+    return answer
 
 
-def _end(stream, sender):
-    stream.close()
-    if sender is not None:
-        sender.kill()
-
-
-# --------------------------------------------------------------------------- the app's answer
-
-class StreamReader:
-    """Buffered reads of an HTTP/1.1 answer from a stream."""
-
-    def __init__(self, stream):
-        self.stream = stream
-        self.buffer = b""
-
-    def _more(self, timeout=None):
-        data = self.stream.read(timeout)
-        if data is None:
-            raise TimeoutError()
-        self.buffer += data
-        return bool(data)
-
-    def response_head(self):
-        """(status line's "code reason", [(name, value)]); 1xx interim answers skipped."""
-        while True:
-            while b"\r\n\r\n" not in self.buffer:
-                if len(self.buffer) > HEAD_LIMIT:
-                    raise ValueError("the app's response head is too large")
-                if not self._more(HEAD_TIMEOUT_S):
-                    raise ValueError("the app closed the connection without answering")
-            head, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
-            lines = head.decode("latin-1").split("\r\n")
-            version, _, status = lines[0].partition(" ")
-            if not version.startswith("HTTP/1.") or not (status[:3].isdigit() and status[3:4] in ("", " ")):
-                raise ValueError(f"the app did not answer HTTP: {lines[0][:80]!r}")
-            if not status.startswith("1"):
-                # A header may not be split by a bare CR or LF (werkzeug would refuse it: a 500).
-                if any("\r" in line or "\n" in line for line in lines):
-                    raise ValueError("a header of the app's answer has a bare CR or LF")
-                return status, [tuple(part.strip() for part in line.split(":", 1)) for line in lines[1:] if ":" in line]
-
-    def take(self, limit):
-        """Up to `limit` bytes (b"" at the end); a chunk as the stream gave it when it
-        fits (no copy)."""
-        if not self.buffer:
-            data = self.stream.read()
-            if data is None:
-                raise TimeoutError()
-            if len(data) <= limit:
-                return data
-            self.buffer = data
-        data, self.buffer = self.buffer[:limit], self.buffer[limit:]
-        return data
-
-    def line(self):
-        while b"\r\n" not in self.buffer:
-            if len(self.buffer) > HEAD_LIMIT or not self._more():
-                raise ValueError("a broken chunked body")
-        line, self.buffer = self.buffer.split(b"\r\n", 1)
-        return line
-
-    def exactly(self, count):
-        while len(self.buffer) < count:
-            if not self._more():
-                raise ValueError("the app's body ended early")
-        data, self.buffer = self.buffer[:count], self.buffer[count:]
-        return data
-
-
-def _body(reader, length, chunked):
-    if chunked:
-        while True:
-            size = int(reader.line().split(b";", 1)[0].strip() or b"0", 16)
-            if size == 0:
-                return
-            while size:
-                data = reader.take(min(size, MAX_DATA))
-                if not data:
-                    raise ValueError("the app's body ended early")
-                size -= len(data)
-                yield data
-            reader.exactly(2)
-    remaining = length
-    while remaining is None or remaining > 0:
-        data = reader.take(MAX_DATA if remaining is None else min(remaining, MAX_DATA))
-        if not data:
-            if remaining:
-                raise ValueError("the app's body ended early")
-            return
-        if remaining is not None:
-            remaining -= len(data)
-        yield data
-
-
-def _response(stream, sender, reader, status, headers):
-    names = {name.lower(): value for name, value in headers}
-    chunked = "chunked" in names.get("transfer-encoding", "").lower()
-    length = None if chunked or "content-length" not in names else int(names["content-length"])
-    if request.method == "HEAD" or status[:3] in ("204", "304"):
-        length, chunked = 0, False
-
-    what = f"{request.method} {request.path}"  # the generator runs after the request context is gone
-
-    def body():
-        try:
-            yield from _body(reader, length, chunked)
-        except (StreamClosed, ValueError) as exc:
-            log.warning("%s: the app's answer was cut: %s", what, exc)
-            raise
-        finally:
-            _end(stream, sender)
-
-    kept = [(name, value) for name, value in headers
-            if name.lower() not in HOP_BY_HOP and not (chunked and name.lower() == "content-length")]
-    response = Response(body(), status=status, headers=kept, direct_passthrough=True)
-    if "content-type" not in names:
-        del response.headers["Content-Type"]
-    return response
-
+def _checked_app(token, username, target, slug):
+    """(the AppTarget the token may use, how long that may be kept: until the session
+    would be extended); a Failure if it may not."""
+    database.connect(reuse_if_open=True)
+    try:
+        viewer, key = sessions.authenticate(token)
+        return find_app(viewer, username, target, slug), sessions.seconds_before_slide(key)
+    finally:
+        database.close()

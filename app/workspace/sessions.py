@@ -10,12 +10,15 @@ import re
 import secrets
 import string
 from datetime import timedelta
+from urllib.parse import parse_qsl
 
 from flask import current_app, g, request
 from peewee import JOIN
+from werkzeug.http import parse_cookie
 
 from app.common.db import BuiltOnce
 from app.common.failures import Forbidden, Unauthenticated
+from app.workspace import grants
 from app.workspace.models import ApiKey, Membership, Organization, User, database, now
 
 HEADER = "Workspace-Session-Token"
@@ -54,9 +57,16 @@ def mint(user, login_type):
 
 
 def presented_token():
-    """The token the request carries, from the first place that has one."""
-    return (request.headers.get(HEADER) or request.cookies.get(COOKIE)
-            or request.args.get(COOKIE) or None)
+    """The token this request carries, from the first place that has one."""
+    return token_in(request.environ)
+
+
+def token_in(environ):
+    """The token a WSGI environ carries (also for a path that runs without Flask's
+    request): the header, else the cookie, else the query parameter."""
+    return (environ.get("HTTP_WORKSPACE_SESSION_TOKEN") or parse_cookie(environ).get(COOKIE)
+            or next((value for name, value in parse_qsl(environ.get("QUERY_STRING", "")) if name == COOKIE), None)
+            or None)
 
 
 def _unauthorized(detail):
@@ -108,8 +118,12 @@ def _key_and_user(key_id):
     return key, user
 
 
+def _lifetime():
+    return timedelta(seconds=current_app.config["WORKSPACE"].session_seconds)
+
+
 def _slide(key, current):
-    lifetime = timedelta(seconds=current_app.config["WORKSPACE"].session_seconds)
+    lifetime = _lifetime()
     if key.expires_at - current < lifetime / 2:
         ApiKey.update(expires_at=current + lifetime, last_used=current).where(ApiKey.id == key.id).execute()
 
@@ -121,12 +135,19 @@ def current_user():
     return g.user
 
 
+def seconds_before_slide(key):
+    """How long `key` is used as it is: until it would be extended (or expire)."""
+    return (key.expires_at - now() - _lifetime() / 2).total_seconds()
+
+
 def revoke(key_id):
     ApiKey.update(revoked_at=now()).where((ApiKey.id == key_id) & ApiKey.revoked_at.is_null()).execute()
+    grants.changed()
 
 
 def revoke_all(user):
     ApiKey.update(revoked_at=now()).where((ApiKey.user == user) & ApiKey.revoked_at.is_null()).execute()
+    grants.changed()
 
 
 def set_cookie(response, token):

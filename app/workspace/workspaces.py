@@ -17,7 +17,7 @@ from peewee import IntegrityError
 
 from app.common.body import json_object, validated
 from app.common.failures import Conflict, NotFound
-from app.workspace import accounts, agents, bp, sessions
+from app.workspace import accounts, agents, bp, grants, sessions
 from app.workspace.models import User, Workspace, WorkspaceAgent, WorkspaceApp, audit, database
 from app.workspace.schemas import CreateWorkspaceSchema
 
@@ -143,6 +143,7 @@ def delete_workspace(workspace_id):
     with database.atomic():
         workspace.delete_instance(recursive=True)
         audit("workspace.delete", actor, actor=actor.username, workspace=workspace.name)
+    grants.changed()
     for agent_id in agent_ids:
         agents.disconnect(agent_id, "the workspace was deleted")
     return "", 204

@@ -172,3 +172,11 @@ def websocket_on(sock, path, headers=None, host="127.0.0.1"):
     assert head.startswith(b"HTTP/1.1 101 ") and accept_value(key).encode() in head, head
     sock.settimeout(30)  # a receive that waits longer fails the test rather than hanging it
     return FrameTransport(sock, client=True, buffered=rest)
+
+
+def run_cli(ws, *args, stdin=""):
+    """`python -m app.workspace <args>` on the host of `ws` (its data folder and environment)."""
+    return subprocess.run([sys.executable, "-m", "app.workspace", *args], cwd=ROOT, input=stdin, text=True,
+                          capture_output=True, timeout=60,
+                          env={"DATA_DIR": str(ws.service.data_dir), "PATH": "/usr/bin:/bin",
+                               **getattr(ws.service, "env", {})})

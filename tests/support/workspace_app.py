@@ -1,7 +1,10 @@
 """A real HTTP app to put behind a workspace agent (tests and bench/workspace_apps.py):
 
     GET  /hello              a small text answer
-    GET  /headers?...        what it received, as JSON: method, path, header lines
+    GET  /headers?...        what it received, as JSON: method, path, header lines, and
+                             the client's port (which connection it came on)
+    GET  /hello-then-close   /hello, then the connection is closed (no `Connection: close`
+                             said: as an app whose keep-alive timeout ran out)
     POST /upload             the body's length and SHA-256 (Content-Length or chunked)
     GET  /stream?chunks=N    a chunked answer written piece by piece, 0.05 s apart
     GET  /bytes?count=N      N bytes (Content-Length), written from a reused buffer
@@ -70,7 +73,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         route = urlsplit(self.path).path
-        handler = {"/hello": self._hello, "/headers": self._headers, "/stream": self._stream,
+        handler = {"/hello": self._hello, "/hello-then-close": self._hello_then_close,
+                   "/headers": self._headers, "/stream": self._stream,
                    "/bytes": self._bytes, "/random": self._random, "/ws": self._websocket,
                    "/slow": self._slow}.get(route)
         if handler is None:
@@ -91,8 +95,13 @@ class Handler(BaseHTTPRequestHandler):
     def _hello(self):
         self._answer(200, b"hello from the app\n", "text/plain")
 
+    def _hello_then_close(self):
+        self._hello()
+        self.close_connection = True
+
     def _headers(self):
-        self._answer(200, {"method": self.command, "path": self.path,
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))  # the next request follows it
+        self._answer(200, {"method": self.command, "path": self.path, "port": self.client_address[1],
                            "headers": [[name, value] for name, value in self.headers.items()]})
 
     def _body_chunks(self):

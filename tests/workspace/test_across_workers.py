@@ -22,6 +22,7 @@ from tests.support.shared import ROOT, serving_pid
 from tests.support.workspace import (
     AGENT_ENV,
     MESH_ENV,
+    OWNER,
     TOKEN_HEADER,
     AgentProcess,
     Workspace,
@@ -101,6 +102,23 @@ def test_every_worker_serves_the_agent_it_does_not_hold(platform):
     assert holder in platform.service.worker_pids(), platform.holder()
     for pid in platform.service.worker_pids():
         _serves_everything(platform, pid)
+
+
+def test_a_token_revoked_on_one_worker_is_refused_by_every_worker_at_once(platform):
+    """Each worker keeps the grant of a token it checked (app/workspace/grants.py);
+    signing out through one worker drops it on all of them, through Redis."""
+    token = platform.ws.login(OWNER["email"], OWNER["password"]).json()["session_token"]
+    socks = [connect_to_worker(platform.service, pid) for pid in platform.service.worker_pids()]
+    try:
+        for sock in socks:
+            assert http_on(sock, "GET", APP + "/hello", {TOKEN_HEADER: token})[0] == 200
+        assert http_on(socks[0], "POST", "/api/v2/users/logout", {TOKEN_HEADER: token})[0] < 300
+        for sock in socks:
+            status, answer = http_on(sock, "GET", APP + "/hello", {TOKEN_HEADER: token})
+            assert status == 401 and "revoked" in json.loads(answer)["detail"]
+    finally:
+        for sock in socks:
+            sock.close()
 
 
 def test_websockets_and_the_terminal_reach_the_agent_from_another_worker(platform):

@@ -12,7 +12,7 @@ from pathlib import Path
 import requests
 from simple_websocket import Client
 
-from tests.support.workspace import TOKEN_HEADER
+from tests.support.workspace import TOKEN_HEADER, create_workspace, run_cli
 from tests.support.workspace_app import Handler, random_pieces
 
 
@@ -305,3 +305,55 @@ def test_a_proxied_request_is_logged_once_with_its_request_id(start_service, sta
     assert mine[1].endswith(f"id={unnamed.headers['X-Request-Id']}") and " 200 " in mine[1]
     assert re.search(r" 401 [0-9.]+ms id=refused-1$", mine[2]), mine
     assert "secret" not in log_path.read_text(errors="replace") and owner not in log_path.read_text(errors="replace")
+
+
+def test_requests_to_an_app_share_its_kept_connections(connected):
+    """One connection from the agent to the app serves request after request, whoever
+    sends them (as nginx keeps its upstream connections); a request that could not be
+    sent twice (a POST) gets a new one, kept after it."""
+    shared = connected.ws.url + "/@owner/dev.main/apps/shared/headers"
+    ports = [requests.get(shared, headers=connected.ws.as_user(token), timeout=10).json()["port"]
+             for token in (connected.owner, connected.other, connected.owner)]
+    assert len(set(ports)) == 1, ports
+    posted = requests.post(shared, data=b"a body", headers=connected.ws.as_user(connected.owner), timeout=10)
+    assert posted.status_code == 200 and posted.json()["port"] != ports[0]
+    after = requests.get(shared, headers=connected.ws.as_user(connected.other), timeout=10)
+    assert after.json()["port"] == posted.json()["port"]
+
+
+def test_an_app_that_closed_a_kept_connection_is_asked_again(connected):
+    """The app closes the connection after each /hello-then-close, without saying so:
+    the next request, whether it finds that stream already ended or sends on it as it
+    ends, is answered."""
+    for _ in range(20):
+        for path in ("/hello-then-close", "/hello"):
+            answer = requests.get(connected.app_url + path, headers=connected.ws.as_user(connected.owner), timeout=10)
+            assert (answer.status_code, answer.text) == (200, "hello from the app\n"), path
+
+
+def test_a_deleted_workspace_is_refused_at_once(connected):
+    """Its app answered a moment ago (a 502: its agent never connected); once the
+    workspace is deleted, the next request is a 404."""
+    created = create_workspace(connected.ws, connected.owner, "brief", [
+        {"name": "main", "apps": [{"slug": "app", "url": "http://127.0.0.1:9"}]}])
+    url = connected.ws.url + "/@owner/brief.main/apps/app/"
+    headers = connected.ws.as_user(connected.owner)
+    assert requests.get(url, headers=headers, timeout=10).status_code == 502  # its agent never connected
+    assert requests.delete(f"{connected.ws.api}/workspaces/{created['id']}", headers=headers,
+                           timeout=10).status_code == 204
+    assert requests.get(url, headers=headers, timeout=10).status_code == 404
+
+
+def test_a_password_reset_on_the_host_refuses_the_sessions_at_once(connected):
+    """The host's command runs in a process of its own: it tells the service's
+    workers through the data folder (or Redis) that their grants are stale."""
+    requests.post(connected.ws.api + "/users", json={"email": "third@example.com", "username": "third",
+                                                     "password": "another long passphrase"},
+                  headers=connected.ws.as_user(connected.owner), timeout=10).raise_for_status()
+    token = connected.ws.login("third@example.com", "another long passphrase").json()["session_token"]
+    shared = f"{connected.ws.url}/@owner/dev.main/apps/shared/hello"
+    assert requests.get(shared, headers=connected.ws.as_user(token), timeout=10).status_code == 200
+    done = run_cli(connected.ws, "reset-password", "third", stdin="a brand new passphrase\n")
+    assert done.returncode == 0, done.stderr
+    refused = requests.get(shared, headers=connected.ws.as_user(token), timeout=10)
+    assert refused.status_code == 401 and "revoked" in refused.json()["detail"]

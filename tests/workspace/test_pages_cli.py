@@ -1,13 +1,9 @@
 """The server-rendered pages and the host-side commands."""
-import subprocess
-import sys
-
 import pytest
 import requests
 
 from app.workspace.pages import safe_redirect
-from tests.support.shared import ROOT
-from tests.support.workspace import OWNER
+from tests.support.workspace import OWNER, run_cli
 
 
 @pytest.mark.parametrize("value,expected", [
@@ -44,13 +40,6 @@ def test_setup_then_login_page_then_dashboard(workspace):
     out = stranger.post(ws.url + "/logout", allow_redirects=False, timeout=10)
     assert out.headers["Location"] == "/login"
     assert stranger.get(ws.api + "/users/me", timeout=10).status_code == 401
-
-
-def run_cli(ws, *args, stdin=""):
-    return subprocess.run([sys.executable, "-m", "app.workspace", *args], cwd=ROOT, input=stdin, text=True,
-                          capture_output=True, timeout=60,
-                          env={"DATA_DIR": str(ws.service.data_dir), "PATH": "/usr/bin:/bin",
-                               **getattr(ws.service, "env", {})})
 
 
 def test_reset_password_on_the_host_revokes_sessions(workspace):
