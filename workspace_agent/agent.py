@@ -36,6 +36,7 @@ import sys
 import uuid
 from urllib.parse import urlencode, urlsplit
 
+import workspace_protocol.websocket as wire
 from workspace_agent import version
 from workspace_agent.connection import (
     DIAL_TIMEOUT_S,
@@ -61,17 +62,29 @@ log = logging.getLogger("workspace-agent")
 # --------------------------------------------------------------------------- apps
 
 async def dial(host, port):
-    """A connection to an app. An address literal (the usual 127.0.0.1) is dialed
-    without a name lookup, which asyncio would do in a thread."""
+    """A non-blocking socket connected to an app (TCP_NODELAY). An address literal
+    (the usual 127.0.0.1) is dialed without a name lookup, which asyncio would do in
+    a thread."""
+    loop = asyncio.get_running_loop()
     try:
         ipaddress.ip_address(host)
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        addresses = [(socket.AF_INET6 if ":" in host else socket.AF_INET, (host, port))]
     except ValueError:
-        family = 0
-    reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, family=family, limit=MAX_DATA),
-                                            DIAL_TIMEOUT_S)
-    writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return reader, writer
+        found = await asyncio.wait_for(loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), DIAL_TIMEOUT_S)
+        addresses = [(family, address) for family, _, _, _, address in found]
+    failure = OSError(f"no address for {host}")
+    for family, address in addresses:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            await asyncio.wait_for(loop.sock_connect(sock, address), DIAL_TIMEOUT_S)
+        except (OSError, asyncio.TimeoutError) as exc:
+            sock.close()
+            failure = exc
+            continue
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+    raise failure
 
 
 async def serve_app(stream):
@@ -80,26 +93,33 @@ async def serve_app(stream):
         stream.close(f"not an http app address: {stream.meta.get('url')!r}")
         return
     try:
-        reader, writer = await dial(target.hostname, target.port or 80)
+        sock = await dial(target.hostname, target.port or 80)
     except (OSError, asyncio.TimeoutError) as exc:
         stream.close(f"could not connect to the app at {target.netloc}: {exc or 'no answer'}")
         return
     try:
-        await splice(stream, reader, writer)
+        await splice(stream, sock)
     finally:
-        writer.close()
+        sock.close()
 
 
-async def splice(stream, reader, writer):
-    """Copy bytes both ways between `stream` and an app's connection until both
-    directions ended: each side's end of input is passed on as a half-close."""
+async def splice(stream, sock):
+    """Copy bytes both ways between `stream` and an app's socket until both
+    directions ended: each side's end of input is passed on as a half-close. What the
+    app sends is received behind room for the frame's head and sent from there (no
+    copy: a bulk answer costs the agent its two system calls)."""
+    loop = asyncio.get_running_loop()
+
     async def app_to_stream():
+        buffer = bytearray(wire.ROOM_BEFORE + MAX_DATA)
         try:
             while True:
-                data = await reader.read(MAX_DATA)
-                if not data:
+                count = await loop.sock_recv_into(sock, memoryview(buffer)[wire.ROOM_BEFORE:])
+                if not count:
                     break
-                await stream.write(data)
+                await stream.write_in_place(buffer, wire.ROOM_BEFORE, count)
+                if not stream.link.holds_nothing():
+                    buffer = bytearray(len(buffer))  # the transport may still hold a view of this one
             stream.write_eof()
         except (OSError, StreamClosed):
             stream.close("the connection failed")
@@ -110,10 +130,8 @@ async def splice(stream, reader, writer):
             data = await stream.read()
             if not data:
                 break
-            writer.write(data)
-            await writer.drain()
-        if writer.can_write_eof():
-            writer.write_eof()  # the app sees the end of input, may still answer
+            await loop.sock_sendall(sock, data)
+        sock.shutdown(socket.SHUT_WR)  # the app sees the end of input, may still answer
         await upward
     except (OSError, StreamClosed):
         stream.close("the connection failed")

@@ -80,6 +80,21 @@ class Stream(StreamState):
             view = view[count:]
             await self.link.writable()
 
+    async def write_in_place(self, buffer, start, count):
+        """write(buffer[start:start + count]) with no copy of the bytes: the frame is
+        built around them in `buffer`, which has wire.ROOM_BEFORE free bytes before
+        `start`. Afterwards the buffer may be reused only if link.holds_nothing()."""
+        while self.send_window <= 0 and self.closed_reason is None:
+            await self._wait(None)
+        if self.closed_reason is not None:
+            raise StreamClosed(self.closed_reason)
+        allowed = self.reserve(count)
+        self.link.send_in_place(HEADER.pack(DATA, self.id), buffer, start, allowed)
+        if allowed < count:  # the window was short: the rest the usual way (a copy)
+            await self.write(memoryview(buffer)[start + allowed:start + count])
+        else:
+            await self.link.writable()
+
     def write_eof(self):
         self.link.send_quietly(self.eof_frame())
 
@@ -185,6 +200,16 @@ class Link(asyncio.BufferedProtocol):
         if self.closed.done():
             raise StreamClosed(self.closed.result())
         self.transport.write(wire.encode(wire.OP_BINARY, payload, masked=self.masked, prefix=prefix))
+
+    def send_in_place(self, prefix, buffer, start, count):
+        if self.closed.done():
+            raise StreamClosed(self.closed.result())
+        self.transport.write(wire.frame_around(wire.OP_BINARY, buffer, start, count, self.masked, prefix))
+
+    def holds_nothing(self):
+        """Nothing waits in the transport's buffer (some Pythons keep a view of what
+        could not be sent at once, not a copy)."""
+        return self.transport.get_write_buffer_size() == 0
 
     def send_quietly(self, frame):
         if frame is not None and not self.closed.done():

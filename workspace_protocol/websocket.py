@@ -142,6 +142,28 @@ def encode(opcode, payload, masked, masker=mask_in_place, prefix=b""):
     return out
 
 
+# Room a caller leaves before a payload for frame_around(): the longest frame head
+# (10 bytes), its mask key (4) and a prefix of up to 8 bytes.
+ROOM_BEFORE = 22
+
+
+def frame_around(opcode, buffer, start, length, masked, prefix=b"", masker=mask_in_place):
+    """The frame of `prefix` + `buffer[start:start + length]` built in place: its head
+    and `prefix` are written into the ROOM_BEFORE bytes before `start`, the payload
+    masked where it lies if `masked`. Returns the frame, a view of `buffer`: no copy."""
+    key = os.urandom(4) if masked else b""
+    head = frame_head(opcode, len(prefix) + length, key)
+    payload_start = start - len(prefix)
+    first = payload_start - len(head)
+    if first < 0 or len(prefix) > 8:
+        raise ValueError("no room before the payload for its frame head")
+    buffer[first:payload_start] = head
+    buffer[payload_start:start] = prefix
+    if masked:
+        masker(buffer, payload_start, len(prefix) + length, key)
+    return memoryview(buffer)[first:start + length]
+
+
 def close_body(code, reason=""):
     return CLOSE_CODE.pack(code or 1000) + (reason or "").encode()[:120]
 

@@ -63,6 +63,22 @@ def test_the_reader_takes_frames_however_the_bytes_are_cut(masked):
     assert received == expected
 
 
+@pytest.mark.parametrize("masked", [True, False])
+@pytest.mark.parametrize("length", [0, 125, 126, 65_536, 600_000])
+def test_a_frame_built_around_its_payload_reads_as_the_same_message(masked, length):
+    """What the agent sends of an app's answer: the head and the stream's header
+    written into the room before the received bytes, the payload never copied."""
+    payload, prefix = os.urandom(length), mux.HEADER.pack(mux.DATA, 7)
+    buffer = bytearray(wire.ROOM_BEFORE) + payload
+    frame = wire.frame_around(wire.OP_BINARY, buffer, wire.ROOM_BEFORE, length, masked, prefix)
+    assert frame.obj is buffer  # a view of the buffer, not a copy
+    reader = wire.FrameReader(expects_mask=masked)
+    reader.feed(bytes(frame))
+    assert bytes(reader.next_event().data) == prefix + payload
+    with pytest.raises(ValueError):
+        wire.frame_around(wire.OP_BINARY, bytearray(4) + payload, 4, length, masked, prefix)
+
+
 @pytest.mark.parametrize("frame, expects_mask, code", [
     (bytes([0xC2, 0x00]), False, wire.PROTOCOL_ERROR),                          # a reserved bit
     (bytes(wire.encode(wire.OP_BINARY, b"x", masked=True)), False, wire.PROTOCOL_ERROR),  # masked to a client
