@@ -15,9 +15,10 @@ private loopback port, key-only (devtools/ssh_forward.py).
 
 Phase 1, small GET: C keep-alive clients (default 8) send `GET /hello` (19 bytes)
 back-to-back for S seconds, straight to the app, through
-`/@owner/dev.main/apps/app/hello` with the session token (the platform
-authenticates, resolves the app, opens a stream on the agent's websocket, the agent
-dials the app), and through the SSH forward. A 2 s warm-up of each, not counted;
+`/@owner/dev.main/apps/app/hello` with the session token (the platform checks
+the token and the app, or finds them kept, and sends the request on a kept stream
+of the agent's websocket: one connection from the agent to the app, as nginx keeps
+its upstream connections), and through the SSH forward. A 2 s warm-up of each, not counted;
 then rounds alternate the order (ABC, CBA). requests/s (all rounds, and the spread
 of the rounds), p50/p99; the ratio is the platform's requests/s over the app's
 (target >= 0.3), beside ssh's. CPU per request is split by hop: the platform's worker

@@ -55,6 +55,9 @@ RELAY_PATH = "/relay"
 RELAY_SESSIONS = 32  # relay sessions served at once; more invitations are ignored
 RELAY_HELLO_S = 30.0  # a relay peer that sends no HELLO within this is left
 BACKOFF_START_S, BACKOFF_CAP_S = 0.5, 10.0
+# An app's answer read in pieces of at least this is framed in place (no copy); a
+# smaller piece is copied, so that no transport keeps a large buffer for a few bytes.
+IN_PLACE_BYTES = 64 * 1024
 
 log = logging.getLogger("workspace-agent")
 
@@ -117,6 +120,9 @@ async def splice(stream, sock):
                 count = await loop.sock_recv_into(sock, memoryview(buffer)[wire.ROOM_BEFORE:])
                 if not count:
                     break
+                if count < IN_PLACE_BYTES:  # a copy costs less than a buffer the transport may keep
+                    await stream.write(bytes(memoryview(buffer)[wire.ROOM_BEFORE:wire.ROOM_BEFORE + count]))
+                    continue
                 await stream.write_in_place(buffer, wire.ROOM_BEFORE, count)
                 if not stream.link.holds_nothing():
                     buffer = bytearray(len(buffer))  # the transport may still hold a view of this one
@@ -136,7 +142,10 @@ async def splice(stream, sock):
     except (OSError, StreamClosed):
         stream.close("the connection failed")
     finally:
+        # Its pending receive must let go of the socket before the caller closes it: a
+        # descriptor number reused by the next dial would meet a stale selector entry.
         upward.cancel()
+        await asyncio.gather(upward, return_exceptions=True)
 
 
 # --------------------------------------------------------------------------- the connection

@@ -49,7 +49,11 @@ class FileGeneration:
         return self._map
 
     def current(self):
-        return _COUNTER.unpack_from(self._mapped())[0]
+        try:
+            return _COUNTER.unpack_from(self._mapped())[0]
+        except OSError as exc:  # a data folder that cannot be written: unknown, never stale
+            log.warning("the generation %s cannot be read: %s", self.path, exc)
+            return None
 
     def bump(self):
         mapped = self._mapped()

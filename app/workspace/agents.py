@@ -267,16 +267,23 @@ def _record_apps(agent_id, info):
     apps = info.get("apps")
     if not isinstance(apps, list):
         return
+    moved = False
     with database.connection_context():
+        known = dict(WorkspaceApp.select(WorkspaceApp.slug, WorkspaceApp.url)
+                     .where(WorkspaceApp.agent == agent_id).tuples())
         for app in apps[:32]:
             slug, url = schemas.valid_app_report(app)  # the one place names and URLs are checked
-            if slug is None:
+            if slug is None or known.get(slug) == url:
                 continue
-            updated = WorkspaceApp.update(url=url).where(
-                (WorkspaceApp.agent == agent_id) & (WorkspaceApp.slug == slug)).execute()
-            if not updated:
+            if slug in known:
+                WorkspaceApp.update(url=url).where(
+                    (WorkspaceApp.agent == agent_id) & (WorkspaceApp.slug == slug)).execute()
+                moved = True
+            else:
                 WorkspaceApp.create(agent=agent_id, slug=slug, display_name=slug, url=url)
-    grants.changed()  # an app's address may have changed
+            known[slug] = url
+    if moved:
+        grants.changed()  # requests kept going to the old address would reach another app
 
 
 @websocket.route(bp, "/api/v2/workspaceagents/me/rpc")

@@ -132,10 +132,16 @@ def _send_body(stream, environ, chunked):
 
 class Answer:
     """The app's answer: status ("code reason"), headers to pass on, body (iterable)."""
-    __slots__ = ("status", "headers", "body")
+    __slots__ = ("status", "headers", "body", "exchange")
 
-    def __init__(self, status, headers, body):
-        self.status, self.headers, self.body = status, headers, body
+    def __init__(self, status, headers, body, exchange=None):
+        self.status, self.headers, self.body, self.exchange = status, headers, body, exchange
+
+    def close(self):
+        """For an answer that will not be sent after all (its body not started): its
+        stream, if still in use, is closed."""
+        if self.exchange is not None:
+            self.exchange.finish(False)
 
 
 def exchange(environ, app):
@@ -159,7 +165,11 @@ def exchange(environ, app):
         except TimeoutError:
             _end(stream, sender)
             raise UpstreamTimeout("The workspace app did not answer in time.") from None
-        return _answer(environ, Exchange(app, stream, sender, reader), version, status, headers)
+        try:
+            return _answer(environ, Exchange(app, stream, sender, reader), version, status, headers)
+        except (StreamClosed, ValueError) as exc:
+            _end(stream, sender)
+            raise UpstreamFailed("The workspace app is not reachable.", detail=str(exc)) from None
 
 
 class Exchange:
@@ -170,9 +180,11 @@ class Exchange:
         self.app, self.stream, self.sender, self.reader = app, stream, sender, reader
 
     def finish(self, keep):
-        """`keep`: the answer was framed, read to its end, and leaves the connection open."""
-        body_sent = self.sender is None or (self.sender.ready() and self.sender.value is True)
-        if keep and body_sent and not self.reader.buffer:
+        """`keep`: the answer was framed, read to its end, and leaves the connection open.
+        A stream that carried a request body is never kept: whether the app read all of
+        it (and only it) cannot be known, and what it left unread would be taken for
+        the next request, maybe another user's."""
+        if keep and self.sender is None and not self.reader.buffer:
             pool.give_back(self.app.agent_id, self.app.url, self.stream)
         else:
             _end(self.stream, self.sender)
@@ -187,7 +199,7 @@ def _end(stream, sender):
 def _answer(environ, exchange, version, status, headers):
     names = {name.lower(): value for name, value in headers}
     chunked = "chunked" in names.get("transfer-encoding", "").lower()
-    length = None if chunked or "content-length" not in names else int(names["content-length"])
+    length = None if chunked or "content-length" not in names else _length(names["content-length"])
     if environ["REQUEST_METHOD"] == "HEAD" or status[:3] in ("204", "304"):
         length, chunked = 0, False
     keep = (version == "HTTP/1.1" and "close" not in names.get("connection", "").lower()
@@ -200,7 +212,15 @@ def _answer(environ, exchange, version, status, headers):
         exchange.finish(keep)
         return Answer(status, kept, [body] if body else [])
     return Answer(status, kept, _streamed_body(exchange, length, chunked, keep,
-                                               f"{environ['REQUEST_METHOD']} {environ.get('PATH_INFO', '')}"))
+                                               f"{environ['REQUEST_METHOD']} {environ.get('PATH_INFO', '')}"),
+                  exchange)
+
+
+def _length(value):
+    """A Content-Length as RFC 9110 has it: digits only (int() would take "-1" or "1_0")."""
+    if not (value.isascii() and value.isdigit()):
+        raise ValueError(f"the app's answer has a bad Content-Length: {value[:40]!r}")
+    return int(value)
 
 
 def _streamed_body(exchange, length, chunked, keep, what):

@@ -9,18 +9,20 @@ to the same app through the same agent, whoever sends it: every request is still
 authenticated and checked on its own, as nginx's pooled upstream connections are
 shared across users.
 
-A stream that waited longer than IDLE_SECONDS is closed; so is one the app closed or
-wrote to meanwhile (a late byte would be read as the next request's answer).
+A stream that waited longer than IDLE_SECONDS is closed (a greenlet sweeps while any
+wait); so is one the app closed or wrote to meanwhile (a late byte would be read as
+the next request's answer).
 """
 import time
 from collections import deque
+
+import gevent
 
 from app.workspace import agents
 from app.workspace.mux import StreamClosed
 
 IDLE_SECONDS = 30.0  # below the usual app servers' keep-alive timeouts, so we close first
 IDLE_PER_APP = 32  # nginx's `keepalive` default is of this order
-SWEEP_EVERY = 256  # returns between sweeps of every app's idle streams
 
 
 def _usable(stream):
@@ -30,7 +32,7 @@ def _usable(stream):
 class AppStreams:
     def __init__(self):
         self._idle = {}  # (agent id, app url) -> deque of (stream, since)
-        self._returns = 0
+        self._sweeper = None  # the greenlet that sweeps while streams wait
 
     def send(self, agent_id, url, head, reuse=True):
         """(stream, reused?): `head` sent on an idle stream to the app when `reuse`
@@ -59,9 +61,17 @@ class AppStreams:
         idle.append((stream, time.monotonic()))
         if len(idle) > IDLE_PER_APP:
             idle.popleft()[0].close()
-        self._returns += 1
-        if self._returns % SWEEP_EVERY == 0:
-            self.sweep()
+        if self._sweeper is None:
+            self._sweeper = gevent.spawn(self._sweep_while_any)
+
+    def _sweep_while_any(self):
+        """Close what waited too long even when no request comes; ends with the pool."""
+        try:
+            while self._idle:
+                gevent.sleep(IDLE_SECONDS / 2)
+                self.sweep()
+        finally:
+            self._sweeper = None
 
     def sweep(self):
         """Close the streams that waited too long or broke, forget the empty apps."""

@@ -24,6 +24,7 @@ next request); otherwise checked in the database as the route does. Whatever the
 front does not answer itself (a refusal, an upgrade, a body, an app that fails) goes
 to the route, which answers it as it answers everything else.
 """
+import logging
 import re
 import time
 from urllib.parse import urlencode
@@ -39,6 +40,7 @@ from app.workspace.models import User, Workspace, WorkspaceAgent, WorkspaceApp, 
 from app.workspace.mux import StreamClosed, splice
 from app.workspace.workspaces import may_manage
 
+log = logging.getLogger("bundle.workspace.apps")
 METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "PROPFIND", "PROPPATCH", "MKCOL", "COPY",
            "MOVE", "LOCK", "UNLOCK", "REPORT", "SEARCH"]
 # Where the front leaves the app's failure for the route to answer.
@@ -166,7 +168,11 @@ def app_route(user, target, slug, path):
     except Failure as exc:
         return page_error(exc)
     # An iterator, not a list: werkzeug would add a Content-Length the app did not send.
-    response = Response(iter(answer.body), status=answer.status, headers=answer.headers, direct_passthrough=True)
+    try:
+        response = Response(iter(answer.body), status=answer.status, headers=answer.headers, direct_passthrough=True)
+    except BaseException:
+        answer.close()
+        raise
     if not any(name.lower() == "content-type" for name, _ in answer.headers):
         del response.headers["Content-Type"]
     return response
@@ -201,10 +207,18 @@ def install_front(flask_app):
             path = environ.get("PATH_INFO", "").encode("latin-1").decode("utf-8", "replace")
             match = FRONT_PATH.match(path)
             if match and not app_proxy.has_body(environ):
-                with flask_app.app_context():  # sessions read the settings from it
-                    answer = _front_answer(environ, path, *match.groups())
+                try:
+                    with flask_app.app_context():  # sessions read the settings from it
+                        answer = _front_answer(environ, path, *match.groups())
+                except Exception:  # a database or generation failure: the route answers it as any other
+                    log.exception("the apps front failed; the route answers %s", path)
+                    answer = None
                 if answer is not None:
-                    start_response(answer.status, answer.headers)
+                    try:
+                        start_response(answer.status, answer.headers)
+                    except BaseException:
+                        answer.close()
+                        raise
                     return answer.body
         return routed(environ, start_response)
 

@@ -5,6 +5,10 @@
                              the client's port (which connection it came on)
     GET  /hello-then-close   /hello, then the connection is closed (no `Connection: close`
                              said: as an app whose keep-alive timeout ran out)
+    GET  /bad-length         an answer whose Content-Length is "+2" (int() would take it)
+    GET  /hello-then-drop-next  /hello; the next request on this connection is not
+                             answered, the connection closed instead (as an app whose
+                             keep-alive timeout runs out just as a request comes)
     POST /upload             the body's length and SHA-256 (Content-Length or chunked)
     GET  /stream?chunks=N    a chunked answer written piece by piece, 0.05 s apart
     GET  /bytes?count=N      N bytes (Content-Length), written from a reused buffer
@@ -72,8 +76,12 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def do_GET(self):
+        if getattr(self, "drop_next", False):
+            self.close_connection = True
+            return
         route = urlsplit(self.path).path
         handler = {"/hello": self._hello, "/hello-then-close": self._hello_then_close,
+                   "/hello-then-drop-next": self._hello_then_drop_next, "/bad-length": self._bad_length,
                    "/headers": self._headers, "/stream": self._stream,
                    "/bytes": self._bytes, "/random": self._random, "/ws": self._websocket,
                    "/slow": self._slow}.get(route)
@@ -98,6 +106,16 @@ class Handler(BaseHTTPRequestHandler):
     def _hello_then_close(self):
         self._hello()
         self.close_connection = True
+
+    def _bad_length(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "+2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def _hello_then_drop_next(self):
+        self._hello()
+        self.drop_next = True
 
     def _headers(self):
         self.rfile.read(int(self.headers.get("Content-Length") or 0))  # the next request follows it

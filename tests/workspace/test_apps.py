@@ -309,8 +309,9 @@ def test_a_proxied_request_is_logged_once_with_its_request_id(start_service, sta
 
 def test_requests_to_an_app_share_its_kept_connections(connected):
     """One connection from the agent to the app serves request after request, whoever
-    sends them (as nginx keeps its upstream connections); a request that could not be
-    sent twice (a POST) gets a new one, kept after it."""
+    sends them (as nginx keeps its upstream connections). A request with a body gets
+    a connection of its own, never kept: what the app leaves of a body unread would be
+    read as the next request."""
     shared = connected.ws.url + "/@owner/dev.main/apps/shared/headers"
     ports = [requests.get(shared, headers=connected.ws.as_user(token), timeout=10).json()["port"]
              for token in (connected.owner, connected.other, connected.owner)]
@@ -318,7 +319,7 @@ def test_requests_to_an_app_share_its_kept_connections(connected):
     posted = requests.post(shared, data=b"a body", headers=connected.ws.as_user(connected.owner), timeout=10)
     assert posted.status_code == 200 and posted.json()["port"] != ports[0]
     after = requests.get(shared, headers=connected.ws.as_user(connected.other), timeout=10)
-    assert after.json()["port"] == posted.json()["port"]
+    assert after.json()["port"] == ports[0]
 
 
 def test_an_app_that_closed_a_kept_connection_is_asked_again(connected):
@@ -329,6 +330,24 @@ def test_an_app_that_closed_a_kept_connection_is_asked_again(connected):
         for path in ("/hello-then-close", "/hello"):
             answer = requests.get(connected.app_url + path, headers=connected.ws.as_user(connected.owner), timeout=10)
             assert (answer.status_code, answer.text) == (200, "hello from the app\n"), path
+
+
+def test_a_request_on_a_kept_connection_the_app_drops_is_sent_again(connected):
+    """The app closes the kept connection as the next request arrives, without an
+    answer: a GET is sent again on a new connection and answered."""
+    headers = connected.ws.as_user(connected.owner)
+    for _ in range(5):
+        first = requests.get(connected.app_url + "/hello-then-drop-next", headers=headers, timeout=10)
+        assert first.status_code == 200
+        kept = requests.get(connected.app_url + "/headers", headers=headers, timeout=10)
+        assert kept.status_code == 200 and kept.json()["path"] == "/headers"
+
+
+def test_an_answer_with_a_malformed_length_is_a_502_and_its_connection_is_dropped(connected):
+    headers = connected.ws.as_user(connected.owner)
+    bad = requests.get(connected.app_url + "/bad-length", headers=headers, timeout=10)
+    assert bad.status_code == 502 and "Content-Length" in bad.json()["detail"]
+    assert requests.get(connected.app_url + "/hello", headers=headers, timeout=10).text == "hello from the app\n"
 
 
 def test_a_deleted_workspace_is_refused_at_once(connected):
