@@ -11,9 +11,9 @@ the platform's credentials never reach it (the `Workspace-Session-Token` header,
 
 Bodies stream both ways: the request body is read from the WSGI input while the
 answer is already coming back (a greenlet), and a long answer is a generator. The
-stream goes back to the pool when the exchange ended cleanly: the request body all
-sent, the answer framed (Content-Length or chunked, or none by its status) and read
-to its end, no `Connection: close`, nothing more from the app.
+stream goes back to the pool when the exchange ended cleanly: no request body (see
+Exchange.finish), the answer framed (Content-Length or chunked, or none by its
+status) and read to its end, no `Connection: close`, nothing more from the app.
 """
 import logging
 from urllib.parse import quote, urlsplit

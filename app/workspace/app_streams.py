@@ -3,8 +3,8 @@
 An app stream is one TCP connection from the agent to an app (the agent splices raw
 bytes). Without a pool each proxied request costs a stream OPEN and CLOSE, a dial by
 the agent and, in a threaded app server, a new thread: most of a small request's
-cost. With it, a stream whose exchange ended cleanly (the whole answer read, framed
-by Content-Length or chunks, no `Connection: close`) waits here for the next request
+cost. With it, a stream whose exchange ended cleanly (no request body, the whole
+answer read, framed by Content-Length or chunks, no `Connection: close`) waits here for the next request
 to the same app through the same agent, whoever sends it: every request is still
 authenticated and checked on its own, as nginx's pooled upstream connections are
 shared across users.
@@ -87,9 +87,6 @@ class AppStreams:
                 self._idle[key] = kept
             else:
                 del self._idle[key]
-
-    def idle_count(self):
-        return sum(len(idle) for idle in self._idle.values())
 
 
 pool = AppStreams()
