@@ -73,9 +73,10 @@ def status_of(agent, settings, at=None):
     if agent.first_connected_at is None:
         waited = at - agent.created_at
         return "timeout" if waited > timedelta(seconds=settings.agent_timeout_seconds) else "connecting"
-    if agent.disconnected_at is not None and agent.disconnected_at >= agent.last_connected_at:
+    last = agent.last_connected_at or agent.first_connected_at
+    if agent.disconnected_at is not None and agent.disconnected_at >= last:
         return "disconnected"
-    if at - agent.last_connected_at > timedelta(seconds=3 * settings.agent_ping_seconds):
+    if at - last > timedelta(seconds=3 * settings.agent_ping_seconds):
         return "disconnected"
     return "connected"
 
@@ -342,7 +343,9 @@ def _serve_agent(app, agent_id, owner_id, transport):
 
 def _connected(agent_id, owner_id):
     at = now()
-    with database.connection_context():
+    # One transaction: a status read between the two would see a first connection
+    # without a last one.
+    with database.connection_context(), database.atomic():
         WorkspaceAgent.update(first_connected_at=at).where(
             (WorkspaceAgent.id == agent_id) & WorkspaceAgent.first_connected_at.is_null()).execute()
         WorkspaceAgent.update(last_connected_at=at).where(WorkspaceAgent.id == agent_id).execute()
