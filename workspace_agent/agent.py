@@ -56,7 +56,8 @@ RELAY_SESSIONS = 32  # relay sessions served at once; more invitations are ignor
 RELAY_HELLO_S = 30.0  # a relay peer that sends no HELLO within this is left
 BACKOFF_START_S, BACKOFF_CAP_S = 0.5, 10.0
 # An app's answer read in pieces of at least this is framed in place (no copy); a
-# smaller piece is copied, so that no transport keeps a large buffer for a few bytes.
+# smaller piece is copied into its frame (Stream.write), so that no transport keeps a
+# large buffer for a few bytes.
 IN_PLACE_BYTES = 64 * 1024
 
 log = logging.getLogger("workspace-agent")
@@ -120,8 +121,8 @@ async def splice(stream, sock):
                 count = await loop.sock_recv_into(sock, memoryview(buffer)[wire.ROOM_BEFORE:])
                 if not count:
                     break
-                if count < IN_PLACE_BYTES:  # a copy costs less than a buffer the transport may keep
-                    await stream.write(bytes(memoryview(buffer)[wire.ROOM_BEFORE:wire.ROOM_BEFORE + count]))
+                if count < IN_PLACE_BYTES:  # copied into its frame: the buffer stays ours
+                    await stream.write(memoryview(buffer)[wire.ROOM_BEFORE:wire.ROOM_BEFORE + count])
                     continue
                 await stream.write_in_place(buffer, wire.ROOM_BEFORE, count)
                 if not stream.link.holds_nothing():

@@ -71,10 +71,7 @@ class Stream(StreamState):
         """Send all of `data`, waiting for window (and for the socket) as needed."""
         view = memoryview(data)
         while view:
-            while self.send_window <= 0 and self.closed_reason is None:
-                await self._wait(None)
-            if self.closed_reason is not None:
-                raise StreamClosed(self.closed_reason)
+            await self._window()
             count = self.reserve(len(view))
             self.link.send(HEADER.pack(DATA, self.id), view[:count])
             view = view[count:]
@@ -84,16 +81,20 @@ class Stream(StreamState):
         """write(buffer[start:start + count]) with no copy of the bytes: the frame is
         built around them in `buffer`, which has wire.ROOM_BEFORE free bytes before
         `start`. Afterwards the buffer may be reused only if link.holds_nothing()."""
-        while self.send_window <= 0 and self.closed_reason is None:
-            await self._wait(None)
-        if self.closed_reason is not None:
-            raise StreamClosed(self.closed_reason)
+        await self._window()
         allowed = self.reserve(count)
         self.link.send_in_place(HEADER.pack(DATA, self.id), buffer, start, allowed)
         if allowed < count:  # the window was short: the rest the usual way (a copy)
             await self.write(memoryview(buffer)[start + allowed:start + count])
         else:
             await self.link.writable()
+
+    async def _window(self):
+        """Until the peer grants some window; StreamClosed if the stream ends first."""
+        while self.send_window <= 0 and self.closed_reason is None:
+            await self._wait(None)
+        if self.closed_reason is not None:
+            raise StreamClosed(self.closed_reason)
 
     def write_eof(self):
         self.link.send_quietly(self.eof_frame())

@@ -18,9 +18,10 @@ def request_id(incoming):
     return incoming if _REQUEST_ID.match(incoming) else uuid.uuid4().hex
 
 
-def log_line(method, path, status, started, request_id):
-    """The request's line; `started` is its time.monotonic() at arrival."""
-    log.info("%s %s %s %.1fms id=%s", method, path, status, (time.monotonic() - started) * 1000, request_id)
+def log_line(method, path, status, started, identifier):
+    """The request's line; `started` is its time.monotonic() at arrival, `identifier`
+    its request_id()."""
+    log.info("%s %s %s %.1fms id=%s", method, path, status, (time.monotonic() - started) * 1000, identifier)
 
 
 def register(app):

@@ -4,10 +4,10 @@ An app stream is one TCP connection from the agent to an app (the agent splices 
 bytes). Without a pool each proxied request costs a stream OPEN and CLOSE, a dial by
 the agent and, in a threaded app server, a new thread: most of a small request's
 cost. With it, a stream whose exchange ended cleanly (no request body, the whole
-answer read, framed by Content-Length or chunks, no `Connection: close`) waits here for the next request
-to the same app through the same agent, whoever sends it: every request is still
-authenticated and checked on its own, as nginx's pooled upstream connections are
-shared across users.
+answer read, framed by Content-Length or chunks, no `Connection: close`) waits here
+for the next request to the same app through the same agent, whoever sends it: every
+request is still authenticated and checked on its own, as nginx's pooled upstream
+connections are shared across users.
 
 A stream that waited longer than IDLE_SECONDS is closed (a greenlet sweeps while any
 wait); so is one the app closed or wrote to meanwhile (a late byte would be read as
