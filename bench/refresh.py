@@ -8,8 +8,10 @@ list after each `{"collection": "blueprints"}` event, everything through nginx. 
 A page here is what the wizard's blueprint page holds: an SSE stream on /api/events and a
 keep-alive connection, both through nginx (production's site, every visitor `public`), and
 the list it last read with its ETag, which it sends back as If-None-Match (as a browser's
-cache does for a `no-cache` answer). The service is one gunicorn gevent worker; R public
-blueprints are seeded first.
+cache does for a `no-cache` answer). The service is one gunicorn gevent worker on SQLite; R
+public blueprints are seeded first. nginx sends the pages the anonymous view the service
+published (app/wizard/public_lists.py); with --lists-by-service the site has no lists
+folder, nothing is published and the worker answers every re-read itself.
 
 Each round times three segments, from one instant to the moment the last page is done:
 - static (the reference): every page GETs, at once, a file of the list's size that nginx

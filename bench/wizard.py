@@ -25,7 +25,9 @@ keep-alive clients (default 50) send back-to-back requests for S seconds to
 and to the list straight to gunicorn (`Remote-User: public`, the same answer), in R
 rounds (ABBA order, to even out drift). requests/s, p50/p99 latency, CPU per request
 of the worker, nginx and this client; every answer must be a 200 of the exact size.
-The ratio is list req/s over static req/s, both through nginx.
+The ratio is list req/s over static req/s, both through nginx. Through nginx the
+anonymous list is the view the service published (app/wizard/public_lists.py), sent by
+nginx alone; "list direct" is the service's own path.
 
 The service keeps the list's JSON text per collection version (app/wizard/cache.py),
 so once warmed every measured request is served from that cache: the figures are

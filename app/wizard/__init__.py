@@ -16,7 +16,7 @@ error_body = error_with_field   # {"error": message, "field"?: name}
 
 def init_app(app):
     from app.common.db import bind_to_requests
-    from app.wizard import ai, api, pages, uploads  # noqa: F401  (routes register on bp)
+    from app.wizard import ai, api, pages, public_lists, uploads  # noqa: F401  (routes register on bp)
     from app.wizard.generation import Generator
     from app.wizard.models import database
     from app.wizard.schema import open_database
@@ -30,6 +30,7 @@ def init_app(app):
     app.config["MAX_CONTENT_LENGTH"] = UPLOAD_LIMIT + 64 * 1024
     open_database(settings.database_url)
     seed_global_wizards()
+    public_lists.enable(settings.lists_dir)
     bind_to_requests(app, database)
     if settings.allow_test_identity:
         log.warning("WIZ_ALLOW_TEST_IDENTITY=1: X-Wiz-Test-User is honoured on direct loopback requests; "

@@ -6,7 +6,7 @@ from flask import Response, jsonify, request
 from app.common import sse
 from app.common.body import json_object
 from app.common.failures import Invalid
-from app.wizard import bp, collections, events, identity, list_files
+from app.wizard import bp, collections, events, identity, list_files, public_lists
 from app.wizard.models import LlmTiming
 
 log = logging.getLogger("bundle.wizard")
@@ -30,10 +30,14 @@ def me():
 @bp.get("/api/collections/<name>")
 def list_collection(name):
     wanted = collections.parse_filter(request.args.get("filter"))
-    answer = collections.list_rows(name, identity.current(), wanted)
+    who = identity.current()
+    answer = collections.list_rows(name, who, wanted)
+    nginx_sends_lists = request.headers.get(list_files.ACCEL_HEADER)
+    if nginx_sends_lists and who.is_public and not wanted:
+        public_lists.offer(name)   # later anonymous reads are answered by nginx alone
     if request.if_none_match.contains_weak(answer.tag):
         response = Response(status=304)   # the page holds these bytes already
-    elif request.headers.get(list_files.ACCEL_HEADER):
+    elif nginx_sends_lists:
         response = list_files.redirect_response(answer)
     else:
         response = Response(answer.body, mimetype="application/json")

@@ -22,6 +22,7 @@ POLL_SECONDS = 0.25
 log = logging.getLogger("bundle.wizard")
 _announced = {}        # collection -> the last counter value announced by this process
 _watcher = None
+_before_announcing = []   # callables({collection: counter}) run before an announcement goes out
 
 
 def forget():
@@ -29,8 +30,17 @@ def forget():
     _announced.clear()
 
 
+def on_announce(callback):
+    """Call `callback(versions)` before each announcement goes out, in the announcing
+    process (public_lists brings its published views up to the write first)."""
+    if callback not in _before_announcing:
+        _before_announcing.append(callback)
+
+
 def announce(versions):
     """After a write's commit: {collection: its counter after the write}."""
+    for callback in _before_announcing:
+        callback(versions)
     for name, version in versions.items():
         _announced[name] = max(version, _announced.get(name, 0))
         broker.publish(TOPIC, {"collection": name})

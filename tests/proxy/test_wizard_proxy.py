@@ -5,6 +5,7 @@ Authelia-shaped provider makes signed-in visitors themselves and everyone else
 by nginx from the files the service names; events are unbuffered."""
 import io
 import re
+import threading
 
 import pytest
 import requests
@@ -25,25 +26,30 @@ def wizard_backend(start_module_service):
     return start_module_service("wizard", env={"WIZ_ALLOW_TEST_IDENTITY": "1"})
 
 
+def site(wizard_backend, prefix, lists=True, provider=None):
+    """The wizard's site in front of `wizard_backend`: its uploads folder, its lists
+    folder (`lists`), forward auth at `provider` (else everyone is `public`)."""
+    variables = {"wizard_uploads_dir": str(wizard_backend.data_dir / "uploads")}
+    if lists:
+        variables["wizard_lists_dir"] = str(wizard_backend.data_dir / "lists")
+    if provider is not None:
+        variables["wizard_auth_request_url"] = provider.issuer + "/api/authz/auth-request"
+    return nginx.start(prefix, upstreams={"wizard": f"127.0.0.1:{wizard_backend.port}"}, variables=variables)
+
+
 @pytest.fixture(scope="module")
 def open_proxy(wizard_backend, tmp_path_factory):
     """The site with no identity provider: everyone is `public`."""
-    from devtools import nginx
-    proxy = nginx.start(tmp_path_factory.mktemp("nginx-wizard-open"),
-                        upstreams={"wizard": f"127.0.0.1:{wizard_backend.port}"},
-                        variables={"wizard_uploads_dir": str(wizard_backend.data_dir / "uploads"),
-                                   "wizard_lists_dir": str(wizard_backend.data_dir / "lists")})
+    proxy = site(wizard_backend, tmp_path_factory.mktemp("nginx-wizard-open"))
     yield proxy
     proxy.stop()
 
 
 @pytest.fixture(scope="module")
 def auth_proxy(wizard_backend, forward_auth_provider, tmp_path_factory):
-    from devtools import nginx
-    proxy = nginx.start(tmp_path_factory.mktemp("nginx-wizard-auth"),
-                        upstreams={"wizard": f"127.0.0.1:{wizard_backend.port}"},
-                        variables={"wizard_uploads_dir": str(wizard_backend.data_dir / "uploads"),
-                                   "wizard_auth_request_url": forward_auth_provider.issuer + "/api/authz/auth-request"})
+    """Forward auth, and no lists folder: the service sends every list itself."""
+    proxy = site(wizard_backend, tmp_path_factory.mktemp("nginx-wizard-auth"), lists=False,
+                 provider=forward_auth_provider)
     yield proxy
     proxy.stop()
 
@@ -140,16 +146,20 @@ def test_an_unavailable_identity_provider_fails_closed(auth_proxy, forward_auth_
     assert me(auth_proxy)["id"] == "public"
 
 
-def list_of(proxy, **headers):
-    return requests.get(proxy.url + "/api/collections/blueprints", headers=proxy.headers("wizard", **headers),
-                        timeout=10)
+def list_of(proxy, params=None, **headers):
+    return requests.get(proxy.url + "/api/collections/blueprints", params=params,
+                        headers=proxy.headers("wizard", **headers), timeout=10)
+
+
+# A filtered read: never answered from the published anonymous view (below).
+PUBLIC_ROWS = {"filter": '{"is_public":true}'}
 
 
 def test_collection_lists_are_sent_by_nginx_from_the_named_file(open_proxy, wizard_backend):
     requests.post(open_proxy.url + "/api/collections/blueprints", headers=open_proxy.headers("wizard"),
                   json={"title": "sent by nginx", "is_public": True}, timeout=10)
-    through = list_of(open_proxy)
-    direct = requests.get(wizard_backend.base_url + "/api/collections/blueprints",
+    through = list_of(open_proxy, PUBLIC_ROWS)
+    direct = requests.get(wizard_backend.base_url + "/api/collections/blueprints", params=PUBLIC_ROWS,
                           headers={"Remote-User": "public"}, timeout=10)
     assert through.status_code == 200 and through.content == direct.content
     tag = through.headers["ETag"]
@@ -158,7 +168,7 @@ def test_collection_lists_are_sent_by_nginx_from_the_named_file(open_proxy, wiza
     assert through.headers["Cache-Control"] == "private, no-cache"
     assert "X-Accel-Redirect" not in through.headers
     assert (wizard_backend.data_dir / "lists" / (tag.strip('"') + ".json")).read_bytes() == direct.content
-    unchanged = list_of(open_proxy, **{"If-None-Match": tag})
+    unchanged = list_of(open_proxy, PUBLIC_ROWS, **{"If-None-Match": tag})
     assert unchanged.status_code == 304 and unchanged.content == b"" and unchanged.headers["ETag"] == tag
     # The internal location is not reachable from outside.
     assert requests.get(open_proxy.url + "/_wizard_lists/" + tag.strip('"') + ".json",
@@ -184,3 +194,114 @@ def test_a_list_file_nginx_cannot_find_is_sent_by_the_service(wizard_backend, tm
         assert answer.headers["ETag"] == direct.headers["ETag"]
     finally:
         proxy.stop()
+
+
+# ---- the anonymous view, published and sent by nginx alone (app/wizard/public_lists.py)
+
+@pytest.fixture(scope="module")
+def auth_lists_proxy(wizard_backend, forward_auth_provider, tmp_path_factory):
+    """The production site: an identity provider, and the lists folder nginx sends from."""
+    proxy = site(wizard_backend, tmp_path_factory.mktemp("nginx-wizard-auth-lists"), provider=forward_auth_provider)
+    yield proxy
+    proxy.stop()
+
+
+def sent_by_nginx_alone(answer):
+    """An answer nginx made from a published file: its own ETag (the file's time and
+    size, in hex) and none of the service's headers."""
+    return (re.fullmatch(r'"[0-9a-f]+-[0-9a-f]+"', answer.headers.get("ETag", "")) is not None
+            and "X-Request-Id" not in answer.headers)
+
+
+def ids(answer):
+    return {row["id"] for row in answer.json()}
+
+
+def post_blueprint(base_url, headers, title, is_public=True):
+    made = requests.post(base_url + "/api/collections/blueprints", headers=headers,
+                         json={"title": title, "is_public": is_public}, timeout=10)
+    assert made.status_code == 201, made.text
+    return made.json()
+
+
+def test_the_anonymous_view_is_published_and_kept_current(open_proxy, wizard_backend):
+    post_blueprint(open_proxy.url, open_proxy.headers("wizard"), "anonymous view")
+    list_of(open_proxy)   # the first anonymous read (the service's) publishes the view
+    published = list_of(open_proxy)
+    assert published.status_code == 200 and sent_by_nginx_alone(published)
+    assert published.headers["Content-Type"] == "application/json"
+    assert published.headers["Cache-Control"] == "private, no-cache"
+    assert published.headers["X-Content-Type-Options"] == "nosniff"
+    direct = requests.get(wizard_backend.base_url + "/api/collections/blueprints",
+                          headers={"Remote-User": "public"}, timeout=10)
+    assert published.content == direct.content
+    tag = published.headers["ETag"]
+    assert list_of(open_proxy, **{"If-None-Match": tag}).status_code == 304
+    head = requests.head(open_proxy.url + "/api/collections/blueprints", headers=open_proxy.headers("wizard"),
+                         timeout=10)
+    assert head.status_code == 200 and head.headers["ETag"] == tag
+
+    # Another user's private row: the anonymous view is the same, and so is its tag.
+    post_blueprint(wizard_backend.base_url, {"Remote-User": "ada"}, "ada's own", is_public=False)
+    assert list_of(open_proxy, **{"If-None-Match": tag}).status_code == 304
+
+    # A public row: the read right after the write holds it, under a new tag.
+    row = post_blueprint(open_proxy.url, open_proxy.headers("wizard"), "seen at once")
+    fresh = list_of(open_proxy, **{"If-None-Match": tag})
+    assert fresh.status_code == 200 and sent_by_nginx_alone(fresh) and row["id"] in ids(fresh)
+    assert fresh.headers["ETag"] != tag
+
+    # A query and a write still reach the service.
+    filtered = list_of(open_proxy, PUBLIC_ROWS)
+    assert filtered.status_code == 200 and not sent_by_nginx_alone(filtered) and row["id"] in ids(filtered)
+
+
+def test_contents_of_the_same_size_never_share_a_tag(open_proxy, wizard_backend):
+    row = post_blueprint(open_proxy.url, open_proxy.headers("wizard"), "title A")
+    list_of(open_proxy)
+    tags = []
+    for title in ("title B", "title C", "title D"):   # each change keeps the list's size
+        changed = requests.patch(f"{open_proxy.url}/api/collections/blueprints/{row['id']}",
+                                 headers=open_proxy.headers("wizard"), json={"title": title}, timeout=10)
+        assert changed.status_code == 200, changed.text
+        answer = list_of(open_proxy, **({"If-None-Match": tags[-1]} if tags else {}))
+        assert answer.status_code == 200 and sent_by_nginx_alone(answer)
+        assert {r["id"]: r["title"] for r in answer.json()}[row["id"]] == title
+        tags.append(answer.headers["ETag"])
+    assert len(set(tags)) == 3
+
+
+def test_a_page_told_of_a_write_reads_the_new_view(open_proxy, wizard_backend):
+    list_of(open_proxy)
+    with requests.get(open_proxy.url + "/api/events", headers=open_proxy.headers("wizard"), stream=True,
+                      timeout=10) as stream:
+        assert stream.status_code == 200
+        writer = threading.Thread(target=post_blueprint, args=(wizard_backend.base_url, {"Remote-User": "ada"},
+                                                               "told by the event"))
+        writer.start()
+        record = next(iter_records(stream))
+        assert record.json() == {"collection": "blueprints"}
+        # Read on the event, while the write's request may still be answering.
+        answer = list_of(open_proxy)
+        writer.join(10)
+    assert sent_by_nginx_alone(answer)
+    assert "told by the event" in {row["title"] for row in answer.json()}
+
+
+def test_signed_in_visitors_are_answered_by_the_service_as_themselves(auth_lists_proxy, forward_auth_provider):
+    bo = provider_session(forward_auth_provider, "bo")
+    own = post_blueprint(auth_lists_proxy.url, auth_lists_proxy.headers("wizard", **bo), "bo's own", is_public=False)
+    assert own["user_id"] == "bo"   # identified once, passed on to the service
+    list_of(auth_lists_proxy)
+    anonymous = list_of(auth_lists_proxy)
+    assert anonymous.status_code == 200 and sent_by_nginx_alone(anonymous) and own["id"] not in ids(anonymous)
+    theirs = list_of(auth_lists_proxy, **bo)
+    assert theirs.status_code == 200 and not sent_by_nginx_alone(theirs) and own["id"] in ids(theirs)
+    # Whoever the client claims to be.
+    assert own["id"] not in ids(list_of(auth_lists_proxy, **FORGED))
+    # A provider that does not answer: refused, never the anonymous view.
+    forward_auth_provider.down = 503
+    try:
+        assert list_of(auth_lists_proxy, **bo).status_code == 500
+    finally:
+        forward_auth_provider.down = False

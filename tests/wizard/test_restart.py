@@ -1,4 +1,6 @@
 """Check 8 and the life of the data across restarts of the gunicorn process."""
+import requests
+
 from tests.support.wizard import TEST_IDENTITY, WizardClient
 
 
@@ -37,3 +39,20 @@ def test_two_workers_starting_together_seed_once(start_service, tmp_path, redis_
                             env={**TEST_IDENTITY, "REDIS_URL": redis_server.new_url()})
     names = [row["name"] for row in WizardClient(service.base_url).get("/api/collections/wizards").json()]
     assert len(names) == len(set(names)) == 3
+
+
+def test_a_published_anonymous_view_is_withdrawn_at_the_next_start(start_service, tmp_path):
+    # Nothing written while the service was stopped may be sent stale by nginx: the
+    # next start removes the file, and the next anonymous read publishes it again.
+    data_dir = tmp_path / "wizard"
+    as_nginx_would_ask = {"Remote-User": "public", "X-Wiz-Accel-Lists": "on"}
+    published = data_dir / "lists" / "public" / "wizards.json"
+    service = start_service("wizard", data_dir=data_dir, env=TEST_IDENTITY)
+    assert requests.get(service.base_url + "/api/collections/wizards", headers=as_nginx_would_ask, timeout=10).ok
+    assert published.is_file()
+    service.stop()
+    published.write_bytes(b"[]")   # as if the database had changed meanwhile
+    service = start_service("wizard", data_dir=data_dir, env=TEST_IDENTITY)
+    assert not published.exists()
+    answer = requests.get(service.base_url + "/api/collections/wizards", headers=as_nginx_would_ask, timeout=10)
+    assert answer.ok and published.read_bytes() not in (b"", b"[]")

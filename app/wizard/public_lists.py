@@ -1,0 +1,185 @@
+"""The anonymous view of a collection, published as a file that nginx sends by itself.
+
+After every event of its collection each open page reads its list again, and every
+anonymous visitor (`public`) sees the same list. Where nginx serves the lists folder (the
+site sends `X-Wiz-Accel-Lists`), the first anonymous read of a whole collection that
+reaches the service publishes that view as `<lists>/public/<name>.json`. From then on
+nginx answers anonymous `GET /api/collections/<name>` without a query from that file,
+without asking the service (nginx/sites/wizard.conf.j2); every other read still reaches
+the service.
+
+A published view is never behind an announced event: before a process announces a
+write (events.on_announce) it rebuilds the views that are published, so a page that
+reads again after the event finds the new list. A rebuild that fails withdraws the file
+(nginx then asks the service). Each start of a worker withdraws every file, so nothing
+written while the service was stopped (a migration, a restored database) is served
+stale; the next anonymous read publishes again.
+
+nginx tags a file by its modification time (whole seconds) and size. Each new content is
+given a later whole second than the one before it, so two contents never share an ETag,
+and an unchanged content keeps its file (and its ETag: a page's If-None-Match gets 304).
+
+One host only: the rebuild runs in the writing process, which reaches this host's folder
+alone. So publishing is on with SQLite (one host by nature) and off with PostgreSQL,
+where another host's page could read its own host's file before that host heard of the
+write.
+"""
+import fcntl
+import json
+import logging
+import os
+import tempfile
+import time
+
+import gevent
+from peewee import SqliteDatabase
+
+from app.wizard import cache, collections, events
+from app.wizard.identity import PUBLIC, Identity
+from app.wizard.models import database
+
+log = logging.getLogger("bundle.wizard")
+VISITOR = Identity(PUBLIC, frozenset())
+LOCK_WAIT_SECONDS = 0.002   # between two tries of the folder's lock (held for a file's write)
+
+_folder = None   # set by enable(): where this process publishes; None: it does not
+
+
+def enable(lists_dir):
+    """Publish into `<lists_dir>/public` from now on (or nothing when the database may
+    be shared by several hosts), after withdrawing what an earlier run left there."""
+    global _folder
+    _folder = None
+    if not isinstance(database.obj, SqliteDatabase):
+        return
+    _folder = os.path.join(lists_dir, "public")
+    os.makedirs(_folder, exist_ok=True)
+    with _locked():
+        for entry in os.scandir(_folder):
+            if entry.name.endswith((".json", ".tmp")):   # (a .tmp: a write cut short)
+                os.unlink(entry.path)
+
+
+def offer(name):
+    """An anonymous read of all of `name` reached the service: publish the view if it
+    is not published yet."""
+    if _folder is not None and not os.path.exists(_body_path(name)):
+        _publish(name)
+
+
+def refresh(versions):
+    """Before `versions` ({collection: counter}) are announced: rebuild their views
+    that are published."""
+    if _folder is None:
+        return
+    for name in versions:
+        if os.path.exists(_state_path(name)):
+            _publish(name)
+
+
+def _publish(name):
+    try:
+        with _connection():
+            version = cache.version(name)   # the view built next is at least this new
+            view = collections.list_rows(name, VISITOR, {})
+        _store(name, version, view)
+    except Exception:
+        log.exception("the anonymous view of %s could not be published; nginx asks the service for it", name)
+        _withdraw(name)
+
+
+def _store(name, version, view):
+    """Write `view` (a cache.Answer) as the published file of `name`, unless what is
+    there is as new; under the folder's lock, so views only ever move forward."""
+    with _locked():
+        state = _read_state(name)
+        present = os.path.exists(_body_path(name))
+        if present and state and state["version"] >= version:
+            return
+        if present and state and state["tag"] == view.tag:
+            _write_state(name, {**state, "version": version})   # same bytes: keep the file and its ETag
+            return
+        mtime = max(int(time.time()), state["mtime"] + 1 if state else 0)
+        _write_whole(_body_path(name), view.body, mtime)
+        _write_state(name, {"version": version, "tag": view.tag, "mtime": mtime})
+
+
+def _withdraw(name):
+    try:
+        with _locked():
+            os.unlink(_body_path(name))
+    except FileNotFoundError:
+        pass
+    except OSError:
+        # The write has committed: its answer must not fail. nginx may send this view
+        # stale until the file can be replaced or removed.
+        log.exception("the anonymous view of %s could not be withdrawn", name)
+
+
+def _body_path(name):
+    return os.path.join(_folder, name + ".json")
+
+
+def _state_path(name):
+    return os.path.join(_folder, name + ".state")
+
+
+def _read_state(name):
+    try:
+        with open(_state_path(name), encoding="utf-8") as handle:
+            return json.load(handle)
+    except FileNotFoundError:
+        return None
+
+
+def _write_state(name, state):
+    _write_whole(_state_path(name), json.dumps(state).encode(), None)
+
+
+def _write_whole(path, data, mtime):
+    """Whole or absent: nginx may open `path` at any moment."""
+    handle, temporary = tempfile.mkstemp(dir=_folder, prefix=".", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+        os.chmod(temporary, 0o644)   # nginx's workers read it
+        if mtime is not None:
+            os.utime(temporary, (mtime, mtime))
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+class _locked:
+    """The folder's lock, shared by every process of the host. Taken without blocking
+    the worker's other greenlets: it is only held while a file is written."""
+
+    def __enter__(self):
+        self.handle = open(os.path.join(_folder, ".lock"), "a")
+        while True:
+            try:
+                fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return self
+            except BlockingIOError:
+                gevent.sleep(LOCK_WAIT_SECONDS)
+
+    def __exit__(self, *exc):
+        self.handle.close()   # releases the lock
+
+
+class _connection:
+    """The caller's database connection, or one for the time of a rebuild (the
+    collection watcher announces outside any request)."""
+
+    def __enter__(self):
+        self.opened = database.is_closed()
+        if self.opened:
+            database.connect()
+
+    def __exit__(self, *exc):
+        if self.opened:
+            database.close()
+
+
+events.on_announce(refresh)
