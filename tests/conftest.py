@@ -90,15 +90,16 @@ def pytest_addoption(parser):
 
 @pytest.fixture(scope="module")
 def forward_auth_provider():
-    """The Authelia-shaped provider with two portal users for the wizard's forward auth:
-    ada (group wiz-admins) and bo (no groups), both with FORWARD_AUTH_PASSWORD; its one
-    client is not used by these tests."""
+    """The Authelia-shaped provider with three portal users for the wizard's forward
+    auth: ada (group wiz-admins), bo and Public (no groups: a name that differs from the
+    anonymous `public` by its case only), all with FORWARD_AUTH_PASSWORD; its one client
+    is not used by these tests."""
     from devtools.oidc_provider import OidcProvider, pbkdf2_sha512_digest
     config = {
         "clients": [{"client_id": "workspace", "client_secret_digest": pbkdf2_sha512_digest("s", rounds=1000),
                      "redirect_uris": ["https://workspace.example/api/v2/users/oidc/callback"]}],
         "users": [{"username": name, "password": FORWARD_AUTH_PASSWORD, "email": f"{name}@example.com",
-                   "groups": groups} for name, groups in (("ada", ["wiz-admins"]), ("bo", []))],
+                   "groups": groups} for name, groups in (("ada", ["wiz-admins"]), ("bo", []), ("Public", []))],
     }
     with OidcProvider(config) as provider:
         yield provider

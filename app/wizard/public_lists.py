@@ -9,8 +9,11 @@ without asking the service (nginx/sites/wizard.conf.j2); every other read still 
 the service.
 
 A published view is never behind an announced event: before a process announces a
-write (events.on_announce) it rebuilds the views that are published, so a page that
-reads again after the event finds the new list. A rebuild that fails withdraws the file
+write (events.on_announce) it rebuilds the views that are published or being published
+(a first read marks its view before it reads the counter), so a page that reads again
+after the event finds the new list. Builds may finish in any order: each view's state
+keeps the highest counter stored, and no build of an older counter is stored after it,
+even when the file was withdrawn meanwhile. A rebuild that fails withdraws the file
 (nginx then asks the service). Each start of a worker withdraws every file, so nothing
 written while the service was stopped (a migration, a restored database) is served
 stale; the next anonymous read publishes again.
@@ -43,33 +46,43 @@ VISITOR = Identity(PUBLIC, frozenset())
 LOCK_WAIT_SECONDS = 0.002   # between two tries of the folder's lock (held for a file's write)
 
 _folder = None   # set by enable(): where this process publishes; None: it does not
+# A view's state (`<name>.state`): the counter no older build may be stored below, the
+# tag of the published bytes, and the whole-second mtime of the last file written.
+NEVER_STORED = {"version": 0, "tag": None, "mtime": 0}
 
 
 def enable(lists_dir):
     """Publish into `<lists_dir>/public` from now on (or nothing when the database may
-    be shared by several hosts), after withdrawing what an earlier run left there."""
+    be shared by several hosts), after withdrawing every view an earlier run left
+    there."""
     global _folder
     _folder = None
+    folder = os.path.join(lists_dir, "public")
     if not isinstance(database.obj, SqliteDatabase):
+        # Left from before a move to PostgreSQL: nothing here would keep them current.
+        _remove_bodies(folder)
         return
-    _folder = os.path.join(lists_dir, "public")
-    os.makedirs(_folder, exist_ok=True)
+    os.makedirs(folder, exist_ok=True)
+    _folder = folder
     with _locked():
-        for entry in os.scandir(_folder):
-            if entry.name.endswith((".json", ".tmp")):   # (a .tmp: a write cut short)
-                os.unlink(entry.path)
+        _remove_bodies(folder)
+        _forget_versions_past_the_database()
 
 
 def offer(name):
     """An anonymous read of all of `name` reached the service: publish the view if it
     is not published yet."""
-    if _folder is not None and not os.path.exists(_body_path(name)):
-        _publish(name)
+    if _folder is None or os.path.exists(_body_path(name)):
+        return
+    with _locked():
+        if _read_state(name) is None:   # from now on every write of `name` rebuilds it
+            _write_state(name, NEVER_STORED)
+    _publish(name)
 
 
 def refresh(versions):
     """Before `versions` ({collection: counter}) are announced: rebuild their views
-    that are published."""
+    that are published or being published."""
     if _folder is None:
         return
     for name in versions:
@@ -82,29 +95,32 @@ def _publish(name):
         with _connection():
             version = cache.version(name)   # the view built next is at least this new
             view = collections.list_rows(name, VISITOR, {})
-        _store(name, version, view)
+        store(name, version, view)
     except Exception:
         log.exception("the anonymous view of %s could not be published; nginx asks the service for it", name)
-        _withdraw(name)
+        withdraw(name)
 
 
-def _store(name, version, view):
-    """Write `view` (a cache.Answer) as the published file of `name`, unless what is
-    there is as new; under the folder's lock, so views only ever move forward."""
+def store(name, version, view):
+    """Write `view` (a cache.Answer, at least as new as the counter `version`) as the
+    published file of `name`, under the folder's lock. A state's version only rises:
+    once a view of counter v was stored (even if its file was withdrawn since), no
+    build of an older counter is, so a view never moves back past an announced write."""
     with _locked():
-        state = _read_state(name)
-        present = os.path.exists(_body_path(name))
-        if present and state and state["version"] >= version:
+        state = _read_state(name) or NEVER_STORED
+        if version < state["version"]:
             return
-        if present and state and state["tag"] == view.tag:
-            _write_state(name, {**state, "version": version})   # same bytes: keep the file and its ETag
+        if state["tag"] == view.tag and _body_is(name, state):
+            if version > state["version"]:
+                _write_state(name, {**state, "version": version})   # same bytes: the file and its ETag stay
             return
-        mtime = max(int(time.time()), state["mtime"] + 1 if state else 0)
-        _write_whole(_body_path(name), view.body, mtime)
+        mtime = max(int(time.time()), state["mtime"] + 1)
+        # The state first: a body cut short by a crash does not match it, and is replaced.
         _write_state(name, {"version": version, "tag": view.tag, "mtime": mtime})
+        _write_whole(_body_path(name), view.body, mtime)
 
 
-def _withdraw(name):
+def withdraw(name):
     try:
         with _locked():
             os.unlink(_body_path(name))
@@ -114,6 +130,34 @@ def _withdraw(name):
         # The write has committed: its answer must not fail. nginx may send this view
         # stale until the file can be replaced or removed.
         log.exception("the anonymous view of %s could not be withdrawn", name)
+
+
+def _remove_bodies(folder):
+    if not os.path.isdir(folder):
+        return
+    for entry in os.scandir(folder):
+        if entry.name.endswith((".json", ".tmp")):   # (a .tmp: a write cut short)
+            os.unlink(entry.path)
+
+
+def _forget_versions_past_the_database():
+    """A database replaced by an older one (a restore) has counters below the states':
+    start those views again (keeping their last mtime, so tags stay unique)."""
+    with _connection():
+        for entry in os.scandir(_folder):
+            if entry.name.endswith(".state"):
+                name = entry.name[:-len(".state")]
+                state = _read_state(name)
+                if cache.version(name) < state["version"]:
+                    _write_state(name, {**NEVER_STORED, "mtime": state["mtime"]})
+
+
+def _body_is(name, state):
+    """Whether the published file is the one `state` describes (its mtime is unique)."""
+    try:
+        return int(os.stat(_body_path(name)).st_mtime) == state["mtime"]
+    except FileNotFoundError:
+        return False
 
 
 def _body_path(name):
@@ -157,12 +201,16 @@ class _locked:
 
     def __enter__(self):
         self.handle = open(os.path.join(_folder, ".lock"), "a")
-        while True:
-            try:
-                fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return self
-            except BlockingIOError:
-                gevent.sleep(LOCK_WAIT_SECONDS)
+        try:
+            while True:
+                try:
+                    fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return self
+                except BlockingIOError:
+                    gevent.sleep(LOCK_WAIT_SECONDS)
+        except BaseException:   # a timeout while waiting
+            self.handle.close()
+            raise
 
     def __exit__(self, *exc):
         self.handle.close()   # releases the lock

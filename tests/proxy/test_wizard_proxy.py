@@ -276,14 +276,16 @@ def test_a_page_told_of_a_write_reads_the_new_view(open_proxy, wizard_backend):
     with requests.get(open_proxy.url + "/api/events", headers=open_proxy.headers("wizard"), stream=True,
                       timeout=10) as stream:
         assert stream.status_code == 200
-        writer = threading.Thread(target=post_blueprint, args=(wizard_backend.base_url, {"Remote-User": "ada"},
-                                                               "told by the event"))
+        written = []
+        writer = threading.Thread(target=lambda: written.append(
+            post_blueprint(wizard_backend.base_url, {"Remote-User": "ada"}, "told by the event")))
         writer.start()
         record = next(iter_records(stream))
         assert record.json() == {"collection": "blueprints"}
         # Read on the event, while the write's request may still be answering.
         answer = list_of(open_proxy)
         writer.join(10)
+    assert written, "the write failed"
     assert sent_by_nginx_alone(answer)
     assert "told by the event" in {row["title"] for row in answer.json()}
 
@@ -299,6 +301,12 @@ def test_signed_in_visitors_are_answered_by_the_service_as_themselves(auth_lists
     assert theirs.status_code == 200 and not sent_by_nginx_alone(theirs) and own["id"] in ids(theirs)
     # Whoever the client claims to be.
     assert own["id"] not in ids(list_of(auth_lists_proxy, **FORGED))
+    # A user whose name differs from `public` by its case only is that user, not anonymous.
+    capital = provider_session(forward_auth_provider, "Public")
+    theirs = post_blueprint(auth_lists_proxy.url, auth_lists_proxy.headers("wizard", **capital), "Public's own",
+                            is_public=False)
+    read = list_of(auth_lists_proxy, **capital)
+    assert theirs["user_id"] == "Public" and not sent_by_nginx_alone(read) and theirs["id"] in ids(read)
     # A provider that does not answer: refused, never the anonymous view.
     forward_auth_provider.down = 503
     try:

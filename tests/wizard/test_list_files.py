@@ -5,7 +5,7 @@ import time
 
 import requests
 
-from app.wizard import list_files
+from app.wizard import cache, list_files, public_lists
 
 
 def test_the_sweep_removes_only_files_not_written_for_a_while(tmp_path):
@@ -27,3 +27,27 @@ def test_the_anonymous_view_is_published_on_sqlite_only(wizard_server, db_backen
     assert answer.status_code == 200
     published = wizard_server.data_dir / "lists" / "public" / "blueprints.json"
     assert published.exists() == (db_backend.name == "sqlite")
+
+
+def test_a_published_view_never_moves_back_past_a_newer_one(tmp_path, monkeypatch):
+    # Builds finish in any order (a slow anonymous read, a writer's rebuild); a file
+    # withdrawn after a failure or at a start must not let an older build in either.
+    monkeypatch.setattr(public_lists, "_folder", str(tmp_path))
+    older, newer = cache.answer(b'[{"title":"older"}]'), cache.answer(b'[{"title":"newer"}]')
+    body = tmp_path / "blueprints.json"
+    public_lists.store("blueprints", 7, newer)
+    public_lists.store("blueprints", 6, older)
+    assert body.read_bytes() == newer.body
+    first_mtime = body.stat().st_mtime
+    public_lists.withdraw("blueprints")
+    public_lists.store("blueprints", 6, older)
+    assert not body.exists()
+    public_lists.store("blueprints", 7, older)   # as new as the last: its content is at least that new
+    assert body.read_bytes() == older.body and body.stat().st_mtime > first_mtime
+    mtime = body.stat().st_mtime
+    public_lists.store("blueprints", 8, older)   # the same bytes: the file (and its ETag) stays
+    assert body.stat().st_mtime == mtime
+    body.write_bytes(b"[cut short")           # not the body its state describes (another mtime)
+    os.utime(body, (mtime - 1, mtime - 1))
+    public_lists.store("blueprints", 8, older)
+    assert body.read_bytes() == older.body and body.stat().st_mtime > mtime

@@ -41,18 +41,42 @@ def test_two_workers_starting_together_seed_once(start_service, tmp_path, redis_
     assert len(names) == len(set(names)) == 3
 
 
+AS_NGINX_WOULD_ASK = {"Remote-User": "public", "X-Wiz-Accel-Lists": "on"}
+
+
+def read_wizards_anonymously(service):
+    answer = requests.get(service.base_url + "/api/collections/wizards", headers=AS_NGINX_WOULD_ASK, timeout=10)
+    assert answer.ok, answer.text
+
+
+def published_then_stopped(start_service, data_dir):
+    """A service on `data_dir` that published the anonymous view of `wizards` and was
+    stopped; the path of that view's file."""
+    published = data_dir / "lists" / "public" / "wizards.json"
+    service = start_service("wizard", data_dir=data_dir, env=TEST_IDENTITY)
+    read_wizards_anonymously(service)
+    assert published.is_file()
+    service.stop()
+    return published
+
+
 def test_a_published_anonymous_view_is_withdrawn_at_the_next_start(start_service, tmp_path):
     # Nothing written while the service was stopped may be sent stale by nginx: the
     # next start removes the file, and the next anonymous read publishes it again.
-    data_dir = tmp_path / "wizard"
-    as_nginx_would_ask = {"Remote-User": "public", "X-Wiz-Accel-Lists": "on"}
-    published = data_dir / "lists" / "public" / "wizards.json"
-    service = start_service("wizard", data_dir=data_dir, env=TEST_IDENTITY)
-    assert requests.get(service.base_url + "/api/collections/wizards", headers=as_nginx_would_ask, timeout=10).ok
-    assert published.is_file()
-    service.stop()
+    published = published_then_stopped(start_service, tmp_path / "wizard")
     published.write_bytes(b"[]")   # as if the database had changed meanwhile
-    service = start_service("wizard", data_dir=data_dir, env=TEST_IDENTITY)
+    service = start_service("wizard", data_dir=tmp_path / "wizard", env=TEST_IDENTITY)
     assert not published.exists()
-    answer = requests.get(service.base_url + "/api/collections/wizards", headers=as_nginx_would_ask, timeout=10)
-    assert answer.ok and published.read_bytes() not in (b"", b"[]")
+    read_wizards_anonymously(service)
+    assert published.read_bytes() not in (b"", b"[]")
+
+
+def test_views_published_on_sqlite_are_withdrawn_once_on_postgresql(start_service, tmp_path, postgres_server):
+    # The move keeps the DATA_DIR (copy-to-postgres, then DATABASE_URL): nothing would
+    # keep the old files current, so nginx must not find them.
+    published = published_then_stopped(start_service, tmp_path / "wizard")
+    service = start_service("wizard", data_dir=tmp_path / "wizard",
+                            env={**TEST_IDENTITY, "DATABASE_URL": postgres_server.new_database()})
+    assert not published.exists()
+    read_wizards_anonymously(service)
+    assert not published.exists()
