@@ -148,7 +148,9 @@ def _forget_versions_past_the_database():
             if entry.name.endswith(".state"):
                 name = entry.name[:-len(".state")]
                 state = _read_state(name)
-                if cache.version(name) < state["version"]:
+                if state is None:   # unreadable: started again
+                    _write_state(name, NEVER_STORED)
+                elif cache.version(name) < state["version"]:
                     _write_state(name, {**NEVER_STORED, "mtime": state["mtime"]})
 
 
@@ -169,10 +171,15 @@ def _state_path(name):
 
 
 def _read_state(name):
+    """The state of `name`'s view, or None (never published, or unreadable: a state
+    is replaced whole, so only a damaged disk makes one unreadable)."""
     try:
         with open(_state_path(name), encoding="utf-8") as handle:
             return json.load(handle)
     except FileNotFoundError:
+        return None
+    except ValueError:
+        log.warning("the state of the anonymous view of %s is unreadable; it starts again", name)
         return None
 
 
