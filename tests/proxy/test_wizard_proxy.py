@@ -271,21 +271,27 @@ def test_contents_of_the_same_size_never_share_a_tag(open_proxy, wizard_backend)
     assert len(set(tags)) == 3
 
 
-def test_a_page_told_of_a_write_reads_the_new_view(open_proxy, wizard_backend):
-    list_of(open_proxy)
-    with requests.get(open_proxy.url + "/api/events", headers=open_proxy.headers("wizard"), stream=True,
+def read_on_the_event(proxy, service_url, title):
+    """A page's re-read: an anonymous stream through `proxy`; a public row `title`
+    written straight to the service; the list read through `proxy` as soon as the
+    event arrives, while the write's request may still be answering."""
+    written = []
+    with requests.get(proxy.url + "/api/events", headers=proxy.headers("wizard"), stream=True,
                       timeout=10) as stream:
         assert stream.status_code == 200
-        written = []
         writer = threading.Thread(target=lambda: written.append(
-            post_blueprint(wizard_backend.base_url, {"Remote-User": "ada"}, "told by the event")))
+            post_blueprint(service_url, {"Remote-User": "ada"}, title)))
         writer.start()
-        record = next(iter_records(stream))
-        assert record.json() == {"collection": "blueprints"}
-        # Read on the event, while the write's request may still be answering.
-        answer = list_of(open_proxy)
+        assert next(iter_records(stream)).json() == {"collection": "blueprints"}
+        answer = list_of(proxy)
         writer.join(10)
     assert written, "the write failed"
+    return answer
+
+
+def test_a_page_told_of_a_write_reads_the_new_view(open_proxy, wizard_backend):
+    list_of(open_proxy)
+    answer = read_on_the_event(open_proxy, wizard_backend.base_url, "told by the event")
     assert sent_by_nginx_alone(answer)
     assert "told by the event" in {row["title"] for row in answer.json()}
 
@@ -313,3 +319,18 @@ def test_signed_in_visitors_are_answered_by_the_service_as_themselves(auth_lists
         assert list_of(auth_lists_proxy, **bo).status_code == 500
     finally:
         forward_auth_provider.down = False
+
+
+def test_with_two_workers_a_page_told_by_the_other_worker_reads_the_new_view(start_service, redis_server, tmp_path):
+    # The write lands on one worker and the event reaches the page's stream through
+    # Redis, from whichever worker holds it: the file was rebuilt before the publish.
+    service = start_service("wizard", data_dir=tmp_path / "wizard", workers=2,
+                            env={"REDIS_URL": redis_server.new_url()})
+    proxy = site(service, tmp_path / "nginx")
+    try:
+        list_of(proxy)
+        for number in range(6):   # new connections: the writes and the streams spread over both workers
+            answer = read_on_the_event(proxy, service.base_url, f"written {number}")
+            assert sent_by_nginx_alone(answer) and f"written {number}" in {row["title"] for row in answer.json()}
+    finally:
+        proxy.stop()
