@@ -339,3 +339,19 @@ def test_secret_rotation_keeps_oidc_sign_in_working(stage):
     secrets = json.loads(stage.box.run("cat", "/etc/bundle/secrets.json").stdout)
     assert secrets["workspace_oidc_client_secret"] not in rotated.stdout
     assert _oidc_sign_in(stage)["username"] == USER
+
+
+def test_nginx_sends_the_published_anonymous_view_itself(stage):
+    # The service (its user, UMask 0027) writes lists/public in the folder nginx's group
+    # reads: after the first anonymous read, nginx answers alone (its own ETag, the
+    # file's time and size), and a write is in the very next read.
+    stage.get("wizard", "/api/collections/blueprints")
+    published = stage.get("wizard", "/api/collections/blueprints")
+    assert published.status_code == 200, published.text
+    assert re.fullmatch(r'"[0-9a-f]+-[0-9a-f]+"', published.headers.get("ETag", "")), published.headers
+    made = stage.client("wizard").post(stage.base + "/api/collections/blueprints", timeout=10,
+                                       json={"title": "published on the box", "is_public": True})
+    assert made.status_code == 201, made.text
+    fresh = stage.get("wizard", "/api/collections/blueprints")
+    assert made.json()["id"] in {row["id"] for row in fresh.json()}
+    assert fresh.headers["ETag"] != published.headers["ETag"]
