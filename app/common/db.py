@@ -66,6 +66,18 @@ def bind_to_requests(app, proxy):
             proxy.close()
 
 
+@contextmanager
+def connection_for_block(proxy):
+    """The caller's open connection (a request's), or, outside any request (a
+    greenlet of its own, a threadpool thread), one taken for the block and given back
+    after it."""
+    if not proxy.is_closed():
+        yield
+        return
+    with proxy.connection_context():
+        yield
+
+
 def run_sql(proxy, sql, params=()):
     """`proxy.execute_sql` for hand-written SQL with `?` placeholders, on either
     engine (psycopg's are `%s`). Keep literal `%` and `?` out of such SQL."""

@@ -18,6 +18,7 @@ import logging
 import os
 
 from app.common import offload
+from app.common.db import connection_for_block
 from app.notebook import llm, provider_keys
 
 log = logging.getLogger("bundle.notebook")
@@ -57,10 +58,8 @@ def _default_model_row():
                       if record.credential_id else None)
         return record, credential
 
-    if database.is_closed():  # a threadpool thread: a connection of its own, given back
-        with database.connection_context():
-            return lookup()
-    return lookup()
+    with connection_for_block(database):   # a threadpool thread: a connection of its own, given back
+        return lookup()
 
 
 def unavailable_reason(settings):

@@ -37,6 +37,7 @@ import time
 import gevent
 from peewee import SqliteDatabase
 
+from app.common.db import connection_for_block
 from app.wizard import cache, collections, events
 from app.wizard.identity import PUBLIC, Identity
 from app.wizard.models import database
@@ -92,7 +93,7 @@ def refresh(versions):
 
 def _publish(name):
     try:
-        with _connection():
+        with connection_for_block(database):
             version = cache.version(name)   # the view built next is at least this new
             view = collections.list_rows(name, VISITOR, {})
         store(name, version, view)
@@ -143,7 +144,7 @@ def _remove_bodies(folder):
 def _forget_versions_past_the_database():
     """A database replaced by an older one (a restore) has counters below the states':
     start those views again (keeping their last mtime, so tags stay unique)."""
-    with _connection():
+    with connection_for_block(database):
         for entry in os.scandir(_folder):
             if entry.name.endswith(".state"):
                 name = entry.name[:-len(".state")]
@@ -221,20 +222,6 @@ class _locked:
 
     def __exit__(self, *exc):
         self.handle.close()   # releases the lock
-
-
-class _connection:
-    """The caller's database connection, or one for the time of a rebuild (the
-    collection watcher announces outside any request)."""
-
-    def __enter__(self):
-        self.opened = database.is_closed()
-        if self.opened:
-            database.connect()
-
-    def __exit__(self, *exc):
-        if self.opened:
-            database.close()
 
 
 events.on_announce(refresh)
