@@ -41,20 +41,28 @@ def redirect_response(answer):
     return response
 
 
-def _write(path, body):
-    global _written_since_prune
-    directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
-    # Whole or absent: another worker may send this name at any moment.
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".", suffix=".tmp")
+def write_whole(path, data, mtime=None):
+    """A file nginx may open at any moment (another worker may send this name): whole
+    or absent, readable by nginx's workers; its modification time `mtime` if given.
+    Not synced to disk: a file lost in a crash is written again when next asked for."""
+    handle, temporary = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".", suffix=".tmp")
     try:
         with os.fdopen(handle, "wb") as out:
-            out.write(body)
-        os.chmod(temporary, 0o644)   # nginx's workers read it
+            out.write(data)
+        os.chmod(temporary, 0o644)
+        if mtime is not None:
+            os.utime(temporary, (mtime, mtime))
         os.replace(temporary, path)
     except BaseException:
         os.unlink(temporary)
         raise
+
+
+def _write(path, body):
+    global _written_since_prune
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    write_whole(path, body)
     _written_since_prune += 1
     if _written_since_prune >= PRUNE_EVERY:
         _written_since_prune = 0

@@ -31,14 +31,14 @@ import fcntl
 import json
 import logging
 import os
-import tempfile
 import time
 
 import gevent
 from peewee import SqliteDatabase
 
 from app.common.db import connection_for_block
-from app.wizard import cache, collections, events
+from app.common.fsutil import read_json
+from app.wizard import cache, collections, events, list_files
 from app.wizard.identity import PUBLIC, Identity
 from app.wizard.models import database
 
@@ -118,7 +118,7 @@ def store(name, version, view):
         mtime = max(int(time.time()), state["mtime"] + 1)
         # The state first: a body cut short by a crash does not match it, and is replaced.
         _write_state(name, {"version": version, "tag": view.tag, "mtime": mtime})
-        _write_whole(_body_path(name), view.body, mtime)
+        list_files.write_whole(_body_path(name), view.body, mtime)
 
 
 def withdraw(name):
@@ -175,32 +175,14 @@ def _read_state(name):
     """The state of `name`'s view, or None (never published, or unreadable: a state
     is replaced whole, so only a damaged disk makes one unreadable)."""
     try:
-        with open(_state_path(name), encoding="utf-8") as handle:
-            return json.load(handle)
-    except FileNotFoundError:
-        return None
+        return read_json(_state_path(name))
     except ValueError:
         log.warning("the state of the anonymous view of %s is unreadable; it starts again", name)
         return None
 
 
 def _write_state(name, state):
-    _write_whole(_state_path(name), json.dumps(state).encode(), None)
-
-
-def _write_whole(path, data, mtime):
-    """Whole or absent: nginx may open `path` at any moment."""
-    handle, temporary = tempfile.mkstemp(dir=_folder, prefix=".", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        os.chmod(temporary, 0o644)   # nginx's workers read it
-        if mtime is not None:
-            os.utime(temporary, (mtime, mtime))
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
+    list_files.write_whole(_state_path(name), json.dumps(state).encode())
 
 
 class _locked:
