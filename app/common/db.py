@@ -11,19 +11,23 @@ patches `select`, which psycopg uses from 3.1.14 on).
 """
 import json
 import os
-from contextlib import contextmanager
+import sqlite3
+import time
+from contextlib import closing, contextmanager
 
 from peewee import InterfaceError, OperationalError, SqliteDatabase, TextField
 from playhouse.db_url import connect
 
 from app.common.config import ConfigError
 from app.common.failures import Unavailable
-from app.common.migrations import bring_up_to_date
+from app.common.migrations import LOCK_WAIT_SECONDS, bring_up_to_date
 
 # A web worker's greenlets share its pool; past this many connections in use a request
 # waits up to POOL_WAIT_SECONDS for one to come back.
 POSTGRES_POOL_SIZE = 32
 POOL_WAIT_SECONDS = 10
+# Between two tries of the switch to WAL that another process's switch held off.
+WAL_RETRY_SECONDS = 0.02
 
 
 def connect_database(proxy, url, history, pool=True):
@@ -31,10 +35,12 @@ def connect_database(proxy, url, history, pool=True):
     (app.common.migrations). `pool`: pooled SQLite connections, for a web worker (a
     job worker's threads keep one connection each)."""
     if url.startswith("sqlite:///"):
-        os.makedirs(os.path.dirname(url[len("sqlite:///"):]) or ".", exist_ok=True)
+        path = url[len("sqlite:///"):]
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        switch_to_wal(path)
         # Pooled: each request runs in a greenlet of its own, and opening a connection
         # (with its pragmas) per request would cost more than the request's queries.
-        pragmas = {"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": 10000, "synchronous": "normal"}
+        pragmas = {"foreign_keys": 1, "busy_timeout": 10000, "synchronous": "normal"}
         if pool:
             db = connect("sqlite+pool://" + url[len("sqlite://"):], max_connections=64, stale_timeout=300,
                          pragmas=pragmas)
@@ -51,6 +57,25 @@ def connect_database(proxy, url, history, pool=True):
     proxy.initialize(db)
     bring_up_to_date(db, history)
     return db
+
+
+def switch_to_wal(path):
+    """Put the SQLite file at `path` in WAL mode, which the file keeps: once per process
+    start, before any other connection. The switch needs the file to itself, and
+    when several processes switch a new file at once (the workers of a first start)
+    SQLite refuses all but one at once, without waiting (two processes that each hold
+    a read lock and want the write lock would wait on each other): a refused switch is
+    tried again, for as long as a migration may hold the file."""
+    deadline = time.monotonic() + LOCK_WAIT_SECONDS
+    while True:
+        with closing(sqlite3.connect(path, timeout=LOCK_WAIT_SECONDS)) as connection:
+            try:
+                connection.execute("PRAGMA journal_mode = wal")
+                return
+            except sqlite3.OperationalError as error:
+                if error.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+                    raise
+        time.sleep(WAL_RETRY_SECONDS)
 
 
 def bind_to_requests(app, proxy):
