@@ -62,7 +62,7 @@ from bench.common import (  # noqa: E402
     raise_nofile,
     run_header,
 )
-from devtools.services import free_port, terminate  # noqa: E402
+from devtools.services import accepts, free_port, terminate  # noqa: E402
 from devtools.waiting import wait_for  # noqa: E402
 from tests.support.decks import copy_sample_deck  # noqa: E402
 
@@ -104,11 +104,7 @@ class Reference:
     def _accepts(self):
         if self.process.poll() is not None:
             raise RuntimeError(f"{self.name} exited with {self.process.returncode}")
-        try:
-            socket.create_connection((HOST, self.port), timeout=1).close()
-            return True
-        except OSError:
-            return False
+        return accepts(self.port, HOST)
 
     def write(self, i):
         self.api.json("POST", "/publish", {"collection": "saved_prompts", "write": i})

@@ -16,10 +16,22 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from devtools.waiting import wait_for
+from devtools.worker_sockets import connection_workers
+
 ROOT = Path(__file__).resolve().parents[1]
 GUNICORN = ROOT / ".venv" / "bin" / "gunicorn"
 PORTS = json.loads((ROOT / "ports.json").read_text())  # each service's loopback port, as gunicorn.conf.py
 HEALTH_PATHS = {"decks": "/healthz", "audio": "/api/audio/health", "workspace": "/healthz", "notebook": "/health"}
+
+
+def accepts(port, address="127.0.0.1"):
+    """Whether something listens on `port` (a connection is made and closed)."""
+    try:
+        with socket.create_connection((address, port), timeout=1):
+            return True
+    except OSError:
+        return False
 
 
 def free_port(address="127.0.0.1"):
@@ -66,6 +78,24 @@ def stop_all(processes, timeout=10.0):
             pass  # killed by terminate()
 
 
+class ProcessGroup:
+    """Processes started together by `start()` (which returns self) and stopped
+    together, the last started first; a context manager."""
+
+    def __init__(self):
+        self.processes = []
+
+    def stop(self):
+        stop_all(self.processes)
+        self.processes = []
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
 class RunningService:
     def __init__(self, name, port, data_dir, process, env=None):
         self.name, self.port, self.data_dir, self.process = name, port, data_dir, process
@@ -80,6 +110,36 @@ class RunningService:
         """The pids of the gunicorn workers (children of the arbiter)."""
         path = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children")
         return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+    def wait_every_worker(self, workers, timeout=30.0):
+        """Until each of the `workers` workers has loaded the app: a gunicorn worker
+        accepts connections only after, and the health route's answer comes from
+        whichever was first. Connections are opened until every worker has accepted
+        one (the kernel hands each to a worker that is ready); one not accepted yet
+        is held, the others closed."""
+        waiting, seen = [], set()
+
+        def every_worker_accepted_one():
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.process.returncode} while its workers started")
+            try:
+                waiting.append(socket.create_connection(("127.0.0.1", self.port), timeout=5))
+            except OSError:
+                return False  # the arbiter closed its socket: a worker failed, it is exiting
+            holders = connection_workers(self.port, self.worker_pids())
+            for sock in list(waiting):
+                holder = holders.get(sock.getsockname()[1])
+                if holder is not None:
+                    seen.add(holder)
+                    waiting.remove(sock)
+                    sock.close()
+            return len(seen) >= workers
+
+        try:
+            wait_for(every_worker_accepted_one, f"all {workers} workers of {self.name} to serve", timeout)
+        finally:
+            for sock in waiting:
+                sock.close()
 
 
 def wait_healthy(url, timeout=30.0, process=None):
@@ -111,6 +171,8 @@ def start(name, data_dir, port=None, env=None, workers=1, stdout=None, stderr=No
     service = RunningService(name, port, data_dir, process, env)
     try:
         wait_healthy(service.base_url + HEALTH_PATHS.get(name, "/healthz"), process=process)
+        if workers > 1:
+            service.wait_every_worker(workers)
     except BaseException:
         if process.poll() is None:
             process.kill()

@@ -14,11 +14,10 @@ and small requests wait on Nagle. Not app code.
 import getpass
 import os
 import shutil
-import socket
 import subprocess
 from pathlib import Path
 
-from devtools.services import free_port, stop_all
+from devtools.services import ProcessGroup, accepts, free_port
 from devtools.waiting import wait_for
 
 SSHD = "/usr/sbin/sshd"
@@ -29,19 +28,11 @@ def unavailable():
     return f"{', '.join(missing)} not installed (apt-get install openssh-server openssh-client)" if missing else None
 
 
-def _accepts(port):
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-    except OSError:
-        return False
-
-
-class SshForward:
+class SshForward(ProcessGroup):
     def __init__(self, folder, target_port, terminal=True):
+        super().__init__()
         self.folder, self.target_port, self.terminal = Path(folder), target_port, terminal
         self.sshd_port, self.port = free_port(), free_port()
-        self.processes = []
 
     def _keys(self):
         for name in ("host_key", "client_key"):
@@ -86,7 +77,7 @@ PrintMotd no
             with open(self.folder / "ssh.log", "ab") as log:  # each child keeps its own descriptor
                 self.processes.append(subprocess.Popen([SSHD, "-D", "-e", "-f", str(self._sshd_config())],
                                                        stdin=subprocess.DEVNULL, stdout=log, stderr=log))
-                wait_for(lambda: _accepts(self.sshd_port), "sshd to listen", timeout=30)
+                wait_for(lambda: accepts(self.sshd_port), "sshd to listen", timeout=30)
                 # stdin a pipe never written: the remote terminal stays open, as a user's would.
                 self.processes.append(subprocess.Popen(command, stdin=subprocess.PIPE, stdout=log, stderr=log))
             wait_for(self._forwarding, "ssh to forward its local port", timeout=30)
@@ -98,7 +89,7 @@ PrintMotd no
     def _forwarding(self):
         if self.processes[-1].poll() is not None:
             raise RuntimeError("ssh exited: " + (self.folder / "ssh.log").read_text(errors="replace")[-1000:])
-        return _accepts(self.port)
+        return accepts(self.port)
 
     def pids(self):
         """sshd (the listener and its session children) and ssh."""
@@ -107,16 +98,6 @@ PrintMotd no
             found.append(process.pid)
             found += _descendants(process.pid)
         return found
-
-    def stop(self):
-        stop_all(self.processes)
-        self.processes = []
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop()
 
 
 def _descendants(pid):
