@@ -1,6 +1,6 @@
 """Workspace apps benchmark: the path platform -> agent -> app beside the app itself. Run by hand:
 
-    .venv/bin/python -m bench.workspace_apps            # full run (4 rounds of 5 s, 100 MB x 5)
+    .venv/bin/python -m bench.workspace_apps            # full run (4 rounds of 5 s, 100 MB x 7)
     .venv/bin/python -m bench.workspace_apps --quick    # smoke run (2 rounds of 2 s, 100 MB x 2)
 
 It starts, each in a process of its own: the test app (tests/support/workspace_app.py:
@@ -25,9 +25,14 @@ of the rounds), p50/p99; the ratio is the platform's requests/s over the app's
 (or ssh and sshd), and the rest of the path (agent and app, or the app).
 
 Phase 2, bulk: one client downloads 100 MB (`GET /bytes?count=104857600`, Content-Length)
-straight from the app, through the platform and through the SSH forward, reading into
-one reused buffer. One warm-up download of each, then N of each, alternating; the
-median's MB/s of each, all runs shown; the ratio of the medians (target >= 0.5).
+straight from the app, through the platform, through the SSH forward and through two
+plain relays in a row (devtools/relays.py), reading into one reused buffer. One
+warm-up download of each, then N of each, alternating; the median's MB/s of each, all
+runs shown; the ratio of the medians (target >= 0.5). The two relays are the floor of
+any path where two processes each receive every byte and send it on, as the
+platform's worker and the agent do (nothing else in them: threads, recv_into and
+sendall); the platform's figure beside theirs is what our framing, flow control and
+HTTP cost on top.
 
 Phase 3, the extra hop between workers (issue "agents on any worker"): the
 platform as it scales out (REDIS_URL, a mesh secret, one database) twice, two
@@ -77,6 +82,7 @@ from bench.common import (  # noqa: E402
 )
 from bench.workspace import TOKEN_HEADER, create_first_user, run_clients  # noqa: E402
 from devtools.redis_server import RedisServer  # noqa: E402
+from devtools.relays import RelayChain  # noqa: E402
 from devtools.services import free_port, terminate, wait_healthy  # noqa: E402
 from devtools.ssh_forward import SshForward  # noqa: E402
 from tests.support.workspace import agent_program  # noqa: E402
@@ -92,9 +98,10 @@ class Stack:
     """The app, the platform and the agent, started together and stopped together."""
 
     def __init__(self, root, env=None, ssh=False):
-        """`ssh`: an SSH forward to the app too (`self.ssh`), the reference."""
+        """`ssh`: an SSH forward to the app too (`self.ssh`), the reference, and two
+        plain relays to it (`self.relays`), the floor of two hops."""
         self.processes = []
-        self.service = self.ssh = None
+        self.service = self.ssh = self.relays = None
         try:
             self.app_port = free_port()
             self._spawn("app", [sys.executable, "-m", "tests.support.workspace_app", str(self.app_port)], root)
@@ -110,6 +117,7 @@ class Stack:
             self._wait_connected(agent["id"])
             if ssh:
                 self.ssh = SshForward(root / "ssh", self.app_port).start()
+                self.relays = RelayChain(root, self.app_port).start()
         except BaseException:
             self.stop()
             raise
@@ -144,9 +152,10 @@ class Stack:
         raise RuntimeError(f"the agent did not connect within {CONNECT_TIMEOUT_S} s")
 
     def stop(self):
-        if self.ssh is not None:
-            self.ssh.stop()
-            self.ssh = None
+        for forward in (self.ssh, self.relays):
+            if forward is not None:
+                forward.stop()
+        self.ssh = self.relays = None
         for process, log in reversed(self.processes):
             try:
                 terminate(process, 10)
@@ -252,7 +261,8 @@ def run_bulk(args, stack):
     path = f"/bytes?count={BULK_BYTES}"
     return bulk_rounds(args, {"app": (stack.app_port, path, None),
                               "platform": (stack.service.port, APP_PREFIX + path, {TOKEN_HEADER: stack.token}),
-                              "ssh -L": (stack.ssh.port, path, None)})
+                              "ssh -L": (stack.ssh.port, path, None),
+                              "2 relays": (stack.relays.port, path, None)})
 
 
 def bulk_rounds(args, ways):
@@ -308,7 +318,7 @@ def main():
     parser.add_argument("--quick", action="store_true", help="a smoke run")
     parser.add_argument("--clients", type=int, default=8)
     args = parser.parse_args()
-    args.rounds, args.seconds, args.downloads = (2, 2.0, 2) if args.quick else (4, 5.0, 5)
+    args.rounds, args.seconds, args.downloads = (2, 2.0, 2) if args.quick else (4, 5.0, 7)
     exit_on_sigterm()
     raise_nofile()
     print(run_header("Workspace apps benchmark", args.quick))
@@ -325,6 +335,8 @@ def main():
     ssh_ratio = small["ssh -L"]["rate"] / small["app"]["rate"] if small["app"]["rate"] else 0.0
     ssh_bulk_ratio = bulk["ssh -L"] / bulk["app"] if bulk["app"] else 0.0
     hop_small_ratio = hop_small["other"]["rate"] / hop_small["holder"]["rate"] if hop_small["holder"]["rate"] else 0.0
+    floor_ratio = bulk["2 relays"] / bulk["app"] if bulk["app"] else 0.0
+    of_floor = bulk["platform"] / bulk["2 relays"] if bulk["2 relays"] else 0.0
     hop_bulk_ratio = hop_bulk["other"] / hop_bulk["holder"] if hop_bulk["holder"] else 0.0
     print("\n== Summary ==")
     print_targets([
@@ -340,6 +352,10 @@ def main():
          f">= {TARGET_BULK_RATIO}", bulk_ratio >= TARGET_BULK_RATIO),
         ("100 MB download, ssh -L / app (the reference)", f"{ssh_bulk_ratio:.2f} ({bulk['ssh -L']:.0f} / "
                                                           f"{bulk['app']:.0f} MB/s)", "-", None),
+        ("100 MB download, 2 plain relays / app (the floor)", f"{floor_ratio:.2f} ({bulk['2 relays']:.0f} / "
+                                                              f"{bulk['app']:.0f} MB/s)", "-", None),
+        ("100 MB download, platform / 2 plain relays", f"{of_floor:.2f} ({bulk['platform']:.0f} / "
+                                                       f"{bulk['2 relays']:.0f} MB/s)", "-", None),
         ("small GET req/s, other worker / holder", f"{hop_small_ratio:.2f} ({hop_small['other']['rate']:.0f} / "
                                                    f"{hop_small['holder']['rate']:.0f})", "-", None),
         ("100 MB download, other worker / holder", f"{hop_bulk_ratio:.2f} ({hop_bulk['other']:.0f} / "
@@ -347,6 +363,7 @@ def main():
     ])
     print(json.dumps({"small_ratio": round(ratio, 3), "bulk_ratio": round(bulk_ratio, 3),
                       "ssh_small_ratio": round(ssh_ratio, 3), "ssh_bulk_ratio": round(ssh_bulk_ratio, 3),
+                      "relays_bulk_ratio": round(floor_ratio, 3), "bulk_of_relays": round(of_floor, 3),
                       "hop_small_ratio": round(hop_small_ratio, 3), "hop_bulk_ratio": round(hop_bulk_ratio, 3)}))
 
 
