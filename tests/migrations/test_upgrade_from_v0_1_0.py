@@ -58,6 +58,17 @@ def load_release_database(data_dir, service):
     return path
 
 
+def within_the_sessions_lifetime(path):
+    """The release's workspace session tokens, given back their lifetime from now.
+
+    The release minted them with its default lifetime (24 h) when the dump was made, and
+    a token that old is refused as expired, upgrade or not. What this test asks is
+    whether an upgrade keeps a live session: so the upgrade is made to come within
+    their lifetime, the only column changed by hand (assert_rows_kept leaves it out)."""
+    with sqlite3.connect(path) as connection:
+        connection.execute("UPDATE apikey SET expires_at = strftime('%Y-%m-%d %H:%M:%f', 'now', '+1 day')")
+
+
 def assert_rows_kept(path, service, rewritten=()):
     """Once the current code has opened (and migrated) the database, before the test
     writes anything: every table of the release holds the same rows, with the same
@@ -193,6 +204,7 @@ def test_workspace_upgrade(start_service, tmp_path):
     fx = fixtures_of("workspace")
     data_dir = tmp_path / "workspace-data"
     path = load_release_database(data_dir, "workspace")
+    within_the_sessions_lifetime(path)
     port = services.free_port()
     base_url = f"http://127.0.0.1:{port}"
     env = {"WORKSPACE_ACCESS_URL": base_url, **fx["settings"]}
@@ -204,7 +216,7 @@ def test_workspace_upgrade(start_service, tmp_path):
     agent = None
     try:
         ws = Workspace(start_service("workspace", data_dir=data_dir, env=env, port=port))
-        assert_rows_kept(path, "workspace")
+        assert_rows_kept(path, "workspace", rewritten=[("apikey", "expires_at")])
         assert_schema_history(data_dir, "workspace")
         users, tokens = fx["users"], fx["tokens"]
 
