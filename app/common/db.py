@@ -73,7 +73,8 @@ def switch_to_wal(path):
                 connection.execute("PRAGMA journal_mode = wal")
                 return
             except sqlite3.OperationalError as error:
-                if error.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+                busy = error.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY  # the extended codes too
+                if not busy or time.monotonic() > deadline:
                     raise
         time.sleep(WAL_RETRY_SECONDS)
 
