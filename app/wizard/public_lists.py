@@ -27,6 +27,7 @@ alone. So publishing is on with SQLite (one host by nature) and off with Postgre
 where another host's page could read its own host's file before that host heard of the
 write.
 """
+import contextlib
 import fcntl
 import json
 import logging
@@ -138,7 +139,9 @@ def _remove_bodies(folder):
         return
     for entry in os.scandir(folder):
         if entry.name.endswith((".json", ".tmp")):   # (a .tmp: a write cut short)
-            os.unlink(entry.path)
+            # Without the lock (on PostgreSQL) another starting worker may remove it first.
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry.path)
 
 
 def _forget_versions_past_the_database():

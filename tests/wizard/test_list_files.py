@@ -51,3 +51,21 @@ def test_a_published_view_never_moves_back_past_a_newer_one(tmp_path, monkeypatc
     os.utime(body, (mtime - 1, mtime - 1))
     public_lists.store("blueprints", 8, older)
     assert body.read_bytes() == older.body and body.stat().st_mtime > mtime
+
+
+def test_a_leftover_view_another_starting_worker_removed_first_is_no_error(tmp_path, monkeypatch):
+    # On PostgreSQL the views an earlier SQLite run left are removed without the lock,
+    # by every worker of the start: the listing may name a file another has removed.
+    for name in ("blueprints.json", "wizards.json", "wizards.json.tmp"):
+        (tmp_path / name).write_bytes(b"[]")
+    listing = os.scandir
+
+    def listed_then_removed_by_another_worker(folder):
+        entries = list(listing(folder))
+        for entry in entries:
+            os.unlink(entry.path)
+        return iter(entries)
+
+    monkeypatch.setattr(public_lists.os, "scandir", listed_then_removed_by_another_worker)
+    public_lists._remove_bodies(str(tmp_path))
+    assert list(tmp_path.iterdir()) == []
