@@ -35,7 +35,7 @@ def create_app(service, overrides=None):
     # modules without it.
     from flask import Flask
 
-    from app.common import errors, redis_client, requestlog
+    from app.common import errors, headers, redis_client, requestlog
     redis_client.client()   # a malformed REDIS_URL stops the start here, with one line naming it
     module = importlib.import_module(f"app.{service}")
     # Static files are served by each service's blueprint, not by the app itself.
@@ -46,5 +46,6 @@ def create_app(service, overrides=None):
     flask_app.config.update(overrides or {})
     errors.register(flask_app, module.error_body)
     requestlog.register(flask_app)
+    headers.register(flask_app)   # CSP, nosniff, framing and referrer rules on every answer
     module.init_app(flask_app)
     return flask_app

@@ -1,15 +1,15 @@
 """Request bodies: size limits, JSON objects and marshmallow validation.
 
 Every bad body becomes a failure (app.common.failures) with a clear message: 413 over the
-limit, 415 for a non-JSON content type, 400 for malformed JSON, a non-object or a
-field that fails its schema (the message names the field).
+limit, 415 for a non-JSON content type, 400 for malformed JSON, JSON nested too deep
+(app.common.clientjson), a non-object or a field that fails its schema (the message
+names the field).
 """
-import json
-
 from flask import request
 from marshmallow import ValidationError, fields
 from werkzeug.exceptions import RequestEntityTooLarge
 
+from app.common.clientjson import TooDeep, loads
 from app.common.failures import Invalid, UnsupportedType
 from app.common.offload import blocking
 
@@ -36,7 +36,9 @@ def json_object(limit):
     raw = read_body(limit)
     try:
         text = raw.decode("utf-8")
-        data = blocking(json.loads, text) if len(raw) > _OFFLOAD_PARSE_BYTES else json.loads(text)
+        data = blocking(loads, text) if len(raw) > _OFFLOAD_PARSE_BYTES else loads(text)
+    except TooDeep as exc:
+        raise Invalid(f"the body is {exc}") from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise Invalid(f"the body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):

@@ -1,5 +1,7 @@
 """One log line per request to stderr: method, path, status, duration and a
-request id. The query string is left out on purpose: it may carry tokens."""
+request id. The query string is left out on purpose: it may carry tokens. The path
+is the client's: the log's formatter (app.common.logsetup) escapes its control
+characters, so a `%0a` in it cannot start a line of its own."""
 import logging
 import re
 import time

@@ -87,6 +87,8 @@ def client_error():
         fields[name] = value[:limit]
     if not fields["message"]:
         raise Invalid("message: is required", field="message")
+    # Each field cut to its limit above; line breaks and other control characters are
+    # escaped by the log's formatter (app.common.logsetup): a report is one line.
     log.warning("client: %s: %s (user %s) %s", fields["type"] or "error", fields["message"],
                 identity.current().id, fields["stack"].replace("\n", " | "))
     return "", 204

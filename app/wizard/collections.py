@@ -9,6 +9,7 @@ import json
 
 from peewee import SqliteDatabase, fn
 
+from app.common import clientjson
 from app.common.db import write_transaction
 from app.common.failures import Forbidden, Invalid, NotFound
 from app.wizard import cache, events
@@ -40,7 +41,9 @@ def parse_filter(raw):
     if raw is None or raw == "":
         return {}
     try:
-        wanted = json.loads(raw)
+        wanted = clientjson.loads(raw)
+    except clientjson.TooDeep as exc:
+        raise Invalid(f"filter: {exc}") from None
     except ValueError:
         raise Invalid("filter: must be a URL-encoded JSON object") from None
     if not isinstance(wanted, dict):

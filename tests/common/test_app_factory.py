@@ -72,3 +72,41 @@ def test_half_an_oidc_configuration_stops_the_start(tmp_path):
     assert result.returncode != 0
     assert ("OIDC is half configured: WORKSPACE_OIDC_CLIENT_ID, WORKSPACE_OIDC_CLIENT_SECRET must be set too"
             in result.stderr)
+
+
+def test_security_headers_a_route_may_relax_and_the_app_proxy_goes_without(tmp_path):
+    """The policy's one place (app.common.headers): every answer gets it, a route
+    decorated with content_security_policy() gets its own, a CSP a route set itself
+    stays, and an answer marked as an app's (the workspace's app proxy) gets none."""
+    from flask import make_response, request
+
+    from app.common.headers import APP_PROXY, content_security_policy
+    flask_app = create_app("decks", {"DATA_DIR": str(tmp_path)})
+
+    @flask_app.get("/test/relaxed")
+    @content_security_policy(style_src_elem="'self' 'unsafe-inline'")
+    def relaxed():
+        return "<p>relaxed</p>"
+
+    @flask_app.get("/test/own")
+    def own():
+        response = make_response("app page")
+        response.headers["Content-Security-Policy"] = "sandbox allow-scripts"
+        return response
+
+    @flask_app.get("/test/app")
+    def app_page():
+        request.environ[APP_PROXY] = True
+        return "an app's own page"
+
+    client = flask_app.test_client()
+    default = client.get("/healthz").headers
+    assert default["X-Frame-Options"] == "DENY" and default["X-Content-Type-Options"] == "nosniff"
+    assert "style-src 'self';" in default["Content-Security-Policy"]
+    assert "style-src-elem" not in default["Content-Security-Policy"]
+    relaxed_policy = client.get("/test/relaxed").headers["Content-Security-Policy"]
+    assert "style-src 'self';" in relaxed_policy and "style-src-elem 'self' 'unsafe-inline'" in relaxed_policy
+    assert "frame-ancestors 'none'" in relaxed_policy
+    assert client.get("/test/own").headers["Content-Security-Policy"] == "sandbox allow-scripts"
+    proxied = client.get("/test/app").headers
+    assert not {"Content-Security-Policy", "X-Frame-Options", "Referrer-Policy"} & set(proxied.keys())
