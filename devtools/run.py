@@ -1,5 +1,7 @@
 """`make run`: every built service under gunicorn on its loopback port, with
 DATA_DIR=./var/<service>, behind a local nginx on 127.0.0.1:8080, until Ctrl-C.
+Workspace apps are served on hosts of their own, `<app>--<agent>--<workspace>--<user>
+.apps.localhost:8080` (browsers resolve every *.localhost name to loopback).
 
 The deck review service is seeded with the sample deck (and one session) on its
 first run, so there is a real deck to look at at once.
@@ -21,6 +23,7 @@ from devtools import nginx, services
 ROOT = Path(__file__).resolve().parents[1]
 VAR = ROOT / "var"
 NGINX_PORT = 8080
+APPS_HOST = "*.apps.localhost"  # the workspace apps' wildcard host
 
 
 def _relay(name, stream):
@@ -85,7 +88,8 @@ SEEDERS = {"decks": _seed_decks}        # through the running service
 COMPANIONS = {"notebook": _notebook_worker}   # processes that run beside a service
 # What a service needs besides SERVICE, PORT and DATA_DIR on this machine.
 ENVIRONMENTS = {"audio": {"AUDIO_PUBLIC_ORIGIN": f"http://audio.localhost:{NGINX_PORT}"},
-                "workspace": {"WORKSPACE_ACCESS_URL": f"http://workspace.localhost:{NGINX_PORT}"}}
+                "workspace": {"WORKSPACE_ACCESS_URL": f"http://workspace.localhost:{NGINX_PORT}",
+                              "WORKSPACE_WILDCARD_ACCESS_URL": f"{APPS_HOST}:{NGINX_PORT}"}}
 
 
 def _start_services(companions):
@@ -114,12 +118,16 @@ def main():
         proxy = nginx.start(VAR / "nginx", NGINX_PORT,
                             {s.name: f"127.0.0.1:{s.port}" for s in running}, stderr=sys.stderr,
                             variables={"wizard_uploads_dir": str(VAR / "wizard" / "uploads"),
-                                       "wizard_lists_dir": str(VAR / "wizard" / "lists")})
+                                       "wizard_lists_dir": str(VAR / "wizard" / "lists"),
+                                       "workspace_apps_host": APPS_HOST})
         print("\nThe bundle is running (Ctrl-C stops it):", flush=True)
         for service in running:
             home = HOME_PATHS.get(service.name, "/")
             print(f"  {service.name:10} http://{proxy.host(service.name)}:{proxy.port}{home}   "
                   f"(direct: {service.base_url}/, data: {service.data_dir})", flush=True)
+            if service.name == "workspace":
+                print(f"  {'apps':10} http://<app>--<agent>--<workspace>--<user>{APPS_HOST[1:]}:{proxy.port}/",
+                      flush=True)
         if "notebook" in ENVIRONMENTS:
             print(f"  notebook password: {ENVIRONMENTS['notebook']['NOTEBOOK_PASSWORD']}  "
                   "(Authorization: Bearer <password>)", flush=True)

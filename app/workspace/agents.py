@@ -25,7 +25,7 @@ from flask import current_app, request
 from app.common import lifecycle
 from app.common.broker import broker
 from app.common.failures import Failure, Invalid, Unauthenticated, Unavailable, UpstreamFailed
-from app.workspace import bp, grants, schemas, websocket
+from app.workspace import app_hosts, bp, grants, schemas, websocket
 from app.workspace.mesh import Refused, Unreachable, mesh
 from app.workspace.models import WorkspaceAgent, WorkspaceApp, database, now
 from app.workspace.mux import Mux, StreamClosed, join
@@ -98,7 +98,10 @@ def public(agent, settings, workspace=None, owner_name=None):
             "connection_timeout_seconds": settings.agent_timeout_seconds,
             "terminal_url": base + "/terminal",
             "apps": [{"slug": app.slug, "display_name": app.display_name, "url": app.url,
-                      "sharing_level": app.sharing_level, "path": f"{base}/apps/{app.slug}/"} for app in apps]}
+                      "sharing_level": app.sharing_level, "path": f"{base}/apps/{app.slug}/",
+                      # Its own host (WORKSPACE_WILDCARD_ACCESS_URL), where browsers should open it; else null.
+                      "host_url": app_hosts.app_url(settings, app.slug, agent.name, workspace.name, owner_name)}
+                     for app in apps]}
 
 
 def status_topic(owner_id):

@@ -4,10 +4,16 @@
 The request goes as HTTP/1.1 on an app stream (app_streams.py): on an idle one when
 the request may be sent twice (a safe method, no body), so that an app which closed
 the idle connection just then is asked again on a new stream; otherwise on a new
-stream. The app sees `/<path>?<query>` (the prefix stripped, given in
+stream. The app sees `/<path>?<query>` (on a path app the prefix stripped, given in
 X-Forwarded-Prefix), Host set to its own address, and X-Forwarded-For/-Proto/-Host;
 the platform's credentials never reach it (the `Workspace-Session-Token` header, the
-`workspace_session_token` cookie and query parameter are removed).
+platform's cookies and the token and ticket query parameters are removed).
+
+The app's answer never acts on the platform: a `Set-Cookie` naming a platform cookie
+(the session's, the app hosts' token, the sign-in flow's) or carrying a `Domain`
+(an app sets cookies for its own host only: on an app host, a Domain would reach the
+other users' apps) is dropped, as is every `X-Accel-*` header (nginx would act on
+X-Accel-Redirect and its kin). That holds for the answer to an upgrade too.
 
 Bodies stream both ways: the request body is read from the WSGI input while the
 answer is already coming back (a greenlet), and a long answer is a generator. The
@@ -22,9 +28,10 @@ import gevent
 
 from app.common.clientaddr import client_address
 from app.common.failures import UpstreamFailed, UpstreamTimeout
-from app.workspace import sessions
+from app.workspace import app_hosts, sessions
 from app.workspace.app_streams import pool
 from app.workspace.mux import MAX_DATA, StreamClosed
+from app.workspace.oidc import FLOW_COOKIES
 
 log = logging.getLogger("bundle.workspace.apps")
 
@@ -36,6 +43,10 @@ NOT_FORWARDED = HOP_BY_HOP | {"host", "expect", "content-length", "workspace-ses
 # Methods whose request may be sent again when an idle stream turned out closed.
 RETRYABLE = {"GET", "HEAD", "OPTIONS"}
 HEAD_LIMIT = 64 * 1024
+# The platform's cookies: never sent to an app, never set by one.
+PLATFORM_COOKIES = frozenset({sessions.COOKIE, app_hosts.COOKIE, *FLOW_COOKIES})
+# The platform's query parameters: never passed to an app.
+PLATFORM_PARAMETERS = frozenset({sessions.COOKIE, app_hosts.TICKET_PARAM})
 HEAD_TIMEOUT_S = 120.0
 
 
@@ -43,21 +54,25 @@ HEAD_TIMEOUT_S = 120.0
 
 def forwarded_target(environ):
     """`/<path>?<query>` as the client sent it (still percent-encoded), less the
-    prefix and the platform's token parameter."""
+    prefix (on a path app) and the platform's parameters."""
     raw = environ.get("RAW_URI")
     if raw is None:  # not gunicorn (the tests' in-process client)
         query = environ.get("QUERY_STRING", "")
         raw = quote(environ.get("PATH_INFO", "").encode("latin-1"), safe="/:@!$&'()*+,;=~") + (
             f"?{query}" if query else "")
     raw_path, _, raw_query = raw.partition("?")
-    parts = raw_path.split("/", 5)  # '', '@user', 'workspace.agent', 'apps', 'slug', rest
+    if app_hosts.ENVIRON_KEY in environ:  # the app's own host: the path is the app's
+        path = raw_path.lstrip("/")
+    else:
+        parts = raw_path.split("/", 5)  # '', '@user', 'workspace.agent', 'apps', 'slug', rest
+        path = parts[5] if len(parts) > 5 else ""
     kept = [item for item in raw_query.split("&")
-            if item and item.split("=", 1)[0] != sessions.COOKIE]
-    return "/" + (parts[5] if len(parts) > 5 else "") + ("?" + "&".join(kept) if kept else "")
+            if item and item.split("=", 1)[0] not in PLATFORM_PARAMETERS]
+    return "/" + path + ("?" + "&".join(kept) if kept else "")
 
 
 def _without_platform_cookie(value):
-    pairs = [pair for pair in value.split(";") if pair.split("=", 1)[0].strip() != sessions.COOKIE]
+    pairs = [pair for pair in value.split(";") if pair.split("=", 1)[0].strip() not in PLATFORM_COOKIES]
     return ";".join(pairs).strip()
 
 
@@ -100,7 +115,9 @@ def request_head(environ, app_url, prefix):
              f"Host: {urlsplit(app_url).netloc}"]
     lines += [f"{name}: {value}" for name, value in _client_headers(environ)]
     lines += [f"X-Forwarded-For: {client_address(environ)}", f"X-Forwarded-Proto: {environ['wsgi.url_scheme']}",
-              f"X-Forwarded-Host: {host}", f"X-Forwarded-Prefix: {prefix}"]
+              f"X-Forwarded-Host: {host}"]
+    if app_hosts.ENVIRON_KEY not in environ:
+        lines.append(f"X-Forwarded-Prefix: {prefix}")
     upgrade = environ.get("HTTP_UPGRADE")
     if upgrade:
         lines += ["Connection: Upgrade", f"Upgrade: {upgrade}"]
@@ -144,9 +161,10 @@ class Answer:
             self.exchange.finish(False)
 
 
-def exchange(environ, app):
-    """The app's Answer to this request (`app`: an apps.AppTarget); raises
-    UpstreamFailed or UpstreamTimeout when it cannot be had."""
+def exchange(environ, app, sandbox=None):
+    """The app's Answer to this request (`app`: an apps.AppTarget), with
+    `Content-Security-Policy: <sandbox>` added if given; raises UpstreamFailed or
+    UpstreamTimeout when it cannot be had."""
     body, chunked = has_body(environ), body_framing(environ)[1]
     head = request_head(environ, app.url, app.prefix)
     reuse = environ["REQUEST_METHOD"] in RETRYABLE and not body
@@ -166,7 +184,10 @@ def exchange(environ, app):
             _end(stream, sender)
             raise UpstreamTimeout("The workspace app did not answer in time.") from None
         try:
-            return _answer(environ, Exchange(app, stream, sender, reader), version, status, headers)
+            answer = _answer(environ, Exchange(app, stream, sender, reader), version, status, headers)
+            if sandbox:
+                answer.headers.append(("Content-Security-Policy", sandbox))
+            return answer
         except (StreamClosed, ValueError) as exc:
             _end(stream, sender)
             raise UpstreamFailed("The workspace app is not reachable.", detail=str(exc)) from None
@@ -204,8 +225,8 @@ def _answer(environ, exchange, version, status, headers):
         length, chunked = 0, False
     keep = (version == "HTTP/1.1" and "close" not in names.get("connection", "").lower()
             and (chunked or length is not None))
-    kept = [(name, value) for name, value in headers
-            if name.lower() not in HOP_BY_HOP and not (chunked and name.lower() == "content-length")]
+    kept = [(name, value) for name, value in headers if passed_on(name, value)
+            and name.lower() not in HOP_BY_HOP and not (chunked and name.lower() == "content-length")]
     reader = exchange.reader
     if length is not None and len(reader.buffer) >= length:  # all here already (a small answer)
         body = reader.exactly(length)
@@ -214,6 +235,33 @@ def _answer(environ, exchange, version, status, headers):
     return Answer(status, kept, _streamed_body(exchange, length, chunked, keep,
                                                f"{environ['REQUEST_METHOD']} {environ.get('PATH_INFO', '')}"),
                   exchange)
+
+
+def passed_on(name, value):
+    """Whether a header of the app's answer may reach the client (see the module's text)."""
+    lower = name.lower()
+    if lower.startswith("x-accel-"):
+        return False
+    if lower == "set-cookie":
+        cookie, _, attributes = value.partition(";")
+        return (cookie.split("=", 1)[0].strip().strip('"') not in PLATFORM_COOKIES
+                and not any(item.split("=", 1)[0].strip().lower() == "domain" for item in attributes.split(";")))
+    return True
+
+
+def upgrade_answer_head(stream):
+    """The head of the app's answer to an upgrade, its headers passed_on() only, and
+    whatever came after it: what the client gets before the splice."""
+    reader = StreamReader(stream)
+    while b"\r\n\r\n" not in reader.buffer:
+        if len(reader.buffer) > HEAD_LIMIT:
+            raise ValueError("the app's response head is too large")
+        if not reader._more(HEAD_TIMEOUT_S):
+            raise ValueError("the app closed the connection without answering")
+    head, rest = reader.buffer.split(b"\r\n\r\n", 1)
+    status, *lines = head.decode("latin-1").split("\r\n")
+    kept = [line for line in lines if ":" in line and passed_on(*(part.strip() for part in line.split(":", 1)))]
+    return ("\r\n".join([status, *kept]) + "\r\n\r\n").encode("latin-1") + rest
 
 
 def _length(value):

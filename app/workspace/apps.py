@@ -9,11 +9,27 @@ kept for the next request). A websocket upgrade (any `Upgrade:` request) is spli
 the handshake goes to the app as it is and from then on raw bytes flow between the
 client's socket and a stream of its own.
 
-Access: a signed-in user (session cookie, header or query token). Sharing level
-`owner`: the workspace's owner and site administrators; `authenticated`: anyone
-signed in. Others get 404, as if the app did not exist. Unauthenticated browsers
-(Accept has text/html) are sent to /login with a redirect back; machine clients get
-401 JSON. An agent that is not connected gives a 502 page (JSON for machines).
+Two ways to reach an app (app_hosts.py tells the second):
+- its path, above, on the platform's own origin: its page's script runs as the
+  platform's, with the visitor's cookie. So, as Coder's, locked down by default:
+  the workspace's owner only; a site administrator only with
+  WORKSPACE_DANGEROUS_ALLOW_PATH_APP_SITE_OWNER_ACCESS; an app shared with signed-in
+  users (`authenticated`) only with WORKSPACE_DANGEROUS_ALLOW_PATH_APP_SHARING. Whenever
+  someone else's app is opened this way, its answer carries
+  `Content-Security-Policy: sandbox ...` without allow-same-origin: its script runs in
+  an opaque origin, which the platform's cookie does not reach. The session is the
+  platform's (cookie, header or query token). A browser refused a path that its
+  app host would serve is redirected there.
+- its own host, `<slug>--<agent>--<workspace>--<user>.<wildcard domain>`, when
+  WORKSPACE_WILDCARD_ACCESS_URL is set: sharing as the app says (`owner`: the owner
+  and site administrators; `authenticated`: anyone signed in), with the app token of
+  that host (app_hosts.py's handshake) or the `Workspace-Session-Token` header.
+Others get 404, the same whether the user, the workspace, the agent or the app is
+missing or not allowed. Unauthenticated browsers (Accept has text/html) are sent to
+sign in (/login on the platform, the handshake on an app host); machine clients get
+401 JSON. An agent that is not connected gives a 502 page (JSON for machines). On
+both kinds, the app's answer never sets a platform cookie and never speaks to nginx
+(app_proxy.py strips them).
 
 The front (install_front): a GET or HEAD without a body is served before Flask
 routes it, since a page of an app asks for many small files and Flask's request path
@@ -29,13 +45,15 @@ import re
 import time
 from urllib.parse import urlencode
 
-from flask import Response, redirect, render_template, request
+from flask import Response, current_app, g, redirect, render_template, request
 from peewee import JOIN
+from werkzeug.http import parse_cookie
 
 from app.common import requestlog
 from app.common.db import BuiltOnce
-from app.common.failures import Failure, Invalid, NotFound
-from app.workspace import agents, app_proxy, bp, grants, sessions, websocket
+from app.common.failures import Failure, Forbidden, Invalid, NotFound, Unauthenticated
+from app.workspace import agents, app_hosts, app_proxy, bp, grants, sessions, websocket
+from app.workspace.accounts import is_admin
 from app.workspace.models import User, Workspace, WorkspaceAgent, WorkspaceApp, database
 from app.workspace.mux import StreamClosed, splice
 from app.workspace.workspaces import may_manage
@@ -47,9 +65,22 @@ METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "PROPFIND
 FRONT_FAILURE = "bundle.workspace.app_failure"
 FRONT_PATH = re.compile(r"/@([^/]+)/([^/]+)/apps/([^/]+)/")
 FRONT_METHODS = ("GET", "HEAD")
+# Set on an answer that is the app's own (app.common.headers.APP_PROXY): the platform's
+# security headers are not added to it.
+APP_PROXY_KEY = "bundle.app_proxy"
+APP_NOT_FOUND = "Workspace app not found."
+AGENT_NOT_FOUND = "Workspace agent not found."
+SEVERAL_AGENTS = "This workspace has several agents: name one, as <workspace>.<agent>."
+# Someone else's app on the platform's origin: its script gets an opaque origin.
+SANDBOX = "sandbox allow-scripts allow-forms allow-popups allow-downloads"
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 
 
 # --------------------------------------------------------------------------- who and what
+
+def _settings():
+    return current_app.config["WORKSPACE"]
+
 
 def wants_html():
     return "text/html" in request.headers.get("Accept", "")
@@ -64,29 +95,36 @@ def page_error(exc):
     or an HTML page for browsers, the platform's JSON error for machines."""
     if not wants_html():
         raise exc
+    app_host = request.environ.get(app_hosts.ENVIRON_KEY)
+    if exc.status == 401 and app_host is not None:
+        return redirect(app_hosts.auth_redirect_url(_settings(), app_host, request.environ["RAW_URI"]), 303)
     if exc.status == 401:
         return redirect("/login?" + urlencode({"redirect": original_path()}), 303)
-    return render_template("workspace/app_error.html", error=exc), exc.status
+    platform = _settings().access_url if app_hosts.ENVIRON_KEY in request.environ else ""
+    return render_template("workspace/app_error.html", error=exc, platform=platform), exc.status
 
 
-def find_agent(username, target):
+def find_agent(username, target, viewer=None):
     """(agent, workspace, owner) named by `<workspace>.<agent>` (or `<workspace>`
-    when it has one agent), else 404."""
+    when it has one agent) if `viewer` (by default the request's) may manage it,
+    else 404, the same whatever is missing."""
+    viewer = viewer or sessions.current_user()
     workspace_name, _, agent_name = target.partition(".")
-    found = list(WorkspaceAgent.select(WorkspaceAgent, Workspace, User).join(Workspace).join(User)
-                 .where((User.username_key == username.lower()) & (Workspace.name == workspace_name)))
-    return _the_agent(found, agent_name, lambda agent: agent.name)
+    found = [agent for agent in WorkspaceAgent.select(WorkspaceAgent, Workspace, User).join(Workspace).join(User)
+             .where((User.username_key == username.lower()) & (Workspace.name == workspace_name))
+             if may_manage(viewer, agent.workspace.owner_id)]
+    return _the_one(found, agent_name, lambda agent: agent.name, AGENT_NOT_FOUND)
 
 
-def _the_agent(found, agent_name, name_of):
-    """The one of a workspace's agents (`found`) that `agent_name` names, or its only
-    agent when no name is given; else 404."""
+def _the_one(found, agent_name, name_of, missing):
+    """The one of the allowed rows of a workspace's agents (`found`) that `agent_name`
+    names, or the only one when no name is given; else 404."""
     if agent_name:
         found = [item for item in found if name_of(item) == agent_name]
     elif len(found) > 1:
-        raise NotFound("This workspace has several agents: name one, as <workspace>.<agent>.")
+        raise NotFound(SEVERAL_AGENTS)
     if len(found) != 1:
-        raise NotFound("Workspace agent not found.")
+        raise NotFound(missing)
     return found[0]
 
 
@@ -128,15 +166,130 @@ def _target_rows(username, workspace_name, slug):
                         for field, value in zip(_TARGET_FIELDS, row))) for row in rows]
 
 
-def find_app(viewer, username, target, slug):
+def may_open(viewer, app, on_host):
+    """Whether `viewer` may open `app` on its own host (`on_host`) or on its path."""
+    if str(app.owner_id) == str(viewer.id):
+        return True
+    settings = _settings()
+    if app.sharing_level == "authenticated" and (on_host or settings.path_app_sharing):
+        return True
+    return is_admin(viewer) and (on_host or settings.path_app_site_owner_access)
+
+
+def find_app(viewer, username, target, slug, on_host=False):
     """The AppTarget of `<workspace>.<agent>` (or `<workspace>` when it has one
-    agent) and `slug` if `viewer` may use it, else 404."""
+    agent) and `slug` if `viewer` may open it there, else 404."""
     workspace_name, _, agent_name = target.partition(".")
-    app = _the_agent(_target_rows(username, workspace_name, slug), agent_name, lambda row: row.agent_name)
-    allowed = app.slug is not None and (app.sharing_level == "authenticated" or may_manage(viewer, app.owner_id))
-    if not allowed:
-        raise NotFound("Workspace app not found.")
+    found = [row for row in _target_rows(username, workspace_name, slug) if may_open(viewer, row, on_host)]
+    app = _the_one(found, agent_name, lambda row: row.agent_name, APP_NOT_FOUND)
+    if app.slug is None:
+        raise NotFound(APP_NOT_FOUND)
     return app
+
+
+def sandboxed(viewer, app):
+    """Whether a path app's answer is sandboxed: someone else's app, or a shared one."""
+    return app.sharing_level != "owner" or str(app.owner_id) != str(viewer.id)
+
+
+def _path_app(viewer, user, target, slug):
+    """(AppTarget, sandboxed?) of a path app; a browser refused here that the app's
+    host would serve is sent there (_Redirect)."""
+    try:
+        app = find_app(viewer, user, target, slug)
+    except NotFound:
+        if _settings().app_hosts_enabled and request.method == "GET" and wants_html():
+            on_host = find_app(viewer, user, target, slug, on_host=True)  # a 404 if not there either
+            url = app_hosts.app_url(_settings(), on_host.slug, on_host.agent_name, on_host.workspace_name,
+                                    on_host.owner_name)
+            if url:
+                raise _Redirect(url + _rest_of_path()) from None
+        raise
+    return app, sandboxed(viewer, app)
+
+
+def _rest_of_path():
+    return app_proxy.forwarded_target(request.environ)[1:]
+
+
+class _Redirect(Exception):
+    """A browser is sent to `location` (the app's own host)."""
+
+    def __init__(self, location):
+        super().__init__(location)
+        self.location = location
+
+
+# --------------------------------------------------------------------------- app hosts
+
+def host_viewer(environ, app_host):
+    """(user, seconds this may be kept) on an app host: the `Workspace-Session-Token`
+    header (machine clients), else the host's app token cookie; never the platform's
+    cookie nor a query token."""
+    token = environ.get("HTTP_WORKSPACE_SESSION_TOKEN")
+    if token:
+        user, key = sessions.authenticate(token)
+        return user, sessions.seconds_before_slide(key)
+    cookie = parse_cookie(environ).get(app_hosts.COOKIE)
+    if not cookie:
+        raise Unauthenticated("You must be signed in to do this.", detail="no app token was given")
+    if (environ["REQUEST_METHOD"] not in SAFE_METHODS or "HTTP_UPGRADE" in environ) \
+            and not _from_app_host(environ, app_host):
+        # Every app host is the same *site*: SameSite=Lax lets another user's app post
+        # forms and open websockets to this one with the visitor's cookie.
+        raise Forbidden("This request came from another site and was refused.",
+                        detail="only the app's own pages may send it with the app's cookie")
+    key_id, left = app_hosts.read_token(cookie, app_host.hostname)
+    user, _ = app_hosts.session_of(key_id)
+    return user, left
+
+
+def _from_app_host(environ, app_host):
+    """Whether a browser sent this from the app host's own pages (Sec-Fetch-Site, else
+    Origin); neither header: not a browser's cross-site request."""
+    return sessions.came_from(environ, _settings().app_host_url(app_host.label))
+
+
+def _host_app(app_host):
+    if app_host is None:
+        raise NotFound(APP_NOT_FOUND)
+    viewer, _ = host_viewer(request.environ, app_host)
+    return find_app(viewer, app_host.user, app_host.target, app_host.slug, on_host=True)
+
+
+def _redeem(app_host, ticket):
+    """The handshake's last step on the app host: the ticket for the app token cookie,
+    then the same URL without the ticket."""
+    if app_host is None:
+        raise NotFound(APP_NOT_FOUND)
+    viewer, key = app_hosts.session_of(app_hosts.redeem_ticket(ticket, app_host.hostname))
+    find_app(viewer, app_host.user, app_host.target, app_host.slug, on_host=True)
+    settings = _settings()
+    token, max_age = app_hosts.mint_token(app_host.hostname, key)
+    clean = app_hosts.without_ticket(request.environ["RAW_URI"])
+    # Absolute, on this host: a path such as //elsewhere stays a path.
+    response = redirect(settings.app_host_url(app_host.label) + clean, 303)
+    response.set_cookie(app_hosts.COOKIE, token, max_age=max_age, path="/", httponly=True, samesite="Lax",
+                        secure=settings.secure_cookies)
+    return response
+
+
+@bp.get(app_hosts.AUTH_REDIRECT)
+def app_auth_redirect():
+    """The handshake's platform step: a signed-in visitor who may open the app named
+    by `redirect_uri` (an app host URL) is sent back there with a ticket."""
+    try:
+        viewer = sessions.current_user()
+        settings = _settings()
+        redirect_uri = request.args.get("redirect_uri", "")
+        app_host = app_hosts.redirect_target(settings, redirect_uri) if settings.app_hosts_enabled else None
+        if app_host is None:
+            raise Invalid("redirect_uri: must be the URL of a workspace app's own host", field="redirect_uri")
+        find_app(viewer, app_host.user, app_host.target, app_host.slug, on_host=True)
+        ticket = app_hosts.mint_ticket(app_host.hostname, g.api_key.id)
+    except Failure as exc:
+        return page_error(exc)
+    return redirect(app_hosts.with_ticket(redirect_uri, ticket), 303)
 
 
 # --------------------------------------------------------------------------- routes
@@ -156,17 +309,26 @@ def app_without_slash(user, target, slug):
 @websocket.route(bp, "/@<user>/<target>/apps/<slug>/<path:path>", methods=METHODS, provide_automatic_options=False)
 def app_route(user, target, slug, path):
     try:
-        viewer = sessions.current_user()
-        app = find_app(viewer, user, target, slug)
+        if app_hosts.ENVIRON_KEY in request.environ:
+            app_host = request.environ[app_hosts.ENVIRON_KEY]
+            ticket = app_hosts.in_query(request.environ, app_hosts.TICKET_PARAM)
+            if ticket and request.method in FRONT_METHODS and "HTTP_UPGRADE" not in request.environ:
+                return _redeem(app_host, ticket)
+            app, sandbox = _host_app(app_host), False
+        else:
+            app, sandbox = _path_app(sessions.current_user(), user, target, slug)
         database.close()  # a proxied answer may last long: give the pooled connection back now
         failure = request.environ.pop(FRONT_FAILURE, None)
         if failure is not None:
             raise failure
         if "HTTP_UPGRADE" in request.environ:
             return _splice_upgrade(app)
-        answer = app_proxy.exchange(request.environ, app)
+        answer = app_proxy.exchange(request.environ, app, SANDBOX if sandbox else None)
+    except _Redirect as exc:
+        return redirect(exc.location, 307)
     except Failure as exc:
         return page_error(exc)
+    request.environ[APP_PROXY_KEY] = True
     # An iterator, not a list: werkzeug would add a Content-Length the app did not send.
     try:
         response = Response(iter(answer.body), status=answer.status, headers=answer.headers, direct_passthrough=True)
@@ -179,8 +341,8 @@ def app_route(user, target, slug, path):
 
 
 def _splice_upgrade(app):
-    """The request head goes with the OPEN of a stream of its own; from then on raw
-    bytes both ways."""
+    """The request head goes with the OPEN of a stream of its own; the app's answer
+    head comes back cleaned (app_proxy.upgrade_answer_head), then raw bytes both ways."""
     sock = request.environ.get("gunicorn.socket")
     if sock is None:
         raise Invalid("Upgrades need the platform's server (gunicorn).")
@@ -188,8 +350,9 @@ def _splice_upgrade(app):
                                 app_proxy.request_head(request.environ, app.url, app.prefix))
     sock.settimeout(None)
     try:
+        sock.sendall(app_proxy.upgrade_answer_head(stream))
         splice(stream, sock)
-    except StreamClosed:
+    except (StreamClosed, ValueError, TimeoutError, OSError):
         pass
     finally:
         stream.close()
@@ -199,14 +362,20 @@ def _splice_upgrade(app):
 # --------------------------------------------------------------------------- the front
 
 def install_front(flask_app):
-    """Serve plain GETs and HEADs of apps before Flask (see the module's text)."""
+    """Route app host requests to their app; serve plain GETs and HEADs of apps before
+    Flask (see the module's text)."""
     routed = flask_app.wsgi_app
+    settings = flask_app.config["WORKSPACE"]
 
     def front(environ, start_response):
+        on_app_host, app_host = app_hosts.app_host_of(environ, settings)
+        if on_app_host:
+            app_hosts.enter(environ, app_host)
         if environ["REQUEST_METHOD"] in FRONT_METHODS and "HTTP_UPGRADE" not in environ:
             path = environ.get("PATH_INFO", "").encode("latin-1").decode("utf-8", "replace")
             match = FRONT_PATH.match(path)
-            if match and not app_proxy.has_body(environ):
+            if match and not app_proxy.has_body(environ) and not (
+                    on_app_host and app_hosts.in_query(environ, app_hosts.TICKET_PARAM)):
                 try:
                     with flask_app.app_context():  # sessions read the settings from it
                         answer = _front_answer(environ, path, *match.groups())
@@ -229,14 +398,13 @@ def _front_answer(environ, path, username, target, slug):
     """The app's Answer with the request's id, logged as the route's would be; None
     for the route to answer (a refusal, an app that fails)."""
     started = time.monotonic()
-    token = sessions.token_in(environ)
     try:
-        app = grants.kept(("app", token, username.lower(), target, slug),
-                          lambda: _checked_app(token, username, target, slug))
+        app, sandbox = _kept_grant(environ, username, target, slug)
     except Failure:
         return None  # the route says why, as this client expects it
+    environ[APP_PROXY_KEY] = True
     try:
-        answer = app_proxy.exchange(environ, app)
+        answer = app_proxy.exchange(environ, app, SANDBOX if sandbox else None)
     except Failure as exc:
         environ[FRONT_FAILURE] = exc
         return None
@@ -246,12 +414,36 @@ def _front_answer(environ, path, username, target, slug):
     return answer
 
 
-def _checked_app(token, username, target, slug):
-    """(the AppTarget the token may use, how long that may be kept: until the session
-    would be extended); a Failure if it may not."""
+def _kept_grant(environ, username, target, slug):
+    """(AppTarget, sandboxed?) that this request's credentials were allowed a moment
+    ago (grants.py), else checked now; a Failure if not allowed."""
+    if app_hosts.ENVIRON_KEY in environ:
+        app_host = environ[app_hosts.ENVIRON_KEY]
+        if app_host is None:
+            raise NotFound(APP_NOT_FOUND)
+        credentials = (environ.get("HTTP_WORKSPACE_SESSION_TOKEN"), parse_cookie(environ).get(app_hosts.COOKIE))
+        return grants.kept(("app-host", credentials, app_host.hostname), lambda: _checked_host_app(environ, app_host))
+    token = sessions.token_in(environ)
+    return grants.kept(("app", token, username.lower(), target, slug),
+                       lambda: _checked_path_app(token, username, target, slug))
+
+
+def _checked_path_app(token, username, target, slug):
+    """((the AppTarget the token may use, sandboxed?), how long that may be kept: until
+    the session would be extended); a Failure if it may not."""
     database.connect(reuse_if_open=True)
     try:
         viewer, key = sessions.authenticate(token)
-        return find_app(viewer, username, target, slug), sessions.seconds_before_slide(key)
+        app = find_app(viewer, username, target, slug)
+        return (app, sandboxed(viewer, app)), sessions.seconds_before_slide(key)
+    finally:
+        database.close()
+
+
+def _checked_host_app(environ, app_host):
+    database.connect(reuse_if_open=True)
+    try:
+        viewer, term = host_viewer(environ, app_host)
+        return (find_app(viewer, app_host.user, app_host.target, app_host.slug, on_host=True), False), term
     finally:
         database.close()

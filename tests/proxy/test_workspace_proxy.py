@@ -15,6 +15,7 @@ from simple_websocket import Client
 from simple_websocket import ConnectionError as HandshakeRefused
 
 from devtools import nginx as nginx_tool
+from devtools.waiting import wait_for
 from tests.support.proxy import EchoServer
 from tests.support.workspace import AGENT_ENV, TOKEN_HEADER, Workspace, create_workspace, wait_status
 
@@ -122,3 +123,20 @@ def test_without_the_upgrade_headers_in_the_site_websockets_fail(nginx_for, star
         Client.connect(without.url.replace("http://", "ws://") + "/api/v2/workspaceagents/me/rpc",
                        headers={TOKEN_HEADER: agent["token"]})
     assert refused.value.status_code == 400  # the agent would never connect through this proxy
+
+
+def test_the_access_log_holds_no_query_string(nginx_for):
+    """A websocket upgrade may carry the session token in its query (browsers cannot set
+    headers there), and the app-host handshake a one-time ticket: neither reaches the log."""
+    backend = EchoServer("workspace")
+    try:
+        proxy = nginx_for(backend)
+        secret = uuid.uuid4().hex
+        for path in (f"/api/v2/users/me?workspace_session_token={secret}", f"/hello/?workspace_app_ticket={secret}"):
+            requests.get(proxy.url + path, headers=proxy.headers("workspace"), timeout=10)
+        wait_for(lambda: proxy.access_log.read_text().count('"GET /') >= 2, "both requests logged", timeout=30)
+        logged = proxy.access_log.read_text()
+        assert '"GET /api/v2/users/me HTTP/1.1" 200' in logged and '"GET /hello/ HTTP/1.1"' in logged, logged
+        assert secret not in logged and "workspace_session_token" not in logged
+    finally:
+        backend.stop()

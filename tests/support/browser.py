@@ -35,3 +35,17 @@ def artifact_name(request):
 
 def copy_tree(source, target):
     shutil.copytree(source, target, dirs_exist_ok=True)
+
+
+# The workspace platform's Owner in the browser tests, and her sign-in through the form.
+WORKSPACE_OWNER = {"email": "owner@example.com", "username": "owner", "password": "Tr1cky-horse-battery"}
+
+
+def sign_in_to_the_workspace(page, url, user=WORKSPACE_OWNER):
+    """Sign `user` in on the platform at `url` through its login form, as a person would."""
+    from playwright.sync_api import expect
+    page.goto(url + "/login")
+    page.get_by_label("Email").fill(user["email"])
+    page.get_by_label("Password").fill(user["password"])
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("#username")).to_have_text(user["username"])

@@ -1,5 +1,8 @@
 """The proxy tests' helpers: a service's request log read from its stderr file
-(`ServiceLog`), and a local echo server posing as a backend (`EchoServer`)."""
+(`ServiceLog`), a local echo server posing as a backend (`EchoServer`), and a hostile
+workspace app (`HostileApp`)."""
+import base64
+import hashlib
 import json
 import threading
 import time
@@ -67,6 +70,90 @@ class EchoServer:
         self.port = self.httpd.server_address[1]
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="echo-backend",
                                        daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(10)
+
+
+# --------------------------------------------------------------------------- a hostile workspace app
+
+ATTACKER_TOKEN = "Attacker00-attackerattackerattacke"  # the shape of a session token
+
+
+class _HostileHandler(BaseHTTPRequestHandler):
+    """A workspace app that attacks its visitors (tests of app isolation):
+
+        GET /page        an HTML page whose script (`HostileApp.script`) runs the attacks
+        GET /cookies     answers Set-Cookie for the platform's cookies (and one of its own,
+                         and one for the parent domain)
+        GET /accel       answers X-Accel-Redirect to the platform's account route (and its kin)
+        GET /ws          a websocket handshake answer that sets the platform's cookie too
+        GET /seen        what it received (path and headers), as JSON
+    """
+    protocol_version = "HTTP/1.1"
+    script = ""
+
+    def log_message(self, format, *args):
+        pass
+
+    def _send(self, status, body, content_type, headers=()):
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in headers:
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        route = self.path.split("?", 1)[0]
+        if route == "/page":
+            page = f"<!doctype html><title>hostile</title><pre id=out></pre><script>{self.script}</script>"
+            self._send(200, page.encode(), "text/html")
+        elif route == "/cookies":
+            self._send(200, b"cookies\n", "text/plain", [
+                ("Set-Cookie", f"workspace_session_token={ATTACKER_TOKEN}; Path=/; HttpOnly"),
+                ("Set-Cookie", "workspace_app_token=forged; Path=/"),
+                ("Set-Cookie", "oidc_state=forged; Path=/api/v2/users/oidc"),
+                ("Set-Cookie", "tossed=1; Path=/; Domain=localhost"),
+                ("Set-Cookie", "app_cookie=kept; Path=/")])
+        elif route == "/accel":
+            self._send(200, b"the app's own body\n", "text/plain", [
+                ("X-Accel-Redirect", "/api/v2/users/me"), ("X-Accel-Buffering", "yes"),
+                ("X-Accel-Expires", "600"), ("X-Accel-Limit-Rate", "1"), ("X-Accel-Charset", "koi8-r")])
+        elif route == "/ws" and self.headers.get("Upgrade", "").lower() == "websocket":
+            key = self.headers["Sec-WebSocket-Key"]
+            accept = base64.b64encode(hashlib.sha1((key + WEBSOCKET_GUID).encode()).digest()).decode()
+            self.wfile.write((f"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                              f"Sec-WebSocket-Accept: {accept}\r\n"
+                              f"Set-Cookie: workspace_session_token={ATTACKER_TOKEN}; Path=/\r\n"
+                              "X-Accel-Redirect: /api/v2/users/me\r\n\r\n").encode())
+            self.wfile.flush()
+            self.close_connection = True
+            self.connection.recv(1)  # until the client goes
+        elif route == "/seen":
+            seen = {"path": self.path, "headers": [[name, value] for name, value in self.headers.items()]}
+            self._send(200, json.dumps(seen).encode(), "application/json")
+        else:
+            self._send(404, b"no such page\n", "text/plain")
+
+
+WEBSOCKET_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+
+class HostileApp:
+    """_HostileHandler on a free loopback port: `.url`, `.stop()`; `script` is the
+    JavaScript of its /page."""
+
+    def __init__(self, script=""):
+        handler = type("Handler", (_HostileHandler,), {"script": script})
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, name="hostile-app", daemon=True)
         self.thread.start()
 
     def stop(self):

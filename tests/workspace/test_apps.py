@@ -12,7 +12,7 @@ from pathlib import Path
 import requests
 from simple_websocket import Client
 
-from tests.support.workspace import TOKEN_HEADER, create_workspace, run_cli
+from tests.support.workspace import OWNER, TOKEN_HEADER, create_workspace, run_cli
 from tests.support.workspace_app import Handler, random_pieces
 
 
@@ -112,20 +112,30 @@ def test_unauthenticated_browser_is_sent_to_login_and_machine_gets_401(connected
     assert machine.status_code == 401 and machine.json()["message"] == "You must be signed in to do this."
 
 
-def test_sharing_levels(connected):
+def test_path_apps_are_the_owners_only(connected):
+    """On the platform's origin an app's script would run as its visitor: by default
+    a path app opens for its owner only, even when it is shared (tests/workspace/
+    test_app_hosts.py: the dangerous flags, and sharing on the app's own host)."""
     other = connected.ws.as_user(connected.other)
-    owner_only = requests.get(connected.app_url + "/hello", headers=other, timeout=10)
-    assert owner_only.status_code == 404 and owner_only.json()["message"] == "Workspace app not found."
-    shared = requests.get(f"{connected.ws.url}/@owner/dev.main/apps/shared/hello", headers=other, timeout=10)
-    assert shared.status_code == 200 and shared.text == "hello from the app\n"
+    for slug in ("echo", "shared"):
+        refused = requests.get(f"{connected.ws.url}/@owner/dev.main/apps/{slug}/hello", headers=other, timeout=10)
+        assert refused.status_code == 404 and refused.json()["message"] == "Workspace app not found.", slug
+    mine = requests.get(f"{connected.ws.url}/@owner/dev.main/apps/shared/hello",
+                        headers=connected.ws.as_user(connected.owner), timeout=10)
+    assert mine.status_code == 200 and mine.text == "hello from the app\n"
 
 
-def test_unknown_workspace_agent_or_app_is_404(connected):
-    auth = connected.ws.as_user(connected.owner)
-    for path in ("/@owner/nope.main/apps/echo/", "/@owner/dev.nope/apps/echo/", "/@owner/dev.main/apps/nope/",
-                 "/@nobody/dev.main/apps/echo/"):
+def test_unknown_workspace_agent_or_app_is_one_404(connected):
+    """The same answer whether the user, the workspace, the agent or the app is
+    missing, or someone else's: it says nothing of who and what exists."""
+    owner, other = connected.ws.as_user(connected.owner), connected.ws.as_user(connected.other)
+    cases = [(owner, path) for path in ("/@owner/nope.main/apps/echo/", "/@owner/dev.nope/apps/echo/",
+                                        "/@owner/dev.main/apps/nope/", "/@nobody/dev.main/apps/echo/")]
+    cases += [(other, "/@owner/dev.main/apps/echo/"), (other, "/@owner/dev/apps/echo/"),
+              (other, "/@nobody/dev/apps/echo/")]
+    for auth, path in cases:
         response = requests.get(connected.ws.url + path, headers=auth, timeout=10)
-        assert response.status_code == 404, path
+        assert response.status_code == 404 and response.json() == {"message": "Workspace app not found."}, path
 
 
 # --------------------------------------------------------------------------- bulk bytes and back-pressure
@@ -255,7 +265,7 @@ def test_head_and_options_reach_the_app(connected):
 
 
 def test_a_revoked_session_token_is_refused_at_once(connected):
-    token = connected.ws.login("other@example.com", "second good passphrase").json()["session_token"]
+    token = connected.ws.login(OWNER["email"], OWNER["password"]).json()["session_token"]
     shared = f"{connected.ws.url}/@owner/dev.main/apps/shared/hello"
     assert requests.get(shared, headers=connected.ws.as_user(token), timeout=10).status_code == 200
     assert requests.post(connected.ws.api + "/users/logout", headers=connected.ws.as_user(token),
@@ -267,11 +277,13 @@ def test_a_revoked_session_token_is_refused_at_once(connected):
     assert refused.status_code == 401
 
 
-def test_the_token_in_a_cookie_or_the_query_is_accepted(connected):
+def test_the_token_in_a_cookie_is_accepted_in_the_query_not(connected):
+    """A token in a URL ends up in logs and histories: the query carries one on a
+    websocket upgrade only (app/workspace/sessions.py)."""
     by_cookie = requests.get(connected.app_url + "/hello", cookies={"workspace_session_token": connected.owner},
                              timeout=10)
     by_query = requests.get(connected.app_url + f"/hello?workspace_session_token={connected.owner}", timeout=10)
-    assert by_cookie.status_code == by_query.status_code == 200
+    assert (by_cookie.status_code, by_query.status_code) == (200, 401)
 
 
 def test_a_proxied_request_is_logged_once_with_its_request_id(start_service, start_agent, local_app, tmp_path):
@@ -313,12 +325,13 @@ def test_requests_to_an_app_share_its_kept_connections(connected):
     a connection of its own, never kept: what the app leaves of a body unread would be
     read as the next request."""
     shared = connected.ws.url + "/@owner/dev.main/apps/shared/headers"
+    second = connected.ws.login(OWNER["email"], OWNER["password"]).json()["session_token"]
     ports = [requests.get(shared, headers=connected.ws.as_user(token), timeout=10).json()["port"]
-             for token in (connected.owner, connected.other, connected.owner)]
+             for token in (connected.owner, second, connected.owner)]
     assert len(set(ports)) == 1, ports
     posted = requests.post(shared, data=b"a body", headers=connected.ws.as_user(connected.owner), timeout=10)
     assert posted.status_code == 200 and posted.json()["port"] != ports[0]
-    after = requests.get(shared, headers=connected.ws.as_user(connected.other), timeout=10)
+    after = requests.get(shared, headers=connected.ws.as_user(second), timeout=10)
     assert after.json()["port"] == ports[0]
 
 
@@ -370,9 +383,12 @@ def test_a_password_reset_on_the_host_refuses_the_sessions_at_once(connected):
                                                      "password": "another long passphrase"},
                   headers=connected.ws.as_user(connected.owner), timeout=10).raise_for_status()
     token = connected.ws.login("third@example.com", "another long passphrase").json()["session_token"]
-    shared = f"{connected.ws.url}/@owner/dev.main/apps/shared/hello"
-    assert requests.get(shared, headers=connected.ws.as_user(token), timeout=10).status_code == 200
+    # Third's own app: its agent never connects, so a 502 says that access was granted.
+    create_workspace(connected.ws, token, "thirds", [{"name": "main", "apps": [{"slug": "app",
+                                                                                "url": "http://127.0.0.1:9"}]}])
+    own = f"{connected.ws.url}/@third/thirds.main/apps/app/hello"
+    assert requests.get(own, headers=connected.ws.as_user(token), timeout=10).status_code == 502
     done = run_cli(connected.ws, "reset-password", "third", stdin="a brand new passphrase\n")
     assert done.returncode == 0, done.stderr
-    refused = requests.get(shared, headers=connected.ws.as_user(token), timeout=10)
+    refused = requests.get(own, headers=connected.ws.as_user(token), timeout=10)
     assert refused.status_code == 401 and "revoked" in refused.json()["detail"]

@@ -23,7 +23,8 @@ def test_create_returns_each_token_once_and_stores_only_a_hash(owned):
     gpu = created["agents"][0]
     assert gpu["status"] == "connecting" and gpu["token"]
     assert gpu["apps"] == [{"slug": "code", "display_name": "VS Code", "url": "http://127.0.0.1:8080",
-                            "sharing_level": "authenticated", "path": "/@owner/api-one.gpu/apps/code/"}]
+                            "sharing_level": "authenticated", "path": "/@owner/api-one.gpu/apps/code/",
+                            "host_url": None}]  # no app hosts without WORKSPACE_WILDCARD_ACCESS_URL
     with ws.db() as db:
         query = "select token_hash from workspaceagent where id = ?"
         stored = (db.execute(query, (gpu["id"].replace("-", ""),)).fetchone()
