@@ -4,6 +4,9 @@ it is allowed, else the seconds to wait.
 `RateLimiter` counts in this process (each worker on its own); `SharedRateLimiter`
 counts in Redis for every process of the deployment. `limiter(name, limit, window)`
 gives the one that REDIS_URL asks for.
+
+`Backoff` / `SharedBackoff` (`backoff(...)`) slow a key down instead: a number of
+free attempts, then a delay that doubles with each further one (sign-in failures).
 """
 import hashlib
 import logging
@@ -95,3 +98,132 @@ def limiter(name, limit, window_seconds):
     if client is None:
         return RateLimiter(limit, window_seconds)
     return SharedRateLimiter(client, name, limit, window_seconds)
+
+
+# --------------------------------------------------------------------------- back-off on failures
+
+class Backoff:
+    """Slows a key down after `free` attempts: each attempt past them makes the next
+    wait `first_delay` seconds, doubled each time, at most `max_delay`. `attempt(key)`
+    counts one attempt in advance (so that a burst of parallel ones cannot all pass
+    before the first is judged) and answers None when allowed, else the seconds to
+    wait; `forgive(key)` gives one back (the attempt succeeded), `reset(key)` forgets
+    the key. A key with no attempt for `forget` seconds past its delay is forgotten.
+    Counted in this process; `backoff()` gives the Redis one when REDIS_URL is set."""
+
+    def __init__(self, free, first_delay, max_delay, forget, clock=time.monotonic, max_keys=100_000):
+        self.free, self.first, self.max, self.forget = free, first_delay, max_delay, forget
+        self._clock, self.max_keys = clock, max_keys
+        self._state = {}  # key -> [count, not_before, forgotten_at]
+
+    def _delay(self, count):
+        return min(self.first * 2 ** min(count - self.free, 40), self.max)
+
+    def attempt(self, key):
+        now = self._clock()
+        state = self._state.get(key)
+        if state is None or state[2] <= now:
+            state = self._state[key] = [0, 0.0, 0.0]
+        if now < state[1]:
+            return max(1, math.ceil(state[1] - now))
+        state[0] += 1
+        if state[0] >= self.free:
+            state[1] = now + self._delay(state[0])
+        state[2] = max(state[1], now) + self.forget
+        if len(self._state) > self.max_keys:
+            for stale in [k for k, s in self._state.items() if s[2] <= now]:
+                del self._state[stale]
+        return None
+
+    def forgive(self, key):
+        state = self._state.get(key)
+        if state is not None:
+            state[0] = max(0, state[0] - 1)
+            if state[0] < self.free:
+                state[1] = 0.0
+
+    def reset(self, key):
+        self._state.pop(key, None)
+
+
+# KEYS[1]: a hash {count, not_before (ms, Redis's clock)}. ARGV: free, first delay ms,
+# max delay ms, forget ms. Answers -1 when allowed, else the ms to wait.
+_ATTEMPT = """
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local free, first, most, forget = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local state = redis.call('HMGET', KEYS[1], 'count', 'not_before')
+local count, not_before = tonumber(state[1]) or 0, tonumber(state[2]) or 0
+if now_ms < not_before then
+  return not_before - now_ms
+end
+count = count + 1
+if count >= free then
+  not_before = now_ms + math.floor(math.min(first * 2 ^ math.min(count - free, 40), most))
+end
+redis.call('HSET', KEYS[1], 'count', count, 'not_before', not_before)
+redis.call('PEXPIRE', KEYS[1], math.max(not_before - now_ms, 0) + forget)
+return -1
+"""
+_FORGIVE = """
+local count = tonumber(redis.call('HGET', KEYS[1], 'count')) or 0
+if count <= 1 then
+  redis.call('DEL', KEYS[1])
+  return 0
+end
+redis.call('HSET', KEYS[1], 'count', count - 1)
+if count - 1 < tonumber(ARGV[1]) then
+  redis.call('HSET', KEYS[1], 'not_before', 0)
+end
+return count - 1
+"""
+
+
+class SharedBackoff:
+    """Backoff counted in Redis across every process (in this process while Redis
+    cannot be reached, logged, as SharedRateLimiter does)."""
+
+    def __init__(self, client, name, free, first_delay, max_delay, forget):
+        self._client, self._name = client, name
+        self._args = [free, int(first_delay * 1000), int(max_delay * 1000), int(forget * 1000)]
+        self._attempt, self._forgive = client.register_script(_ATTEMPT), client.register_script(_FORGIVE)
+        self._fallback = Backoff(free, first_delay, max_delay, forget)
+
+    def _key(self, key):
+        digest = hashlib.sha256(str(key).encode("utf-8")).hexdigest()[:32]
+        return redis_client.key("backoff", self._name, digest)
+
+    def _redis_failed(self, exc):
+        log.warning("back-off %s counted in this process only: Redis failed: %s", self._name,
+                    redis_client.describe(exc))
+
+    def attempt(self, key):
+        try:
+            wait_ms = self._attempt(keys=[self._key(key)], args=self._args)
+        except redis.RedisError as exc:
+            self._redis_failed(exc)
+            return self._fallback.attempt(key)
+        return None if wait_ms < 0 else max(1, math.ceil(wait_ms / 1000))
+
+    def forgive(self, key):
+        try:
+            self._forgive(keys=[self._key(key)], args=self._args[:1])
+        except redis.RedisError as exc:
+            self._redis_failed(exc)
+            self._fallback.forgive(key)
+
+    def reset(self, key):
+        try:
+            self._client.delete(self._key(key))
+        except redis.RedisError as exc:
+            self._redis_failed(exc)
+            self._fallback.reset(key)
+
+
+def backoff(name, free, first_delay, max_delay, forget):
+    """A Backoff (see there): shared through Redis when REDIS_URL is set, in this
+    process otherwise. `name` keeps the counts of different uses apart."""
+    client = redis_client.client()
+    if client is None:
+        return Backoff(free, first_delay, max_delay, forget)
+    return SharedBackoff(client, name, free, first_delay, max_delay, forget)

@@ -1,10 +1,12 @@
 """Accounts: the first Owner, later accounts, and their public shape."""
 from peewee import IntegrityError
 
+from app.common.clientaddr import client_address
 from app.common.db import BuiltOnce
-from app.common.failures import Conflict, Invalid
+from app.common.failures import Conflict, Forbidden, Invalid, Unauthenticated
+from app.workspace import limits
 from app.workspace.models import DEFAULT_ORGANIZATION, Membership, Organization, Singleton, User, audit, database, now
-from app.workspace.passwords import hash_password, weakness
+from app.workspace.passwords import hash_password, verify_password, weakness
 
 ADMIN_ROLES = {"owner", "user-admin"}
 FIRST_USER = "first-user"
@@ -77,6 +79,26 @@ def create_first(username, email, name, password):
                           password_hash=password_hash)
     except IntegrityError:
         raise Conflict("The initial user has already been created.") from None
+
+
+def password_sign_in(settings, email: str, password: str) -> User:
+    """The account that `email` and `password` sign in to, within the sign-in limits
+    (limits.py: 429). Every refusal of a password says the same, 401, whether the
+    account is unknown, the password wrong, or the account signs in through single
+    sign-on only: the answer must not tell which emails have accounts of which kind.
+    An unknown account costs the same time as a wrong password."""
+    address = client_address()
+    limits.check_login(settings, address, email)
+    user = User.get_or_none(User.email_key == email)
+    matches = verify_password(password, user.password_hash if user else None)
+    if not matches or user.login_type != "password":
+        audit("user.login_failed", user, actor=address)
+        raise Unauthenticated("Incorrect email or password.")
+    limits.login_succeeded(settings, address, email)
+    if user.status != "active":
+        raise Forbidden("This account is not active.")
+    audit("user.login", user, actor=address)
+    return user
 
 
 def set_password(user, password, actor):

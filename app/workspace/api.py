@@ -2,11 +2,9 @@
 from flask import current_app, g, jsonify
 
 from app.common.body import json_object, validated
-from app.common.clientaddr import client_address
-from app.common.failures import Forbidden, NotFound, Unauthenticated
-from app.workspace import VERSION, accounts, agent_files, bp, limits, sessions
-from app.workspace.models import User, audit
-from app.workspace.passwords import verify_password
+from app.common.failures import Forbidden, NotFound
+from app.workspace import VERSION, accounts, agent_files, bp, sessions
+from app.workspace.models import audit
 from app.workspace.schemas import CreateUserSchema, FirstUserSchema, LoginSchema
 
 BODY_LIMIT = 64 * 1024
@@ -45,6 +43,7 @@ def first_user_status():
 
 @bp.post("/api/v2/users/first")
 def create_first_user():
+    sessions.require_same_origin()  # it sets the cookie: another site's page must not
     data = validated(FirstUserSchema(), json_object(BODY_LIMIT))
     user = accounts.create_first(data["username"], data["email"], data["name"], data["password"])
     token = sessions.mint(user, "password")
@@ -73,23 +72,12 @@ def me():
 @bp.post("/api/v2/users/login")
 def login():
     settings = _settings()
+    sessions.require_same_origin()  # it sets the cookie: another site's page must not
     data = validated(LoginSchema(), json_object(BODY_LIMIT))
     if not settings.password_enabled:
         raise Forbidden("Password sign-in is disabled on this deployment.")
-    email = data["email"].lower()
-    limits.check_login(settings, client_address(), email)
-    user = User.get_or_none(User.email_key == email)
-    # An unknown account costs the same time as a wrong password, and says the same.
-    matches = verify_password(data["password"], user.password_hash if user else None)
-    if user is not None and user.login_type != "password":
-        raise Forbidden(f"This account signs in with {user.login_type}, not a password.")
-    if not matches:
-        audit("user.login_failed", user, actor=client_address())
-        raise Unauthenticated("Incorrect email or password.")
-    if user.status != "active":
-        raise Forbidden("This account is not active.")
+    user = accounts.password_sign_in(settings, data["email"].lower(), data["password"])
     token = sessions.mint(user, "password")
-    audit("user.login", user, actor=client_address())
     response = jsonify({"session_token": token})
     response.status_code = 201
     return sessions.set_cookie(response, token)

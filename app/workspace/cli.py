@@ -4,10 +4,16 @@ running server.
 
     python -m app.workspace reset-password <username>
     python -m app.workspace create-admin --username NAME --email EMAIL [--name NAME]
+    python -m app.workspace create-owner --username NAME --email EMAIL [--name NAME]
     python -m app.workspace copy-to-postgres postgresql://USER:PASSWORD@HOST/DB
 
 The password is read from a terminal prompt (asked twice), or from the first line
 of standard input when it is not a terminal; it is never an argument.
+
+create-owner claims a new platform as the provisioning does (as POST
+/api/v2/users/first would, but from the host, so that no visitor can claim it
+first): it creates the initial Owner, or, when the platform has its Owner already,
+says so and succeeds without reading a password (the playbook runs it every time).
 """
 import argparse
 import getpass
@@ -16,11 +22,13 @@ import sys
 from flask import Flask
 
 from app.common import config, copy_to_postgres
+from app.common.body import validated
 from app.common.failures import Failure
 from app.workspace import accounts, sessions
 from app.workspace.models import User, database
 from app.workspace.passwords import weakness
 from app.workspace.schema import HISTORY, open_database
+from app.workspace.schemas import FirstUserSchema
 from app.workspace.settings import WorkspaceSettings
 
 
@@ -71,11 +79,38 @@ def create_admin(username, email, name, stdin, out, err):
             else:
                 user = accounts.create_first(username, email, name, password)
         except Failure as exc:
-            problems = "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in (exc.extra.get("fields") or {}).items())
-            err.write(f"error: {exc.message}{' ' + problems if problems else ''}\n")
+            err.write(f"error: {_described(exc)}\n")
             return 1
     out.write(f"Created the administrator {user.username} ({user.id}).\n")
     return 0
+
+
+OWNER_EXISTS = "the platform already has its Owner"
+
+
+def create_owner(username, email, name, stdin, out, err):
+    with _context(), database.connection_context():
+        if accounts.first_user_exists():
+            out.write(OWNER_EXISTS + "\n")
+            return 0
+        password = _read_password(stdin, err)
+        try:
+            data = validated(FirstUserSchema(), {"username": username, "email": email, "name": name,
+                                                 "password": password})
+            user = accounts.create_first(data["username"], data["email"], data["name"], data["password"])
+        except Failure as exc:
+            if exc.status == 409 and accounts.first_user_exists():  # another run got there first
+                out.write(OWNER_EXISTS + "\n")
+                return 0
+            err.write(f"error: {_described(exc)}\n")
+            return 1
+    out.write(f"Created the Owner {user.username} ({user.id}).\n")
+    return 0
+
+
+def _described(exc):
+    problems = "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in (exc.extra.get("fields") or {}).items())
+    return exc.message + (" " + problems if problems else "")
 
 
 def main(argv=None, stdin=sys.stdin, out=sys.stdout, err=sys.stderr):
@@ -87,6 +122,10 @@ def main(argv=None, stdin=sys.stdin, out=sys.stdout, err=sys.stderr):
     admin.add_argument("--username", required=True)
     admin.add_argument("--email", required=True)
     admin.add_argument("--name", default="")
+    owner = commands.add_parser("create-owner", help="create the initial Owner, unless the platform has one")
+    owner.add_argument("--username", required=True)
+    owner.add_argument("--email", required=True)
+    owner.add_argument("--name", default="")
     copy = commands.add_parser("copy-to-postgres", help="copy this SQLite database into an empty PostgreSQL one")
     copy.add_argument("url", help="postgresql://user:password@host:port/database")
     args = parser.parse_args(argv)
@@ -96,6 +135,8 @@ def main(argv=None, stdin=sys.stdin, out=sys.stdout, err=sys.stderr):
             return copy_to_postgres.run(HISTORY, settings.database_url, args.url, out, err)
         if args.command == "reset-password":
             return reset_password(args.username, stdin, out, err)
+        if args.command == "create-owner":
+            return create_owner(args.username, args.email, args.name, stdin, out, err)
         return create_admin(args.username, args.email, args.name, stdin, out, err)
     except config.ConfigError as exc:
         err.write(f"error: {exc}\n")

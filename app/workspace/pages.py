@@ -1,14 +1,17 @@
-"""Server-rendered pages: sign-in, first-user set-up, and a minimal dashboard."""
+"""Server-rendered pages: sign-in, first-user set-up, and a minimal dashboard.
+
+Every form post here signs a browser in or out, so each must come from the
+platform's own pages (sessions.same_origin): another site's form would sign the
+visitor in as the attacker (login CSRF) or out. A refused post is a 403 page."""
+import functools
 import re
 
 from flask import current_app, g, redirect, render_template, request
 
 from app.common.body import validated
-from app.common.clientaddr import client_address
 from app.common.failures import Failure
-from app.workspace import accounts, bp, limits, sessions
-from app.workspace.models import User, audit
-from app.workspace.passwords import verify_password
+from app.workspace import accounts, bp, sessions
+from app.workspace.models import audit
 from app.workspace.schemas import FirstUserSchema
 
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f\\]")
@@ -22,10 +25,24 @@ def safe_redirect(value):
     return value
 
 
-def _login_page(error=None, status=200):
+def same_origin_form(view):
+    """Refuse (403, a page that says why, nothing changed) a form post that another
+    origin's page sent."""
+    @functools.wraps(view)
+    def checked(*args, **kwargs):
+        try:
+            sessions.require_same_origin()
+        except Failure as exc:
+            return render_template("workspace/refused.html", message=exc.message), exc.status
+        return view(*args, **kwargs)
+    return checked
+
+
+def _login_page(error=None, status=200, retry_after=None):
     settings = current_app.config["WORKSPACE"]
-    return render_template("workspace/login.html", settings=settings, error=error,
-                           redirect_to=safe_redirect(request.values.get("redirect"))), status
+    page = render_template("workspace/login.html", settings=settings, error=error,
+                           redirect_to=safe_redirect(request.values.get("redirect")))
+    return page, status, ({"Retry-After": str(retry_after)} if retry_after else {})
 
 
 @bp.get("/login")
@@ -34,6 +51,7 @@ def login_page():
 
 
 @bp.post("/login")
+@same_origin_form
 def login_form():
     """The password form's target: same rules as POST /api/v2/users/login."""
     settings = current_app.config["WORKSPACE"]
@@ -43,15 +61,10 @@ def login_form():
     if not email or not password or len(email) > 254 or len(password) > 256:
         return _login_page("Enter your email and password.", 400)
     try:
-        limits.check_login(settings, client_address(), email)
+        user = accounts.password_sign_in(settings, email, password)
     except Failure as exc:
-        return _login_page(exc.message, 429)
-    user = User.get_or_none(User.email_key == email)
-    if not verify_password(password, user.password_hash if user else None) or user.login_type != "password":
-        audit("user.login_failed", user, actor=client_address())
-        return _login_page("Incorrect email or password.", 401)
+        return _login_page(exc.message, exc.status, exc.extra.get("retry_after"))
     token = sessions.mint(user, "password")
-    audit("user.login", user, actor=client_address())
     return sessions.set_cookie(redirect(safe_redirect(request.form.get("redirect")), 303), token)
 
 
@@ -63,6 +76,7 @@ def setup_page():
 
 
 @bp.post("/setup")
+@same_origin_form
 def setup_form():
     if accounts.first_user_exists():
         return redirect("/login", 303)
@@ -90,10 +104,13 @@ def dashboard():
 
 
 @bp.post("/logout")
+@same_origin_form
 def logout_form():
+    """Revokes the token on the server (not only the cookie), whichever way it came."""
     try:
-        sessions.current_user()
+        user = sessions.current_user()
         sessions.revoke(g.api_key.id)
+        audit("user.logout", user)
     except Failure:
-        pass
+        pass  # no valid session: nothing to revoke, the cookie goes all the same
     return sessions.clear_cookie(redirect("/login", 303))

@@ -21,7 +21,9 @@ Who may use it:
   role=agent   the agent itself: its agent token in `Workspace-Session-Token`, and
                `agent` must be its own id;
   role=client  a signed-in user (session header, cookie or query token) who may
-               manage the agent's workspace: its owner or an administrator.
+               manage the agent's workspace: its owner or an administrator. Signed
+               in by the cookie, the upgrade must come from the platform's own pages
+               (403 otherwise, before the upgrade: sessions.current_user).
 
 Across workers (with REDIS_URL): the first peer's worker claims the session (mesh.py)
 and pairs it; the other peer, whichever worker it reaches, is carried there over the

@@ -1,16 +1,24 @@
 """Session tokens: `<10-char id>-<22-char secret>`, of which only a SHA-256 of the
 secret is stored and compared in constant time. Read from the header
-`Workspace-Session-Token`, the cookie `workspace_session_token`, or the query
-parameter `workspace_session_token` (browsers cannot set headers on websockets),
-in that order. Lifetime WORKSPACE_SESSION_DURATION, sliding: a token used when less
-than half its lifetime is left is extended."""
+`Workspace-Session-Token`, the cookie `workspace_session_token`, or, on a websocket
+upgrade only (browsers cannot set headers on websockets), the query parameter
+`workspace_session_token`, in that order: anywhere else a token in a URL would end
+up in access logs, histories and Referer headers. Lifetime WORKSPACE_SESSION_DURATION,
+sliding: a token used when less than half its lifetime is left is extended.
+
+Cross-site requests: a browser sends the cookie with requests that other pages make
+(a form posted from a sibling host of the same site; a websocket, to which neither
+CORS nor SameSite applies). `same_origin` tells a request that the platform's own
+pages made from one that another origin made; `current_user` refuses (403) a
+cookie-authenticated request that can change something (any method but GET, HEAD
+and OPTIONS, and every websocket upgrade) when it came from another origin."""
 import hashlib
 import hmac
 import re
 import secrets
 import string
 from datetime import timedelta
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, urlsplit
 
 from flask import current_app, g, request
 from peewee import JOIN
@@ -20,6 +28,7 @@ from app.common.db import BuiltOnce
 from app.common.failures import Forbidden, Unauthenticated
 from app.workspace import grants
 from app.workspace.models import ApiKey, Membership, Organization, User, database, now
+from app.workspace.websocket import is_upgrade
 
 HEADER = "Workspace-Session-Token"
 COOKIE = "workspace_session_token"
@@ -63,10 +72,66 @@ def presented_token():
 
 def token_in(environ):
     """The token a WSGI environ carries (also for a path that runs without Flask's
-    request): the header, else the cookie, else the query parameter."""
+    request): the header, else the cookie, else (a websocket upgrade only) the query
+    parameter."""
     return (environ.get("HTTP_WORKSPACE_SESSION_TOKEN") or parse_cookie(environ).get(COOKIE)
-            or next((value for name, value in parse_qsl(environ.get("QUERY_STRING", "")) if name == COOKIE), None)
+            or (_query_token(environ) if is_upgrade(environ) else None)
             or None)
+
+
+def _query_token(environ):
+    return next((value for name, value in parse_qsl(environ.get("QUERY_STRING", "")) if name == COOKIE), None)
+
+
+def cookie_authenticated(environ) -> bool:
+    """The request's token is the one its cookie carries (no header overrides it)."""
+    return not environ.get("HTTP_WORKSPACE_SESSION_TOKEN") and bool(parse_cookie(environ).get(COOKIE))
+
+
+# --------------------------------------------------------------------------- cross-site requests
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _origin_of(url):
+    parts = urlsplit(url)
+    scheme, host = parts.scheme.lower(), (parts.hostname or "").lower()
+    host = f"[{host}]" if ":" in host else host
+    try:
+        port = parts.port
+    except ValueError:
+        return None
+    return f"{scheme}://{host}" + (f":{port}" if port and port != _DEFAULT_PORTS.get(scheme) else "")
+
+
+def came_from(environ, own_url: str) -> bool:
+    """Whether a browser made this request from the pages of `own_url`'s origin. Browsers
+    say where a request comes from in `Sec-Fetch-Site` (same-origin, or none: typed or
+    bookmarked), and older ones in `Origin`, which must then be that origin. Neither
+    header: not a browser's cross-site request (a browser sends one of them on every
+    cross-site POST and websocket), e.g. curl or the agent: allowed."""
+    site = environ.get("HTTP_SEC_FETCH_SITE")
+    if site:
+        return site.strip().lower() in ("same-origin", "none")
+    origin = environ.get("HTTP_ORIGIN")
+    if origin is None:
+        return True
+    return _origin_of(origin.strip()) == _origin_of(own_url)
+
+
+def same_origin(environ) -> bool:
+    """Whether a browser made this request from the platform's own pages (came_from
+    WORKSPACE_ACCESS_URL)."""
+    return came_from(environ, current_app.config["WORKSPACE"].access_url)
+
+
+def require_same_origin():
+    """403 unless this request came from the platform's own pages (same_origin)."""
+    if not same_origin(request.environ):
+        origin = request.headers.get("Origin", "")[:200] or request.headers.get("Sec-Fetch-Site", "")[:40]
+        raise Forbidden("This request came from another site and was refused.",
+                        detail=f"cross-origin request from {origin!r}: only the platform's own pages may send it")
 
 
 def _unauthorized(detail):
@@ -129,8 +194,14 @@ def _slide(key, current):
 
 
 def current_user():
-    """The signed-in user of this request (401 otherwise), cached on `g`."""
+    """The signed-in user of this request (401 otherwise), cached on `g`. A request
+    that its cookie signs in and that can change something (a method other than GET,
+    HEAD or OPTIONS, or a websocket upgrade) must come from the platform's own pages
+    (403 otherwise): another site's form or websocket carries the cookie too."""
     if "user" not in g:
+        environ = request.environ
+        if (request.method not in SAFE_METHODS or is_upgrade(environ)) and cookie_authenticated(environ):
+            require_same_origin()
         g.user, g.api_key = authenticate(presented_token())
     return g.user
 

@@ -9,22 +9,26 @@ raw input. Down: binary frames of raw terminal output. A reconnect with the same
 `reconnect` id re-attaches to the same shell while the agent keeps it (5 minutes
 after the last detach), and first replays its recent output.
 
-Who: the workspace's owner and site administrators (anyone else gets 404).
+Who: the workspace's owner and site administrators (anyone else gets 404, which says
+the same whether the user, the workspace or the agent exists or not). The websocket
+signed in by the cookie must come from the platform's own pages (403 before the
+upgrade otherwise; sessions.current_user).
 """
-import json
 import uuid
 
 import gevent
 from flask import render_template, request, send_from_directory
 from simple_websocket import ConnectionClosed
 
+from app.common import clientjson
 from app.common.body import query_int, query_text
 from app.common.failures import Failure, Invalid, NotFound
+from app.common.headers import content_security_policy
 from app.workspace import agents, bp, sessions, websocket
 from app.workspace.apps import find_agent, page_error
 from app.workspace.models import database
 from app.workspace.mux import StreamClosed
-from app.workspace.workspaces import may_manage, visible_agent
+from app.workspace.workspaces import may_manage, may_manage_user, visible_agent
 
 VENDOR = bp.root_path + "/vendor/node_modules/@xterm"
 # name served -> its path below VENDOR
@@ -42,10 +46,16 @@ def xterm_file(name):
 
 
 @bp.get("/@<user>/<target>/terminal")
+@content_security_policy(style_src_elem="'self' 'unsafe-inline'")  # xterm.js injects <style> elements
 def terminal_page(user, target):
     try:
         viewer = sessions.current_user()
-        agent = find_agent(user, target)
+        try:
+            agent = find_agent(user, target)
+        except NotFound:
+            if not may_manage_user(viewer, user):
+                raise NotFound("Workspace agent not found.") from None  # says nothing of someone else's
+            raise
         if not may_manage(viewer, agent.workspace.owner_id):
             raise NotFound("Workspace agent not found.")
     except Failure as exc:
@@ -100,7 +110,7 @@ def _input(stream, message):
         stream.write(message)
         return
     try:
-        wanted = json.loads(message)
+        wanted = clientjson.loads(message)
     except ValueError:
         return  # not ours: ignored rather than typed into the shell
     if not isinstance(wanted, dict):

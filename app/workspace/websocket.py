@@ -47,9 +47,11 @@ def route(bp, rule, **options):
     return register
 
 
-def is_upgrade():
-    return (request.headers.get("Upgrade", "").lower() == "websocket"
-            and "upgrade" in request.headers.get("Connection", "").lower())
+def is_upgrade(environ=None) -> bool:
+    """A websocket upgrade request: this one, or the WSGI `environ` given."""
+    environ = request.environ if environ is None else environ
+    return (environ.get("HTTP_UPGRADE", "").lower() == "websocket"
+            and "upgrade" in environ.get("HTTP_CONNECTION", "").lower())
 
 
 class _AlreadyAnswered(Response):

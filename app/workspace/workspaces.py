@@ -38,6 +38,11 @@ def may_manage(user, owner_id):
     return str(owner_id) == str(user.id) or accounts.is_admin(user)
 
 
+def may_manage_user(actor, username: str) -> bool:
+    """Whether `actor` may see the workspaces of the user named `username` (existing or not)."""
+    return actor.username.lower() == username.lower() or accounts.is_admin(actor)
+
+
 def target_user(actor, name):
     """The user a `/users/<user>/...` path names, if the actor may see it; else 404."""
     if name == "me":

@@ -5,13 +5,20 @@ its output (xterm.js served from the bundle's own files)."""
 import requests
 from playwright.sync_api import expect
 
+from devtools import services
+from tests.support.browser import WORKSPACE_OWNER, sign_in_to_the_workspace
 from tests.support.workspace import AgentProcess
 
-OWNER = {"email": "owner@example.com", "username": "owner", "password": "Tr1cky-horse-battery"}
+OWNER = WORKSPACE_OWNER
 
 
 def _platform_with_workspace(site):
-    running = site("workspace", env={"WORKSPACE_AGENT_PING_SECONDS": "1"})
+    # The terminal's websocket must come from WORKSPACE_ACCESS_URL's origin (Chromium
+    # sends no Sec-Fetch-Site on websockets): the address the browser uses.
+    with services.held_port() as port:
+        pass
+    running = site("workspace", listen_port=port, env={
+        "WORKSPACE_AGENT_PING_SECONDS": "1", "WORKSPACE_ACCESS_URL": f"http://workspace.localhost:{port}"})
     token = requests.post(running.api + "/api/v2/users/first", json=OWNER, timeout=10).json()["session_token"]
     created = requests.post(running.api + "/api/v2/users/me/workspaces",
                             json={"name": "dev", "agents": [{"name": "main"}]},
@@ -20,17 +27,9 @@ def _platform_with_workspace(site):
     return running, created.json()["agents"][0]
 
 
-def _sign_in(page, url):
-    page.goto(url + "/login")
-    page.get_by_label("Email").fill(OWNER["email"])
-    page.get_by_label("Password").fill(OWNER["password"])
-    page.get_by_role("button", name="Sign in").click()
-    expect(page.locator("#username")).to_have_text("owner")
-
-
 def test_the_dashboard_follows_the_agent_and_the_terminal_runs_a_command(site, page, tmp_path):
     running, agent = _platform_with_workspace(site)
-    _sign_in(page, running.url)
+    sign_in_to_the_workspace(page, running.url)
     badge = page.locator(f'[data-agent-id="{agent["id"]}"]')
     expect(badge).to_have_text("connecting")
 

@@ -207,6 +207,27 @@ def test_a_wrong_or_absent_state_is_refused(oidc_stack):
     assert stack.user_count() == 2
 
 
+def test_an_attackers_callback_cannot_sign_another_browser_in(oidc_stack):
+    """Login CSRF through the callback: the attacker signs in at the provider and, instead
+    of finishing, has the victim's browser open the callback with the attacker's code and
+    state. The state cookie binds the flow to the browser that started it: refused,
+    whether the victim has a flow of her own under way or none. (A cross-site GET may start
+    a flow: that only sends the victim to the provider as herself.)"""
+    stack = oidc_stack()
+    attacker = stack.browser()
+    callback = stack.to_callback(attacker, "dave")
+    for started_her_own in (False, True):
+        victim = stack.browser()
+        if started_her_own:
+            stack.start(victim, stack.button_href(victim))
+        stack.idp.counts.clear()
+        answer = stack.finish(victim, callback)
+        assert_error_page(answer, 401, "could not be matched")
+        assert stack.idp.counts["token"] == 0  # the attacker's code was never exchanged
+        assert stack.me(victim).status_code == 401
+    assert stack.rows("SELECT id FROM oidclink") == []
+
+
 def test_a_missing_verifier_is_refused(oidc_stack):
     stack = oidc_stack()
     http = stack.browser()
@@ -439,7 +460,8 @@ def test_token_traffic_is_unaffected_by_oidc(oidc_stack):
     created = stack.api("POST", "/api/v2/users", token=token,
                         json={"email": "cli@example.com", "username": "cli", "login_type": "none"})
     assert created.status_code == 201, created.text
-    assert stack.api("GET", "/api/v2/users/me", params={"workspace_session_token": token}).status_code == 200
+    # The query string carries a token on websocket upgrades only (test_sessions.py).
+    assert stack.api("GET", "/api/v2/users/me", params={"workspace_session_token": token}).status_code == 401
     # No session: a JSON 401, never a redirect to the sign-in flow.
     anonymous = stack.api("GET", "/api/v2/users/me")
     assert anonymous.status_code == 401 and anonymous.json()["message"]

@@ -72,3 +72,28 @@ def test_create_admin_works_without_a_running_server(tmp_path):
     with sqlite3.connect(tmp_path / "workspace.db") as db:
         assert db.execute("select username, roles from user").fetchall() == [("root", '["owner"]')]
         assert db.execute("select count(*) from singleton").fetchone()[0] == 1  # it was the first user
+
+
+def test_create_owner_claims_the_platform_once_and_then_says_it_has_one(workspace):
+    ws = workspace()
+    args = ("create-owner", "--username", "root", "--email", "root@example.com", "--name", "Root")
+    weak = run_cli(ws, *args, stdin="short\n")
+    assert weak.returncode == 1 and "password: must be at least 8 characters" in weak.stderr
+    bad = run_cli(ws, "create-owner", "--username", "root", "--email", "not-an-email", stdin="correct horse battery\n")
+    assert bad.returncode == 1 and "email" in bad.stderr
+    assert requests.get(ws.api + "/users/first", timeout=10).status_code == 404  # still unclaimed
+    first = run_cli(ws, *args, stdin="correct horse battery\n")
+    assert first.returncode == 0 and "Created the Owner root" in first.stdout, first.stderr
+    me = ws.login("root@example.com", "correct horse battery")
+    assert me.status_code == 201
+    user = requests.get(ws.api + "/users/me", headers=ws.as_user(me.json()["session_token"]), timeout=10).json()
+    assert user["roles"] == ["owner"] and user["name"] == "Root"
+    # The playbook runs it on every provisioning: no password is read, nothing changes.
+    again = run_cli(ws, "create-owner", "--username", "other", "--email", "other@example.com", stdin="")
+    assert again.returncode == 0 and again.stdout == "the platform already has its Owner\n", again.stderr
+    # And nobody can claim it through the set-up page or the API any more.
+    assert requests.post(ws.api + "/users/first", json=OWNER, timeout=30).status_code == 409
+    setup = requests.post(ws.url + "/setup", data=OWNER, allow_redirects=False, timeout=30)
+    assert setup.headers["Location"] == "/login"
+    with ws.db() as db:
+        assert db.execute("select count(*) from user").fetchone()[0] == 1

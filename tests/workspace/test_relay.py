@@ -149,3 +149,17 @@ def test_a_client_for_an_agent_not_connected_is_told_so(relay_setup):
                             headers={TOKEN_HEADER: owner}, timeout=10)
     assert response.status_code == 502
     assert response.json()["detail"] == "the agent has no open connection to the platform"
+
+
+def test_a_relay_client_the_cookie_signs_in_must_come_from_the_platforms_own_pages(relay_setup):
+    ws, owner, agent, _ = relay_setup
+    url = _url(ws, agent["id"], "client", uuid.uuid4())
+    with pytest.raises(HandshakeRefused) as refused:
+        Client.connect(url, headers={"Cookie": f"workspace_session_token={owner}", "Origin": "http://evil.example"})
+    assert refused.value.status_code == 403
+    plain = requests.get(url.replace("ws://", "http://"), cookies={"workspace_session_token": owner},
+                         headers={"Origin": "http://evil.example", "Upgrade": "websocket", "Connection": "Upgrade",
+                                  "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version": "13"},
+                         timeout=10)
+    assert plain.status_code == 403
+    assert plain.json()["message"] == "This request came from another site and was refused."

@@ -3,10 +3,12 @@ import json
 import time
 import uuid
 
+import pytest
 import requests
 from simple_websocket import Client, ConnectionClosed
+from simple_websocket import ConnectionError as HandshakeRefused
 
-from tests.support.workspace import TOKEN_HEADER
+from tests.support.workspace import TOKEN_HEADER, create_workspace
 
 
 def _open(connected, reconnect, width=80, height=24, token=None):
@@ -100,3 +102,53 @@ def test_terminal_page_serves_xterm_from_the_bundle(connected):
     login = requests.get(f"{connected.ws.url}/@owner/dev.main/terminal", headers={"Accept": "text/html"},
                          allow_redirects=False, timeout=10)
     assert login.status_code == 303 and login.headers["Location"].startswith("/login?redirect=")
+
+
+def _pty_url(connected, query=""):
+    return (connected.ws.url.replace("http://", "ws://") + f"/api/v2/workspaceagents/{connected.agent['id']}/pty"
+            f"?reconnect={uuid.uuid4()}{query}")
+
+
+def test_a_websocket_the_cookie_signs_in_must_come_from_the_platforms_own_pages(connected):
+    cookie = {"Cookie": f"workspace_session_token={connected.owner}"}
+    # Another origin's page (a sibling host too: SameSite=Lax sends the cookie there).
+    for refused in ({"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"},
+                    {"Origin": "http://app.localhost", "Sec-Fetch-Site": "same-site"},
+                    {"Origin": "http://evil.example"}, {"Origin": "null"}):
+        with pytest.raises(HandshakeRefused) as answer:
+            Client.connect(_pty_url(connected), headers={**cookie, **refused})
+        assert answer.value.status_code == 403, refused
+    # The platform's own page: the browser says same-origin.
+    own = Client.connect(_pty_url(connected), headers={**cookie, "Origin": connected.ws.url,
+                                                       "Sec-Fetch-Site": "same-origin"})
+    own.close()
+    # A client with the token in its header (the CLI) may come from anywhere: it is no browser's cookie.
+    cli = Client.connect(_pty_url(connected), headers={TOKEN_HEADER: connected.owner, "Origin": "http://evil.example"})
+    cli.close()
+
+
+def test_the_session_token_in_the_query_string_is_taken_on_a_websocket_upgrade_only(connected):
+    query = f"&workspace_session_token={connected.owner}"
+    upgraded = Client.connect(_pty_url(connected, query))  # browsers cannot set headers on websockets
+    try:
+        _type(upgraded, "echo query-$((2*21))\r")
+        _read_until(upgraded, b"query-42")
+    finally:
+        upgraded.close()
+    plain = requests.get(_pty_url(connected, query).replace("ws://", "http://"), timeout=10)
+    assert plain.status_code == 401 and plain.json()["detail"] == "no session token was given"
+
+
+def test_the_terminal_pages_404_says_nothing_of_other_peoples_workspaces(connected):
+    ws, other = connected.ws, {"workspace_session_token": connected.other}
+    create_workspace(ws, connected.owner, "pair", [{"name": "left"}, {"name": "right"}])
+    # `dev` and `pair` exist (the owner's; `pair` has two agents), `nope` and `nobody`
+    # do not: the other user cannot tell.
+    answers = [requests.get(f"{ws.url}/@{path}/terminal", cookies=other, timeout=10)
+               for path in ("owner/dev", "owner/dev.main", "owner/pair", "owner/nope", "nobody/dev")]
+    assert {answer.status_code for answer in answers} == {404}
+    assert len({answer.text for answer in answers}) == 1, [answer.text for answer in answers]
+    # The owner is told what is wrong with her own address.
+    own = requests.get(f"{ws.url}/@owner/pair/terminal", cookies={"workspace_session_token": connected.owner},
+                       timeout=10)
+    assert own.status_code == 404 and "several agents" in own.text
