@@ -48,9 +48,12 @@ def complete(command, result, vectors_changed=True):
         raise Canceled(f"command {command.id} was canceled before it could complete")
 
 
-def fail(command, message):
+def fail(command, message: str, status: int | None = None) -> None:
+    """`status`: the HTTP status the failure stands for (413: over a cap), kept as the
+    command's result {"status": …} for the route that waits on it."""
     with write_transaction():
-        failed = (Command.update(status="failed", error_message=message, updated=now())
+        failed = (Command.update(status="failed", error_message=message, updated=now(),
+                                 result={"status": status} if status else None)
                   .where((Command.id == command.id) & (Command.status == "running")).execute())
         if failed and command.kind == "process_source":
             (Source.update(status="failed", error_message=message, updated=now())

@@ -10,6 +10,7 @@ from flask import Response, send_from_directory
 
 from app.common.config import PROJECT_ROOT
 from app.common.failures import NotFound, Unavailable
+from app.common.headers import content_security_policy
 from app.notebook import schemas as s
 from app.notebook.blueprint import bp
 from app.notebook.http import settings
@@ -263,6 +264,7 @@ def _ui_dir():
 
 
 @bp.get("/docs")
+@content_security_policy(style_src_elem="'self' 'unsafe-inline'")  # Swagger UI injects a <style> element
 def docs_page():
     from flask import request
     _ui_dir()

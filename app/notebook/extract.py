@@ -1,6 +1,13 @@
 """Text out of documents: PDF (pypdf), plain text and Markdown, HTML and web
 pages (trafilatura), DOCX (python-docx). `detect` decides the kind up front, so an
-unsupported file is refused by the route, not by a job that fails later."""
+unsupported file is refused by the route, not by a job that fails later.
+
+Caps (issue #32: a 257 KB DOCX once became 105 million characters): a document's text
+is at most `max_chars` characters and at most `ratio` times the file's size (with a
+floor, for small files); a DOCX's zip entries are checked in the zip's directory
+BEFORE anything is inflated (zipfile never inflates an entry past its declared size:
+it stops there and fails the CRC check), and a PDF's text is counted page by page as
+it is produced (pypdf caps each stream's inflation itself)."""
 import io
 import logging
 import os
@@ -26,6 +33,38 @@ class ExtractionError(Exception):
 
 class Unsupported(ExtractionError):
     pass
+
+
+class TooMuchText(ExtractionError):
+    """The document is over a cap: a source's add answers 413 (the content is larger
+    than the server takes), like a body over the byte cap."""
+    status = 413
+
+
+# Below these, a document's size does not limit what it may inflate to or yield: a small
+# DOCX inflates ~25-fold (its styles and theme); the ratio is for documents past them.
+INFLATED_FLOOR = 4 * 1024 * 1024   # bytes
+TEXT_FLOOR = 64 * 1024             # characters
+# Bytes of inflated XML allowed per character of the text cap (WordprocessingML's markup).
+XML_PER_CHAR = 16
+
+
+class Caps:
+    """What one document of `size` bytes may yield: `max_chars` characters at most, and
+    at most `ratio` times its size, in inflated bytes and in text (above the floors)."""
+
+    def __init__(self, max_chars: int, ratio: int, size: int):
+        self.max_chars, self.ratio, self.size = max_chars, ratio, size
+        self.text = min(max_chars, max(ratio * size, TEXT_FLOOR))
+        self.inflated = min(max(ratio * size, INFLATED_FLOOR), size + XML_PER_CHAR * max_chars)
+
+    def check_text(self, count: int, kind: str) -> None:
+        if count > self.max_chars:
+            raise TooMuchText(f"the {kind.upper()} document has more than {self.max_chars} characters "
+                              "of text, the most a source may have")
+        if count > self.text:
+            raise TooMuchText(f"the {kind.upper()} document yields more than {self.ratio} characters of text "
+                              f"per byte of its {self.size} bytes")
 
 
 def _sniff(head):
@@ -73,14 +112,18 @@ def decode_text(data):
         return str(best)
 
 
-def _pdf(data):
+def _pdf(data, caps):
     from pypdf import PdfReader
     from pypdf.errors import PdfReadError, PyPdfError
     try:
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted:
             raise ExtractionError("the PDF is encrypted")
-        pages = [page.extract_text() or "" for page in reader.pages]
+        pages, count = [], 0
+        for page in reader.pages:  # counted as produced: an over-cap PDF stops at the page that passes it
+            pages.append(page.extract_text() or "")
+            count += len(pages[-1])
+            caps.check_text(count, "pdf")
         title = (reader.metadata.title if reader.metadata else None) or None
     except ExtractionError:
         raise
@@ -89,8 +132,23 @@ def _pdf(data):
     return "\n\n".join(p.strip() for p in pages if p.strip()), title
 
 
-def _docx(data):
+def _check_inflation(data, caps):
+    """Refuse a DOCX whose zip entries declare more than the caps allow, read from the
+    zip's directory: nothing is inflated yet. python-docx loads every part, so every
+    entry counts."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            inflated = sum(info.file_size for info in archive.infolist())
+    except (zipfile.BadZipFile, ValueError, OSError) as exc:
+        raise ExtractionError(f"the DOCX could not be read: {exc}") from None
+    if inflated > caps.inflated:
+        raise TooMuchText(f"the DOCX inflates to {inflated} bytes, more than the {caps.inflated} bytes "
+                          f"allowed for a file of {len(data)} bytes (at most {caps.ratio} times its size)")
+
+
+def _docx(data, caps):
     import docx
+    _check_inflation(data, caps)
     try:
         document = docx.Document(io.BytesIO(data))
     except (zipfile.BadZipFile, KeyError, ValueError, OSError) as exc:
@@ -126,14 +184,19 @@ def _text(data):
     return text, (first[:200] if first else None)
 
 
-def extract(kind, data, url=None):
-    """(text, title or None) of a document of `kind`; raises ExtractionError."""
+def extract(kind: str, data: bytes, max_chars: int, ratio: int, url: str | None = None):
+    """(text, title or None) of a document of `kind`, its text at most `max_chars`
+    characters and `ratio` times the file's size; raises ExtractionError (TooMuchText
+    over a cap)."""
     if not data:
         raise ExtractionError("the document is empty")
+    caps = Caps(max_chars, ratio, len(data))
+    if kind == "text" and len(data) > 4 * max_chars:  # no encoding takes more than 4 bytes a character
+        caps.check_text(len(data) // 4, kind)
     if kind == "pdf":
-        text, title = _pdf(data)
+        text, title = _pdf(data, caps)
     elif kind == "docx":
-        text, title = _docx(data)
+        text, title = _docx(data, caps)
     elif kind == "html":
         text, title = _html(data, url)
     elif kind == "text":
@@ -141,6 +204,7 @@ def extract(kind, data, url=None):
     else:
         raise Unsupported(f"unsupported document kind {kind!r}")
     text = text.replace("\x00", "").strip()
+    caps.check_text(len(text), kind)
     if not text:
         raise ExtractionError(f"no text could be extracted from the {kind.upper()} document")
     return text, (title.replace("\x00", "").strip() or None) if title else None

@@ -72,17 +72,19 @@ class JobQueue:
             return None
         return self.new_command("embed_note", public("note", note.id))
 
-    def enqueue(self, command):
+    def enqueue(self, command) -> bool:
         """Hand `command` to the worker (after its transaction committed). When the
         queue's storage does not take it (Redis down), the command is failed at once
-        (retry it) rather than left `new` with nothing to run it."""
+        (retry it) rather than left `new` with nothing to run it. False then."""
         if command is None:
-            return
+            return True
         try:
             self.requeue(command)
         except Exception as exc:  # the storage's error, whichever storage
             log.error("command %s could not be queued: %s: %s", command.id, type(exc).__name__, exc)
             fail_unqueued(command, "the job queue is unavailable; retry later")
+            return False
+        return True
 
     def requeue(self, command):
         """Hand `command` to the worker; the storage's error when it does not take it."""

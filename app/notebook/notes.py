@@ -3,7 +3,7 @@ indexed for text search at once and embedded by the worker for vector search."""
 from app.common.failures import NotFound
 from app.notebook import cleanup, index, views
 from app.notebook.blueprint import bp
-from app.notebook.http import body, jobs, query
+from app.notebook.http import body, check_text, jobs, query
 from app.notebook.ids import key_of, new_key, public
 from app.notebook.models import Note, bump_vectors, now, write_transaction
 from app.notebook.notebooks import get_notebook
@@ -43,6 +43,7 @@ def list_notes():
 @bp.post("/notes")
 def create_note():
     data = body(NoteCreate())
+    check_text("content", data["content"])
     notebook_key = get_notebook(data["notebook_id"]).id if data.get("notebook_id") else None
     with write_transaction():
         record = Note(id=new_key(), title=data.get("title") or default_title(data["content"]),
@@ -63,6 +64,7 @@ def read_note(note_id):
 def update_note(note_id):
     record = get_note(note_id)
     data = body(NoteUpdate())
+    check_text("content", data.get("content"))
     for field in ("title", "content", "note_type"):
         if field in data:
             setattr(record, field, data[field])

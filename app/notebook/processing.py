@@ -62,7 +62,8 @@ def _run(command_key):
     except (extract.ExtractionError, ssrf.LinkRefused, embeddings.EmbeddingUnavailable,
             llm.ProviderError) as exc:
         log.info("command %s failed: %s", command.id, exc)
-        fail(command, str(exc))
+        # Over a text cap: its 413 is kept, so that a synchronous add answers it.
+        fail(command, str(exc), exc.status if isinstance(exc, extract.TooMuchText) else None)
     except Failure as exc:  # what a route would answer: no model configured, an unknown override
         log.info("command %s failed: %s", command.id, exc.message)
         fail(command, exc.message)
@@ -106,15 +107,16 @@ def _source_of(command):
 
 
 def _document(source):
-    """(text, title hint) of the source's original."""
+    """(text, title hint) of the source's original, within the text caps."""
+    caps = {"max_chars": _settings.max_source_chars, "ratio": _settings.max_expansion}
     if source.kind == "text":
-        return extract.extract("text", source.full_text.encode("utf-8"))
+        return extract.extract("text", source.full_text.encode("utf-8"), **caps)
     if source.kind == "link":
         body, content_type, final_url = ssrf.fetch(source.url, _settings.url_allowlist,
                                                    _settings.fetch_timeout, _settings.fetch_max_bytes)
         name = final_url.split("?", 1)[0].rsplit("/", 1)[-1]
         kind = extract.detect(name if "." in name else "", body[:4096], content_type or "text/html")
-        return extract.extract(kind, body, url=final_url)
+        return extract.extract(kind, body, url=final_url, **caps)
     path = os.path.join(_settings.uploads_dir, source.file_name or "")
     try:
         with open(path, "rb") as f:
@@ -122,7 +124,7 @@ def _document(source):
     except OSError as exc:
         raise extract.ExtractionError(f"the uploaded file cannot be read: {exc.strerror}") from None
     kind = extract.detect(source.original_name or source.file_name, data[:4096], source.content_type)
-    return extract.extract(kind, data)
+    return extract.extract(kind, data, **caps)
 
 
 def _embed(command, texts):

@@ -111,7 +111,7 @@ class SourceCreate(_Strict):
             if isinstance(raw, str):
                 try:
                     data[name] = json.loads(raw)
-                except ValueError:
+                except (ValueError, RecursionError):  # RecursionError: nested too deep (issue #32)
                     data[name] = [raw]  # a single id, as a plain form value
         return data
 

@@ -55,7 +55,9 @@ class NotebookSettings:
     allow_no_password: bool     # NOTEBOOK_ALLOW_NO_PASSWORD=1: run without authentication
     cors_origins: tuple         # NOTEBOOK_CORS_ORIGINS: "*" (development) or exact origins
     max_upload_bytes: int       # NOTEBOOK_MAX_UPLOAD_BYTES, default 100 MB
-    max_text_bytes: int         # NOTEBOOK_MAX_TEXT_BYTES: a JSON body (text sources, notes)
+    max_text_bytes: int         # NOTEBOOK_MAX_TEXT_BYTES: a body without a file (JSON, a form's text)
+    max_source_chars: int       # NOTEBOOK_MAX_SOURCE_CHARS: a source's (or a note's) text, in characters
+    max_expansion: int          # NOTEBOOK_MAX_EXPANSION: a document's inflated bytes / text per byte of file
     fetch_timeout: float        # NOTEBOOK_FETCH_TIMEOUT: a link's whole download
     fetch_max_bytes: int        # NOTEBOOK_FETCH_MAX_BYTES: a link's body
     url_allowlist: tuple        # NOTEBOOK_URL_ALLOWLIST: networks links may reach despite the SSRF guard
@@ -121,6 +123,8 @@ class NotebookSettings:
             cors_origins=_origins(env_str("NOTEBOOK_CORS_ORIGINS")),
             max_upload_bytes=env_int("NOTEBOOK_MAX_UPLOAD_BYTES", 100 * MB, minimum=1024),
             max_text_bytes=env_int("NOTEBOOK_MAX_TEXT_BYTES", 10 * MB, minimum=1024),
+            max_source_chars=env_int("NOTEBOOK_MAX_SOURCE_CHARS", 5_000_000, minimum=1000, maximum=200_000_000),
+            max_expansion=env_int("NOTEBOOK_MAX_EXPANSION", 100, minimum=2, maximum=10_000),
             fetch_timeout=env_seconds("NOTEBOOK_FETCH_TIMEOUT", 20.0, maximum=600),
             fetch_max_bytes=env_int("NOTEBOOK_FETCH_MAX_BYTES", 20 * MB, minimum=1024),
             url_allowlist=_networks("NOTEBOOK_URL_ALLOWLIST"),

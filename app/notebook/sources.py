@@ -12,7 +12,7 @@ from app.common.failures import ApiError, Invalid, NotFound, TooLarge, Unsupport
 from app.common.offload import blocking
 from app.notebook import cleanup, extract, index, ssrf, transformations, uploads, views
 from app.notebook.blueprint import bp
-from app.notebook.http import body, jobs, query, settings
+from app.notebook.http import body, check_text, jobs, query, read_text_body, settings
 from app.notebook.ids import new_key, public
 from app.notebook.models import Chunk, Command, Insight, Source, SourceNotebook, database, now, write_transaction
 from app.notebook.notebooks import get_notebook
@@ -88,9 +88,13 @@ def _form_fields():
 
 
 def _incoming():
-    """(validated fields, uploaded file or None) from a multipart form or JSON."""
+    """(validated fields, uploaded file or None) from a multipart form or JSON, within
+    the write limits (http.py)."""
     cap = settings().max_upload_bytes
-    if request.mimetype in ("multipart/form-data", "application/x-www-form-urlencoded"):
+    if request.mimetype == "application/x-www-form-urlencoded":
+        read_text_body()  # no file can come this way: the text cap, not the upload's (issue #32)
+        return validated(SourceCreate(), _form_fields()), None
+    if request.mimetype == "multipart/form-data":
         request.max_content_length = cap + FORM_OVERHEAD
         try:
             fields = _form_fields()
@@ -150,6 +154,7 @@ def _new_source(data, upload):
             raise Invalid(f"url: {exc}", field="url") from None
         source.url = data["url"]
     else:
+        check_text("content", data["content"])
         source.full_text = data["content"]
     return source
 
@@ -191,10 +196,18 @@ def create_source():
         if source.file_name:
             cleanup.remove_files([os.path.join(settings().uploads_dir, source.file_name)])
         raise
-    jobs().enqueue(command)
     if data["async_processing"]:
-        return _queued(source.id), 202
+        return _enqueued(source.id, command), 202
+    jobs().enqueue(command)
     return _answer_sync(source, command)
+
+
+def _enqueued(source_key, command):
+    """Queue the command; the source as it was queued (read before the worker can claim
+    it: read after, a fast worker had made it `running` at random), or failed when the
+    queue did not take it."""
+    answer = _queued(source_key)
+    return answer if jobs().enqueue(command) else _queued(source_key)
 
 
 def _queued(source_key):
@@ -211,13 +224,15 @@ def _answer_sync(source, command):
         return {**views.source(get_source(source.id), detail=True), "command_id": None, "status": None}, 201
     if status in ("failed", "canceled"):
         # A synchronous add that did not work changes nothing: the source goes again.
-        error = Command.get_by_id(command.id).error_message or status
+        failed = Command.get_by_id(command.id)
+        error = failed.error_message or status
+        code = (failed.result or {}).get("status") or 400  # 413: the document is over a text cap
         record = Source.get_or_none(Source.id == source.id)
         if record is not None:
             with write_transaction():
                 _, _, path = cleanup.delete_source(record, settings().uploads_dir)
             cleanup.remove_files([path] if path else [])
-        raise ApiError(400 if status == "failed" else 409, f"the source could not be processed: {error}")
+        raise ApiError(code if status == "failed" else 409, f"the source could not be processed: {error}")
     # Still queued or running past NOTEBOOK_SYNC_TIMEOUT: the client polls like an async add.
     return _queued(source.id), 202
 
@@ -260,5 +275,4 @@ def retry_source(source_id):
         if not claimed:  # raising rolls the new command back
             current = Source.select(Source.status).where(Source.id == record.id).scalar()
             raise Invalid(f"only a failed or canceled source can be retried; this one is {current}")
-    jobs().enqueue(command)
-    return _queued(record.id), 202
+    return _enqueued(record.id, command), 202

@@ -2,8 +2,10 @@
 
 A link may only reach public addresses: every address its host resolves to is
 checked (loopback, private, link-local — 169.254.169.254, the cloud metadata
-service, among them — multicast, reserved and unspecified are refused), unless
-NOTEBOOK_URL_ALLOWLIST names its network. Redirects are followed by hand, each hop
+service, among them — CGNAT, multicast, reserved and unspecified are refused), unless
+NOTEBOOK_URL_ALLOWLIST names its network. An IPv6 address that carries an IPv4 one
+(IPv4-mapped, IPv4-compatible, NAT64 64:ff9b::/96, 6to4, Teredo) is judged by the
+IPv4 address it carries; NAT64's local-use prefix 64:ff9b:1::/48 is refused. Redirects are followed by hand, each hop
 checked the same way, and the address actually connected to is checked again
 (a name that resolves differently the second time gains nothing). Bodies are
 capped in size and the whole download in time."""
@@ -22,12 +24,36 @@ class LinkRefused(Exception):
     """The link may not be fetched or did not give a document; the message says why."""
 
 
+# IPv6 forms that carry an IPv4 address, which a translator or relay on the path may
+# deliver to (issue #32: NAT64 and 6to4 forms of internal addresses got through).
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")            # RFC 6052: the v4 address is the last 32 bits
+_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")    # RFC 8215: a site's own translator
+_COMPATIBLE = ipaddress.ip_network("::/96")              # IPv4-compatible (deprecated): the last 32 bits
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list:
+    """The IPv4 addresses an IPv6 address stands for (none for a plain one)."""
+    if ip.ipv4_mapped:                                   # ::ffff:a.b.c.d
+        return [ip.ipv4_mapped]
+    if ip in _NAT64 or ip in _COMPATIBLE:
+        return [ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)]
+    if ip.sixtofour:                                     # 2002:AABB:CCDD::/48
+        return [ip.sixtofour]
+    if ip.teredo:                                        # 2001::/32: server, and client (bits inverted)
+        return list(ip.teredo)
+    return []
+
+
 def _forbidden(address, allowlist):
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
-        ip = ip.ipv4_mapped
     if any(ip in network for network in allowlist):
         return False
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip in _NAT64_LOCAL:  # its prefix length (where the v4 address sits) is the site's choice
+            return True
+        embedded = _embedded_ipv4(ip)
+        if embedded:  # judged by what it reaches: a public v4 address through NAT64 is a public host
+            return any(_forbidden(str(v4), allowlist) for v4 in embedded)
     return not ip.is_global or ip.is_multicast
 
 

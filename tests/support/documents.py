@@ -1,5 +1,7 @@
 """Sample documents the notebook tests add: made here, byte by byte, so that nothing is fetched."""
 import io
+import zipfile
+import zlib
 
 PDF_TEXT = "Mitochondria are the powerhouse of the cell and make ATP through respiration."
 TEXT_BODY = ("Photosynthesis converts light into chemical energy. Chlorophyll in the leaves of plants "
@@ -14,15 +16,19 @@ surface temperature, hoping to protect the reefs for future generations.</p></ar
 <footer>Copyright</footer></body></html>"""
 
 
-def pdf_bytes(text):
-    """A one-page PDF whose page shows `text` (Helvetica), with a correct xref."""
+def pdf_bytes(text, compress=False):
+    """A one-page PDF whose page shows `text` (Helvetica), with a correct xref;
+    `compress`: its content stream deflated (FlateDecode), as most PDFs have it."""
     stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode("latin-1")
+    flate = b""
+    if compress:
+        stream, flate = zlib.compress(stream, 9), b" /Filter /FlateDecode"
     objects = [
         b"<< /Type /Catalog /Pages 2 0 R >>",
         b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
         b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
         b"/Resources << /Font << /F1 5 0 R >> >> >>",
-        b"<< /Length " + str(len(stream)).encode() + b" >>\nstream\n" + stream + b"\nendstream",
+        b"<< /Length " + str(len(stream)).encode() + flate + b" >>\nstream\n" + stream + b"\nendstream",
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
     ]
     out = io.BytesIO()
@@ -46,4 +52,20 @@ def docx_bytes(paragraphs):
         document.add_paragraph(paragraph)
     out = io.BytesIO()
     document.save(out)
+    return out.getvalue()
+
+
+def docx_bomb(inflated_bytes):
+    """A DOCX (python-docx's own, valid) whose word/document.xml is `inflated_bytes` of
+    one paragraph repeated: deflated, a few hundred times smaller than that."""
+    template = zipfile.ZipFile(io.BytesIO(docx_bytes(["x"])))
+    paragraph = b"<w:p><w:r><w:t>" + b"All work and no play makes Jack a dull boy. " * 20 + b"</w:t></w:r></w:p>"
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as bomb:
+        for info in template.infolist():
+            data = template.read(info.filename)
+            if info.filename == "word/document.xml":
+                head, tail = data.split(b"<w:body>", 1)
+                data = head + b"<w:body>" + paragraph * (inflated_bytes // len(paragraph)) + tail
+            bomb.writestr(info.filename, data)
     return out.getvalue()

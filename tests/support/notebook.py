@@ -21,6 +21,8 @@ PASSWORD = "test-password-9f3a"
 AUTH = {"Authorization": f"Bearer {PASSWORD}"}
 LINK_HOST = "127.0.0.2"          # allowed by NOTEBOOK_URL_ALLOWLIST; 127.0.0.1 stays forbidden
 MAX_UPLOAD = 2 * 1024 * 1024     # small cap, so that 413 is cheap to reach
+MAX_TEXT = 2 * 1024 * 1024       # a body without a file (NOTEBOOK_MAX_TEXT_BYTES), small for the same reason
+MAX_CHARS = 1_000_000            # a source's or a note's text (NOTEBOOK_MAX_SOURCE_CHARS)
 JOB_DEADLINE = 120.0             # the worker's first job waits for the model to load
 
 # The model features' stack (tests/notebook/conftest.py: `llm_nb`).
@@ -86,7 +88,8 @@ class LinkHandler(http.server.BaseHTTPRequestHandler):
 
 def notebook_env(data_dir, **extra):
     return {"NOTEBOOK_PASSWORD": PASSWORD, "NOTEBOOK_URL_ALLOWLIST": f"{LINK_HOST}/32",
-            "NOTEBOOK_MAX_UPLOAD_BYTES": str(MAX_UPLOAD), "DATA_DIR": str(data_dir), **extra}
+            "NOTEBOOK_MAX_UPLOAD_BYTES": str(MAX_UPLOAD), "NOTEBOOK_MAX_TEXT_BYTES": str(MAX_TEXT),
+            "NOTEBOOK_MAX_SOURCE_CHARS": str(MAX_CHARS), "DATA_DIR": str(data_dir), **extra}
 
 
 class Worker:

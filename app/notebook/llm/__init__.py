@@ -36,7 +36,7 @@ def first_json_object(text):
         return None
     try:
         return json.JSONDecoder().raw_decode(text[start:])[0]
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deep to parse
         return None
 
 

@@ -53,7 +53,7 @@ def chat_stream(target, model, messages):
         try:
             event = json.loads(record.data)
             kind = event["type"]
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             raise malformed(NAME, "a stream event is not JSON with a type") from None
         if kind == "message_stop":
             return

@@ -36,7 +36,7 @@ def chat_stream(target, model, messages):
             continue
         try:
             record = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested too deep to parse
             raise malformed(NAME, "a stream line is not JSON") from None
         if not isinstance(record, dict):
             raise malformed(NAME, "a stream line is not an object")

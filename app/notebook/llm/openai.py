@@ -36,7 +36,7 @@ def chat_stream(target, model, messages):
         try:
             choices = json.loads(data).get("choices") or []
             delta = (choices[0].get("delta") or {}).get("content") if choices else None
-        except (ValueError, AttributeError, IndexError):
+        except (ValueError, AttributeError, IndexError, RecursionError):
             raise malformed(NAME, "a stream record is not a chat.completion.chunk") from None
         if delta:
             yield delta
