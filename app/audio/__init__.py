@@ -16,12 +16,14 @@ error_body = error_with_field   # {"error": message, "field"?: name}
 
 def init_app(app):
     from app.audio import api, middleware  # noqa: F401  (routes register on bp)
+    from app.audio.limits import SpeechLimits
     from app.audio.service import build_providers
     from app.audio.settings import AudioSettings
 
     settings = AudioSettings.from_env(app.config["DATA_DIR"])
     app.config["AUDIO"] = settings
     app.extensions["audio"] = build_providers(settings)
+    app.extensions["audio_limits"] = SpeechLimits(settings.speech_per_minute, settings.speech_per_address)
     middleware.register(app)
     app.register_blueprint(bp)
     if not settings.public_origin:

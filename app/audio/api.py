@@ -3,7 +3,7 @@ from flask import Response, current_app, request
 
 from app.audio import bp
 from app.audio.middleware import MAX_BODY_BYTES
-from app.audio.providers import ProviderFailed
+from app.audio.providers import Busy, ProviderFailed
 from app.audio.providers import Unavailable as ProviderUnavailable
 from app.audio.schemas import SpeechSchema
 from app.common.body import json_object, query_int, query_text, validated
@@ -43,6 +43,8 @@ def _ask(fn, *args, lookup_status=404, lookup_field=None):
     """Call a provider, turning its failures into the API's errors."""
     try:
         return fn(*args)
+    except Busy as exc:
+        raise Unavailable(exc.reason, retry_after=1) from None
     except ProviderUnavailable as exc:
         raise Unavailable(exc.reason) from None
     except ProviderFailed as exc:
@@ -84,8 +86,9 @@ def speech():
     data = validated(SpeechSchema(), json_object(MAX_BODY_BYTES))
     providers = _providers()
     _require(providers.speech, providers.speech_probe)
-    audio = _ask(providers.speech.synthesize, data["text"], data["voiceId"], data["rate"],
-                 data["pitch"], data["volume"], lookup_status=400, lookup_field="voiceId")
+    with current_app.extensions["audio_limits"].admit():
+        audio = _ask(providers.speech.synthesize, data["text"], data["voiceId"], data["rate"],
+                     data["pitch"], data["volume"], lookup_status=400, lookup_field="voiceId")
     return Response(audio, mimetype="audio/mpeg", headers={"X-Speech-Provider": providers.speech.name})
 
 

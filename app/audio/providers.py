@@ -19,6 +19,10 @@ class Unavailable(Exception):
         self.reason = reason
 
 
+class Busy(Unavailable):
+    """503 with Retry-After: every engine slot is taken and the queue is full."""
+
+
 class ProviderFailed(Exception):
     """502: the provider was asked and failed."""
 
@@ -46,8 +50,10 @@ class SpeechProvider(ABC):
     def __init__(self, settings):
         self.settings = settings
         self._voices = None
-        # Engine processes at once in this worker; more wait, then are told it is busy.
+        # Engine processes at once in this worker; up to `synthesis_queue` more wait for
+        # a slot, and any further one is told at once that it is busy (never a pile-up).
         self._slots = gevent.lock.BoundedSemaphore(settings.max_concurrent_synthesis)
+        self._waiting = 0
 
     @abstractmethod
     def probe(self):
@@ -71,8 +77,15 @@ class SpeechProvider(ABC):
         """MP3 bytes of `text`; rate 0.5–2, pitch 0–2, volume 0–1 (1, 1, 1 = normal)."""
         if not any(v["id"] == voice_id for v in self.voices()):
             raise LookupError(f"unknown voice {voice_id!r}")
-        if not self._slots.acquire(timeout=self.settings.provider_timeout):
-            raise Unavailable("the speech engine is busy; try again")
+        if self._slots.locked() and self._waiting >= self.settings.synthesis_queue:
+            raise Busy("the speech engine is busy; try again shortly")
+        self._waiting += 1
+        try:
+            acquired = self._slots.acquire(timeout=self.settings.provider_timeout)
+        finally:
+            self._waiting -= 1
+        if not acquired:
+            raise Busy("the speech engine is busy; try again shortly")
         try:
             audio = self._speak(text, voice_id, rate, pitch, volume)
         finally:

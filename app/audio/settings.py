@@ -19,6 +19,9 @@ class AudioSettings:
     probe_timeout: float         # AUDIO_PROBE_TIMEOUT: a probe's deadline
     provider_timeout: float      # AUDIO_PROVIDER_TIMEOUT: a synthesis, search or preview's deadline
     max_concurrent_synthesis: int  # AUDIO_MAX_CONCURRENT_SYNTHESIS: engine processes at once per worker
+    synthesis_queue: int = 8     # AUDIO_SYNTHESIS_QUEUE: syntheses that may wait for an engine per worker
+    speech_per_minute: int = 30  # AUDIO_SPEECH_PER_MINUTE: speech requests a client address may make a minute
+    speech_per_address: int = 2  # AUDIO_SPEECH_CONCURRENT_PER_ADDRESS: its syntheses at once per worker
 
     @classmethod
     def from_env(cls, data_dir):
@@ -35,4 +38,7 @@ class AudioSettings:
             probe_timeout=env_seconds("AUDIO_PROBE_TIMEOUT", 3.0),
             provider_timeout=env_seconds("AUDIO_PROVIDER_TIMEOUT", 20.0),
             max_concurrent_synthesis=env_int("AUDIO_MAX_CONCURRENT_SYNTHESIS", 4, minimum=1, maximum=64),
+            synthesis_queue=env_int("AUDIO_SYNTHESIS_QUEUE", 8, minimum=0, maximum=1000),
+            speech_per_minute=env_int("AUDIO_SPEECH_PER_MINUTE", 30, minimum=1, maximum=1_000_000),
+            speech_per_address=env_int("AUDIO_SPEECH_CONCURRENT_PER_ADDRESS", 2, minimum=1, maximum=1000),
         )

@@ -8,6 +8,7 @@ from app.common.failures import Conflict, Invalid, NotFound
 from app.common.offload import blocking
 from app.common.sse import stream_response
 from app.decks import MAX_BODY_BYTES, bp, decks, importer, layout, scribbles, sessions
+from app.decks.eventlog import LogFull
 from app.decks.schemas import EVENT_SCHEMAS, EVENT_TYPES, ImportSchema, ScribbleSchema, SessionCreateSchema
 
 JSON_BODY_BYTES = 1024 * 1024
@@ -127,7 +128,7 @@ def stream(session_id):
                 query_int(request.headers, "Last-Event-ID", 0))
     subscription = sessions.subscribe(session_id)  # subscribe before the replay: no gap
     try:
-        replay = sessions.events(session_id, after)
+        replay = sessions.replay(session_id, after)
     except BaseException:
         subscription.close()
         raise
@@ -140,12 +141,17 @@ def post_scribble(session_id):
     data = validated(ScribbleSchema(), json_object(MAX_BODY_BYTES))
     _check_slide(session, data["slide"])
     png, width, height = blocking(scribbles.decode_png, data["image"])
+    sessions.require_room(session_id)
     name = blocking(scribbles.store, session_id, png)
     event = {"type": "scribble", "slide": data["slide"], "file": name,
              "width": width, "height": height, "bytes": len(png)}
     if "author" in data:
         event["author"] = data["author"]
-    return sessions.append(session_id, event), 201
+    try:
+        return sessions.append(session_id, event), 201
+    except LogFull:
+        blocking(scribbles.remove, session_id, name)  # no event refers to it: nothing stays
+        raise
 
 
 @bp.get("/api/sessions/<session_id>/scribbles/<name>")

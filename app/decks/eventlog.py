@@ -17,6 +17,10 @@ reusing a sequence number:
   makes an append reuse a seq.
 - A torn trailing line (a copy taken mid-write, a killed worker) is skipped by
   readers, and the next append starts on a fresh line instead of gluing onto it.
+- Reads start where the log's sparse index (events.idx, app.decks.logindex) says
+  their cursor lies, so a page costs what it holds, not the log's size.
+- A log grows to its cap (DECKS_MAX_LOG_BYTES) at most: an event that does not fit
+  is refused (507, LogFull) and takes no seq.
 """
 import fcntl
 import json
@@ -27,11 +31,23 @@ from dataclasses import dataclass
 import gevent
 from gevent.event import AsyncResult
 
+from app.common.failures import ApiError
 from app.common.offload import blocking
 from app.common.timeutil import utc_timestamp
+from app.decks import logindex
 
 log = logging.getLogger("bundle.decks.eventlog")
 _TAIL_BLOCK = 64 * 1024
+_FIRST_READ, _MAX_READ = 8 * 1024, 256 * 1024  # a forward read's blocks: growing, overshooting little
+
+
+class LogFull(ApiError):
+    """507: the append would take the log past its cap (DECKS_MAX_LOG_BYTES). Not 413:
+    the request is fine, the session has no room left; a smaller request may fit."""
+
+    def __init__(self, limit):
+        super().__init__(507, f"this session's event log has reached its limit of {limit} bytes: "
+                              "nothing was stored; start a new session to go on")
 
 
 @dataclass
@@ -51,6 +67,7 @@ class CommitResult:
     events: list
     start: int          # file offset where this batch's bytes begin
     identity: FileIdentity  # the file right after the batch
+    placed: list        # per event asked for: its stored record, or None when it did not fit
 
 
 def parse_line(line):
@@ -158,27 +175,70 @@ def read_new_events(path, known=None, offset=0, after=0):
     return FileIdentity.of(st), events, offset + cut
 
 
+def _read_from(fd, start, end, after, limit, expected):
+    """The events with seq > `after` (at most `limit`) among the complete lines of
+    [`start`, `end`), reading forward only until it has them; None when the line at
+    `start` is not a line start holding event `expected` (the index disagrees with the
+    log). Blocks grow from small, so a read of one event reads little."""
+    if expected is not None and start and os.pread(fd, 1, start - 1) != b"\n":
+        return None
+    events, pos, rest, block = [], start, b"", _FIRST_READ
+    while pos < end:
+        chunk = os.pread(fd, min(block, end - pos), pos)
+        if not chunk:
+            break
+        pos += len(chunk)
+        block = min(block * 2, _MAX_READ)
+        lines = (rest + chunk).split(b"\n")
+        rest = lines.pop()  # a line still open (or the torn trailing fragment at the end)
+        for line in lines:
+            event = parse_line(line) if line.strip() else None
+            if expected is not None:
+                if event is None or event["seq"] != expected:
+                    return None
+                expected = None
+            if event is not None and event["seq"] > after:
+                events.append(event)
+                if limit is not None and len(events) >= limit:
+                    return events
+    return None if expected is not None else events
+
+
+def _locked(fd):
+    fcntl.flock(fd, fcntl.LOCK_EX)  # released when `fd` is closed
+
+
 def read_events(path, after=0, limit=None):
-    """The events with seq > `after` (at most `limit`). Seqs only grow along the
-    file, so the start is found reading backwards from the end: a cursor near the
-    end (a reconnecting stream) costs what follows it, not the whole log."""
+    """The events with seq > `after` (at most `limit`), read from where the log's index
+    (app.decks.logindex) says they begin: the cost is what is returned plus at most one
+    index step, however long the log. An index that is missing, behind or wrong is
+    brought up to date under the log's lock first."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except (FileNotFoundError, NotADirectoryError):
         return []
     try:
-        end = _last_newline_end(fd, os.fstat(fd).st_size)
-        start = 0
-        if after > 0:
-            for offset, event in _events_backwards(fd, end):
-                if event["seq"] <= after:
-                    start = offset
-                    break
-        data = os.pread(fd, end - start, start)
+        def attempt(size, lagging_ok=False):
+            found = logindex.locate(path, size, after, lagging_ok)
+            return None if found is None else _read_from(fd, found[0], size, after, limit, found[1])
+
+        events = attempt(os.fstat(fd).st_size)
+        if events is not None:
+            return events
+        _locked(fd)
+        size = os.fstat(fd).st_size
+        try:
+            for rebuild in (False, True):  # a second try only when the index disagreed with the log
+                logindex.update(fd, path, _last_newline_end(fd, size), parse_line, rebuild=rebuild)
+                events = attempt(size, lagging_ok=True)
+                if events is not None:
+                    return events
+        except OSError as exc:  # the index cannot be written (permissions, disk full): the log still reads
+            log.warning("the index of %s cannot be updated: %s", path, exc)
+        log.warning("the index of %s cannot be used: reading the whole log", path)
+        return _read_from(fd, 0, size, after, limit, None)
     finally:
         os.close(fd)
-    selected = [e for e in map(parse_line, data.split(b"\n")) if e and e["seq"] > after]
-    return selected if limit is None else selected[:limit]
 
 
 class SeqState:
@@ -206,9 +266,11 @@ def _open_locked(path):
         os.close(fd)
 
 
-def commit(path, events, state):
+def commit(path, events, state, max_bytes=None):
     """Append `events` (dicts without seq) as one batch; runs in a threadpool thread,
-    one at a time per session in this process. The file is closed after its
+    one at a time per session in this process. An event that would take the log past
+    `max_bytes` is not written and takes no seq (a later, smaller one may still fit).
+    The index is brought up to date under the same lock. The file is closed after its
     fdatasync: that close is what tells the other workers' feeds (inotify's
     CLOSE_WRITE, app.decks.logwatch) to read the batch."""
     fd, st = _open_locked(path)
@@ -220,13 +282,22 @@ def commit(path, events, state):
             file_seq, complete_end = scan_tail(fd, st.st_size)
             ends_with_newline = complete_end == st.st_size
             state.high_seq = max(state.high_seq, file_seq)
-        stored, lines = [], [b"\n"] if not ends_with_newline else []
+        stored, placed, lines = [], [], [b"\n"] if not ends_with_newline else []
+        size = st.st_size + sum(map(len, lines))  # the log's size once these lines are written
         timestamp = utc_timestamp("milliseconds")
         for event in events:
+            record = {"seq": state.high_seq + 1, "ts": timestamp, **event}
+            line = json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+            if max_bytes is not None and size + len(line) > max_bytes:
+                placed.append(None)
+                continue
             state.high_seq += 1
-            record = {"seq": state.high_seq, "ts": timestamp, **event}
+            size += len(line)
             stored.append(record)
-            lines.append(json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode() + b"\n")
+            placed.append(record)
+            lines.append(line)
+        if not stored:
+            return CommitResult([], st.st_size, before, placed)
         data = b"".join(lines)
         try:
             view = memoryview(data)
@@ -237,7 +308,11 @@ def commit(path, events, state):
             state.identity = None  # unknown bytes may be on disk: rescan next time
             raise
         state.identity = FileIdentity.of(os.fstat(fd))
-        return CommitResult(stored, st.st_size + (1 if not ends_with_newline else 0), state.identity)
+        try:
+            logindex.update(fd, path, size, parse_line)
+        except Exception:  # the events are stored: say so; a read finds the index behind and mends it
+            log.exception("the index of %s was not updated", path)
+        return CommitResult(stored, st.st_size + (1 if not ends_with_newline else 0), state.identity, placed)
     finally:
         os.close(fd)
 
@@ -245,8 +320,9 @@ def commit(path, events, state):
 class SessionLog:
     """One session's log in this process: the group-commit writer and the live feed."""
 
-    def __init__(self, path):
+    def __init__(self, path, max_bytes=None):
         self.path = path
+        self.max_bytes = max_bytes   # the log's cap (DECKS_MAX_LOG_BYTES); None: no cap
         self._state = SeqState()
         self._pending = []
         self._writer = None
@@ -265,15 +341,18 @@ class SessionLog:
             while self._pending:
                 batch, self._pending = self._pending, []
                 try:
-                    outcome = blocking(commit, self.path, [e for e, _ in batch], self._state)
+                    outcome = blocking(commit, self.path, [e for e, _ in batch], self._state, self.max_bytes)
                 except Exception as exc:  # every poster of the batch learns of it
                     log.exception("append to %s failed", self.path)
                     for _, result in batch:
                         result.set_exception(exc)
                     continue
-                for (_, result), stored in zip(batch, outcome.events):
-                    result.set(stored)
-                if self.feed is not None:
+                for (_, result), stored in zip(batch, outcome.placed):
+                    if stored is None:
+                        result.set_exception(LogFull(self.max_bytes))
+                    else:
+                        result.set(stored)
+                if self.feed is not None and outcome.events:
                     self.feed.committed(outcome)
         finally:
             self._writer = None

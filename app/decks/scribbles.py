@@ -65,3 +65,11 @@ def store(session_id, png):
     name = f"{uuid.uuid4().hex}.png"
     atomic_write(os.path.join(directory, name), png)
     return name
+
+
+def remove(session_id, name):
+    """Delete a stored scribble whose event was refused."""
+    try:
+        os.unlink(os.path.join(layout.scribbles_dir(session_id), name))
+    except FileNotFoundError:
+        pass

@@ -3,12 +3,14 @@ import json
 import os
 import uuid
 
+from flask import current_app
+
 from app.common.failures import NotFound
 from app.common.fsutil import atomic_write, read_json
 from app.common.offload import blocking
 from app.common.timeutil import utc_timestamp
 from app.decks import decks, layout
-from app.decks.eventlog import SessionLog, last_seq_in_file, read_events
+from app.decks.eventlog import LogFull, SessionLog, last_seq_in_file, read_events
 from app.decks.feed import subscribe as subscribe_feed
 
 # One SessionLog per session in this process, keyed by the log's path (so two apps
@@ -20,7 +22,7 @@ def session_log(session_id):
     path = layout.events_log(session_id)
     log = _logs.get(path)
     if log is None:
-        log = _logs[path] = SessionLog(path)
+        log = _logs[path] = SessionLog(path, current_app.config["DECKS_MAX_LOG_BYTES"])
     return log
 
 
@@ -86,3 +88,41 @@ def subscribe(session_id):
 
 def events(session_id, after=0, limit=None):
     return blocking(read_events, layout.events_log(session_id), after, limit)
+
+
+# A stream's replay is read this many events at a time, as the client takes them.
+REPLAY_PAGE = 500
+
+
+def replay(session_id, after):
+    """The events past `after`, a page at a time: a replay of a long log neither reads it
+    ahead of a slow client nor holds it in memory. The first page is read at once (its
+    failure is the request's), the next ones as the stream sends."""
+    path = layout.events_log(session_id)
+    first = events(session_id, after, REPLAY_PAGE)
+
+    def pages(page, after):
+        while True:
+            yield from page
+            if len(page) < REPLAY_PAGE:
+                return
+            after = page[-1]["seq"]
+            page = blocking(read_events, path, after, REPLAY_PAGE)
+
+    return pages(first, after)
+
+
+# Room kept for the event of a scribble when checking before its image is stored.
+SCRIBBLE_EVENT_BYTES = 512
+
+
+def require_room(session_id, needed=SCRIBBLE_EVENT_BYTES):
+    """507 at once when the log has no room for `needed` more bytes (so that a scribble's
+    image is not stored for an event the log would refuse)."""
+    limit = current_app.config["DECKS_MAX_LOG_BYTES"]
+    try:
+        size = os.stat(layout.events_log(session_id)).st_size
+    except FileNotFoundError:
+        size = 0
+    if size + needed > limit:
+        raise LogFull(limit)

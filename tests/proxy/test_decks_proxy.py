@@ -19,7 +19,7 @@ import requests
 
 from devtools import nginx as nginx_tool
 from devtools import services
-from tests.support.decks import SAMPLE_DECK
+from tests.support.decks import SAMPLE_DECK, burst_until_refused, connection_from, request_from
 from tests.support.shared import STOP_TIMEOUT
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -437,3 +437,60 @@ def test_tooling_runs_nginx_as_an_unprivileged_user(echo_backend):
         assert len(echo_backend.seen) == 1
     finally:
         shutil.rmtree(prefix)
+
+
+# --------------------------------------------------------------------------- abuse limits
+
+def test_a_burst_of_writes_is_refused_per_address_and_others_still_write(deck_session, nginx_for):
+    service, session = deck_session
+    proxy = nginx_for(service)
+    note = {"type": "note", "slide": 0, "text": "flood"}
+    # A session that does not exist: the service's answer (404) is cheap; nginx counts it all the same.
+    answers = burst_until_refused(lambda: request_from(
+        proxy.port, "127.0.0.2", "POST", "/api/sessions/nope/events", "decks.localhost", note))
+    assert {status for status, _, _ in answers} <= {404, 429}
+    refused = [(headers, body) for status, headers, body in answers if status == 429]
+    for headers, body in refused:
+        assert headers["content-type"] == "application/json" and headers["retry-after"] == "1"
+        assert json.loads(body) == {"error": "too many requests from this address, slow down"}
+    # Another address writes at once.
+    status, _, body = request_from(proxy.port, "127.0.0.3", "POST", f"/api/sessions/{session['id']}/events",
+                                   "decks.localhost", {"type": "note", "slide": 0, "text": "legitimate"})
+    assert status == 201, body
+    assert json.loads(body)["text"] == "legitimate"
+
+
+def test_fifty_streams_from_one_address_stay_open_and_the_next_is_refused(deck_session, nginx_for):
+    """limit_conn allows 50 open streams per address; they are not cut by the limits,
+    and each gets the events posted from elsewhere."""
+    service, session = deck_session
+    proxy = nginx_for(service)
+    path = f"/api/sessions/{session['id']}/stream"
+    streams = []
+    try:
+        for _ in range(50):
+            connection = connection_from(proxy.port, "127.0.0.4")
+            connection.request("GET", path, headers={"Host": "decks.localhost"})
+            response = connection.getresponse()
+            assert response.status == 200
+            assert response.fp.readline() == b": stream open\n"
+            streams.append((connection, response))
+        connection = connection_from(proxy.port, "127.0.0.4")
+        streams.append((connection, None))
+        connection.request("GET", path, headers={"Host": "decks.localhost"})
+        refused = connection.getresponse()
+        assert refused.status == 429  # (a stream let through would never end: not read)
+        assert json.loads(refused.read())["error"].startswith("too many requests")
+        # Other routes from that address, and streams from others, are served.
+        assert request_from(proxy.port, "127.0.0.4", "GET", "/api/decks", "decks.localhost")[0] == 200
+        status, _, body = request_from(proxy.port, "127.0.0.5", "POST", f"/api/sessions/{session['id']}/events",
+                                       "decks.localhost", {"type": "note", "slide": 0, "text": "to all"})
+        assert status == 201, body
+        seq = json.loads(body)["seq"]
+        for _, response in streams[:50]:
+            while not (line := response.fp.readline()).startswith(b"data:"):
+                assert line, "a stream was cut"
+            assert json.loads(line[5:])["seq"] == seq
+    finally:
+        for connection, _ in streams:
+            connection.close()

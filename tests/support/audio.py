@@ -18,6 +18,7 @@ class Audio:
     def __init__(self, service, engine_log=None, down_flag=None):
         self.service, self.engine_log, self.down_flag = service, engine_log, down_flag
         self.slow_flag = down_flag.with_name("engine.slow") if down_flag else None
+        self.hold_flag = down_flag.with_name("engine.hold") if down_flag else None
         self.url = service.base_url + "/api/audio"
 
     def get(self, path, headers=None, **kwargs):
@@ -33,15 +34,22 @@ class Audio:
         return sum(1 for line in self.engine_log.read_text().splitlines() if line.strip() == "--stdout")
 
 
+# The voice whose syntheses wait while engine.hold exists (others do not).
+HELD_VOICE = "en-gb"
+
+
 def counting_engine(directory):
     """A wrapper that logs each start of espeak-ng, fails while engine.down exists,
-    and synthesizes 5 s late while engine.slow exists."""
+    synthesizes 5 s late while engine.slow exists, and holds a synthesis in voice
+    HELD_VOICE while engine.hold exists (until the test removes it)."""
     log, down, slow = directory / "engine.log", directory / "engine.down", directory / "engine.slow"
+    hold = directory / "engine.hold"
     script = directory / "espeak-wrapper"
     script.write_text(f"""#!/bin/sh
 echo "$@" >> {log}
 if [ -e {down} ]; then echo "the engine is down" >&2; exit 1; fi
 case "$*" in *-v*) [ -e {slow} ] && sleep 5;; esac
+case "$*" in *"-v {HELD_VOICE} "*) while [ -e {hold} ]; do sleep 0.05; done;; esac
 exec {shutil.which("espeak-ng")} "$@"
 """)
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
@@ -49,10 +57,14 @@ exec {shutil.which("espeak-ng")} "$@"
 
 
 def start_audio(starter, data_dir, env=None, engine=True):
+    """The audio service; its per-address speech limits are out of the way of tests that
+    are not about them (they all call from one address) unless `env` sets them."""
     seed(str(data_dir / "soundlib"))
     script, log, down = counting_engine(data_dir)
     service = starter("audio", data_dir=data_dir, env={
-        "AUDIO_PUBLIC_ORIGIN": ORIGIN, **({"AUDIO_ESPEAK_BINARY": str(script)} if engine else {}), **(env or {})})
+        "AUDIO_PUBLIC_ORIGIN": ORIGIN, "AUDIO_SPEECH_PER_MINUTE": "100000",
+        "AUDIO_SPEECH_CONCURRENT_PER_ADDRESS": "64",
+        **({"AUDIO_ESPEAK_BINARY": str(script)} if engine else {}), **(env or {})})
     return Audio(service, log, down)
 
 

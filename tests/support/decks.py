@@ -9,6 +9,7 @@ import shutil
 import struct
 import threading
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import requests
@@ -156,3 +157,38 @@ def streams_on_every_worker(service, url, until, attempts=60):
         if all(by_worker[pid] for pid in pids):
             return by_worker
     raise AssertionError(f"streams did not reach every worker: { {p: len(r) for p, r in by_worker.items()} }")
+
+
+# ------------------------------------------------- requests from chosen addresses
+# nginx limits per client address; every 127.0.0.x is this machine, so a test speaks
+# to nginx (listening on 127.0.0.1) from as many client addresses as it needs.
+
+def connection_from(port, address, timeout=30):
+    """An HTTP connection to 127.0.0.1:`port` whose client address is `address` (127.0.0.x)."""
+    return http.client.HTTPConnection("127.0.0.1", port, timeout=timeout, source_address=(address, 0))
+
+
+def request_from(port, address, method, path, host, body=None, headers=None):
+    """(status, headers, body bytes) of one request sent from `address`; `body` is JSON."""
+    connection = connection_from(port, address)
+    try:
+        head = {"Host": host, **({"Content-Type": "application/json"} if body is not None else {}),
+                **(headers or {})}
+        connection.request(method, path, body=None if body is None else json.dumps(body), headers=head)
+        response = connection.getresponse()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+    finally:
+        connection.close()
+
+
+def burst_until_refused(send, batch=30, threads=10, batches=20):
+    """Statuses of `send()` called in concurrent batches until one answers 429; the
+    limits are per second, so a burst of concurrent requests passes them however fast
+    this machine is."""
+    answers = []
+    with ThreadPoolExecutor(threads) as pool:
+        for _ in range(batches):
+            answers += pool.map(lambda _: send(), range(batch))
+            if any(answer[0] == 429 for answer in answers):
+                return answers
+    raise AssertionError(f"{len(answers)} requests and never a 429")
