@@ -1,11 +1,15 @@
 """Pebble, the ACME test server Let's Encrypt publishes (Debian's `pebble` package), on
 loopback for the staging box's certbot, with pebble-challtestsrv as its DNS: every name
-resolves to 127.0.0.1, where the box's nginx answers the http-01 challenges.
+resolves to 127.0.0.1, where the box's nginx answers the http-01 challenges, and the
+TXT records of the DNS-01 challenges (wildcard names) are the ones certbot's manual
+hooks set through challtestsrv's management API (`/set-txt`, `/clear-txt`).
 
     with AcmeServer(http_port=8080, tmp_dir) as acme:
         acme.directory      # https://127.0.0.1:<port>/dir, for certbot --server
         acme.tls_ca_file    # what certbot must trust to reach the directory
         acme.issuing_root() # PEM of the root that signs what it issues (new at every start)
+        acme.dns_hook()     # a certbot manual hook script (python3, standard library):
+                            # `<script> set` publishes the DNS-01 record, `<script> clear` removes it
 
 Certificates are valid for `validity_days` (20 by default: inside certbot's 30-day
 renewal window, so that certbot's own timer service renews them at once).
@@ -22,11 +26,23 @@ from pathlib import Path
 from devtools.services import free_port, terminate
 from devtools.waiting import wait_for
 
+HOOK = """#!/usr/bin/python3
+# certbot's manual DNS-01 hook for pebble-challtestsrv (devtools/acme_server.py): set|clear.
+import json, os, sys, urllib.request
+action = sys.argv[1]
+record = {"host": "_acme-challenge." + os.environ["CERTBOT_DOMAIN"] + "."}
+if action == "set":
+    record["value"] = os.environ["CERTBOT_VALIDATION"]
+request = urllib.request.Request("http://127.0.0.1:@PORT@/" + action + "-txt", data=json.dumps(record).encode())
+urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request, timeout=10).read()
+"""
+
 
 class AcmeServer:
     def __init__(self, http_port, folder, validity_days=20):
         self.http_port, self.folder, self.validity_days = http_port, Path(folder), validity_days
         self.port, self.management_port, self.dns_port = free_port(), free_port(), free_port()
+        self.challenge_port = free_port()  # challtestsrv's management API (TXT records)
         self.directory = f"https://127.0.0.1:{self.port}/dir"
         self.tls_ca_file = self.folder / "pebble-tls.pem"
         self.processes = []
@@ -50,9 +66,10 @@ class AcmeServer:
             "certificateValidityPeriod": self.validity_days * 86400}}))
         log = open(self.folder / "pebble.log", "ab")
         try:
-            # Only its DNS: A records of 127.0.0.1, no AAAA (the box listens on IPv4).
+            # Only its DNS: A records of 127.0.0.1, no AAAA (the box listens on IPv4), and the
+            # TXT records the hooks set.
             self._start(["pebble-challtestsrv", "-dns01", f"127.0.0.1:{self.dns_port}", "-http01", "", "-https01",
-                         "", "-tlsalpn01", "", "-management", f"127.0.0.1:{free_port()}",
+                         "", "-tlsalpn01", "", "-management", f"127.0.0.1:{self.challenge_port}",
                          "-defaultIPv4", "127.0.0.1", "-defaultIPv6", ""], log)
             # No random sleep before a validation, no nonce refused on purpose: a run's time is the box's.
             self._start(["pebble", "-config", str(config), "-dnsserver", f"127.0.0.1:{self.dns_port}"], log,
@@ -83,6 +100,14 @@ class AcmeServer:
             return b"newOrder" in self._get(self.directory)
         except OSError:
             return False
+
+    def dns_hook(self):
+        """The text of a certbot --manual-auth-hook / --manual-cleanup-hook script for the
+        DNS-01 challenge against this server: `set` publishes CERTBOT_VALIDATION as the TXT
+        record _acme-challenge.<CERTBOT_DOMAIN>, `clear` removes it. What an admin's hook
+        does with their DNS provider's API. It runs where certbot runs (the staging box
+        shares this machine's loopback), with the box's python3: standard library only."""
+        return HOOK.replace("@PORT@", str(self.challenge_port))
 
     def issuing_root(self):
         """The root certificate (PEM) that what it issues chains to."""

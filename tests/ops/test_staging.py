@@ -35,6 +35,10 @@ ROOT = Path(__file__).resolve().parents[2]
 DOMAIN = "staging.test"
 USER, PASSWORD = "alice", "staging-" + uuid.uuid4().hex
 ACME_CA = "/etc/bundle/acme-ca.pem"  # in the box: what certbot trusts to reach pebble
+# In the box: certbot's DNS-01 hook, which sets the TXT records in pebble's DNS (challtestsrv).
+DNS_HOOK = "/usr/local/sbin/bundle-test-dns-hook"
+APPS_HOST = f"*.apps.{DOMAIN}"
+APP_HOST = f"code--main--dev--{USER}.apps.{DOMAIN}"  # one app's host under the wildcard
 
 
 class Staging:
@@ -92,6 +96,11 @@ def _vars(port, service_ports, idp_port, ai_base_url, acme):
         "nginx_acme_email": f"admin@{DOMAIN}",
         "nginx_acme_directory": acme.directory,
         "nginx_acme_ca_file": ACME_CA,
+        # Workspace apps on their own hosts, with a wildcard certificate from pebble through
+        # DNS-01 (certbot's manual hooks, as an admin's would call their DNS provider).
+        "bundle_apps_host": APPS_HOST,
+        "nginx_acme_dns_auth_hook": f"{DNS_HOOK} set",
+        "nginx_acme_dns_cleanup_hook": f"{DNS_HOOK} clear",
         "identity_provider_backend": "standin",
         "identity_provider_standin_port": idp_port,
         "identity_provider_upstream": f"127.0.0.1:{idp_port}",
@@ -128,6 +137,7 @@ def stage(tmp_path_factory):
         box.run("sh", "-c", "install -d -m 0755 /etc/bundle && cat > /etc/bundle/vars.yml",
                 input=yaml.safe_dump(_vars(port, service_ports, idp_port, ai.base_url, acme)))
         box.run("sh", "-c", f"cat > {ACME_CA}", input=acme.tls_ca_file.read_text())
+        box.run("sh", "-c", f"cat > {DNS_HOOK} && chmod 0755 {DNS_HOOK}", input=acme.dns_hook())
         box.run("sh", "-c", "cat > /root/bootstrap.sh", input=bootstrap)
         pulled = box.run("bash", "/root/bootstrap.sh", "--repo", "/srv/bundle.git", "--branch", "staging",
                          timeout=1200)
@@ -160,6 +170,25 @@ def test_no_secret_is_printed_by_the_playbook(stage):
     assert secrets
     for value in secrets.values():
         assert value not in stage.first_pull
+
+
+def test_the_platform_has_its_owner_from_the_secrets_file(stage):
+    """Claimed at provisioning: nobody can take the platform through /setup, and the
+    Owner signs in with the password of the box's secrets file."""
+    first = stage.get("workspace", "/api/v2/users/first")
+    assert first.status_code == 200, first.text
+    claim = stage.client("workspace").post(stage.base + "/api/v2/users/first", timeout=10, json={
+        "username": "mallory", "email": f"mallory@{DOMAIN}", "password": "mallory-" + uuid.uuid4().hex})
+    assert claim.status_code == 409, claim.text
+    password = json.loads(stage.box.run("cat", "/etc/bundle/secrets.json").stdout)["workspace_owner_password"]
+    http = stage.client("workspace")
+    signed_in = http.post(stage.base + "/api/v2/users/login", timeout=30,
+                          json={"email": f"admin@{DOMAIN}", "password": password})
+    assert signed_in.status_code == 201, signed_in.text
+    me = http.get(stage.base + "/api/v2/users/me", timeout=10,
+                  headers={"Workspace-Session-Token": signed_in.json()["session_token"]})
+    assert me.status_code == 200, me.text
+    assert me.json()["username"] == "admin" and "owner" in me.json()["roles"], me.json()
 
 
 def test_the_box_installs_only_what_the_services_run(stage):
@@ -195,6 +224,37 @@ def test_the_certificate_comes_from_the_acme_server_for_every_host(stage):
     names = [stage.host(service) for service in stage.services] + [f"auth.{DOMAIN}"]
     assert len({_served_certificate(stage, name) for name in names}) == 1  # one certificate for all
     assert stage.systemctl("is-enabled", "certbot.timer") == "enabled"
+
+
+def _certificate_names(stage, name):
+    """The DNS names of the certificate the box's nginx serves for `name` (verified
+    against the ACME server's root, and for `name`)."""
+    context = ssl.create_default_context(cafile=str(stage.acme_root))
+    with socket.create_connection(("127.0.0.1", stage.port), timeout=10) as raw, \
+            context.wrap_socket(raw, server_hostname=name) as tls:
+        return [value for kind, value in tls.getpeercert()["subjectAltName"] if kind == "DNS"]
+
+
+def test_the_app_hosts_have_a_wildcard_certificate_from_the_acme_server(stage):
+    env = stage.box.run("cat", "/etc/bundle/workspace.env").stdout
+    assert f'WORKSPACE_WILDCARD_ACCESS_URL="{APPS_HOST}:{stage.port}"' in env.splitlines()
+    served = stage.box.run("readlink", "/etc/bundle/tls/apps-served.crt").stdout.strip()
+    if served != "/etc/letsencrypt/live/bundle-apps/fullchain.pem":
+        certbot = stage.box.run("tail", "-n", "80", "/var/log/letsencrypt/letsencrypt.log", check=False)
+        pytest.fail(f"nginx serves {served} for the app hosts; the pull said:\n"
+                    + "\n".join(line for line in stage.first_pull.splitlines() if "certbot" in line)
+                    + "\n--- certbot's log ---\n" + certbot.stdout + certbot.stderr)
+    # Issued by pebble (the chain verifies against its root) for the wildcard name, which
+    # covers an app's host; a certificate of its own, not the services' one.
+    assert _certificate_names(stage, APP_HOST) == [APPS_HOST]
+    assert _served_certificate(stage, APP_HOST) != _served_certificate(stage, stage.host("workspace"))
+    # nginx hands the app hosts to the platform (its answer carries the request id).
+    http = requests.Session()
+    http.verify, http.trust_env = str(stage.acme_root), False
+    http.mount("https://", ServerName(APP_HOST))
+    answer = http.get(stage.base + "/", headers={"Host": f"{APP_HOST}:{stage.port}"}, allow_redirects=False,
+                      timeout=10)
+    assert answer.status_code != 421 and "X-Request-Id" in answer.headers, (answer.status_code, answer.text[:300])
 
 
 def test_acceptance_suite_passes_through_the_box(stage):
@@ -286,11 +346,14 @@ def test_stop_with_a_hundred_open_streams_ends_within_twenty_seconds(stage):
 def test_a_renewal_by_certbots_timer_is_served_without_restarting_anything(stage):
     units = [f"bundle@{service}.service" for service in stage.services] + ["nginx.service"]
     pids = {unit: stage.systemctl("show", "-p", "MainPID", "--value", unit) for unit in units}
-    before = _served_certificate(stage, stage.host("decks"))
+    before = {name: _served_certificate(stage, name) for name in (stage.host("decks"), APP_HOST)}
     # What certbot.timer starts: pebble's certificates (20 days) are inside the 30-day window.
+    # Both are renewed, the app hosts' one through the DNS-01 hooks certbot kept.
     stage.systemctl("start", "certbot.service")
     try:  # nginx's new workers take the new configuration a moment after the reload returns
-        wait_for(lambda: _served_certificate(stage, stage.host("decks")) != before, "the renewed certificate")
+        for name, serial in before.items():
+            wait_for(lambda name=name, serial=serial: _served_certificate(stage, name) != serial,
+                     f"the renewed certificate of {name}")
     except TimeoutError:
         pytest.fail(stage.box.run("journalctl", "-u", "certbot", "-n", "30", "--no-pager").stdout)
     assert {unit: stage.systemctl("show", "-p", "MainPID", "--value", unit) for unit in units} == pids

@@ -100,6 +100,9 @@ def test_every_site_passes_nginx_t_with_production_variables(tmp_path):
     """Rendered as the nginx role renders them (TLS, every host, the redirect server with
     ACME's challenges, the identity provider's site), then `nginx -t` in a throw-away prefix."""
     crt, key = _self_signed(tmp_path)
+    apps = tmp_path / "apps"
+    apps.mkdir()
+    apps_crt, apps_key = _self_signed(apps)
     services = nginx.site_services()
     variables = nginx.variables_for(443, {s: f"127.0.0.1:{7080 + i}" for i, s in enumerate(services)},
                                     hosts={s: f"{s}.example.org" for s in services},
@@ -108,7 +111,11 @@ def test_every_site_passes_nginx_t_with_production_variables(tmp_path):
                                     acme_webroot=str(tmp_path / "acme"),
                                     wizard_uploads_dir=str(tmp_path / "uploads"),
                                     wizard_lists_dir=str(tmp_path / "lists"),
-                                    wizard_auth_request_url="http://127.0.0.1:9091/api/authz/auth-request")
+                                    wizard_auth_request_url="http://127.0.0.1:9091/api/authz/auth-request",
+                                    # the workspace apps on their wildcard host, with its own certificate
+                                    workspace_apps_host="*.apps.example.org",
+                                    workspace_apps_tls_certificate=str(apps_crt),
+                                    workspace_apps_tls_certificate_key=str(apps_key))
     prefix = tmp_path / "prefix"
     nginx.render(prefix, variables)
     auth_site = ansible_like(OPS / "roles/identity_provider/templates").get_template("auth.conf.j2").render(
@@ -119,6 +126,7 @@ def test_every_site_passes_nginx_t_with_production_variables(tmp_path):
     result = nginx.test_config(prefix, check=False)
     assert result.returncode == 0, result.stderr
     assert {"workspace", "decks", "audio", "notebook"} <= set(services)
+    assert "server_name *.apps.example.org;" in (prefix / "sites/workspace.conf").read_text()
 
 
 def _secrets(path, *args):
@@ -169,6 +177,17 @@ def test_the_rendered_authelia_registration_feeds_the_stand_in(tmp_path):
     client["require_pkce"] = False
     with pytest.raises(ValueError, match="PKCE"):
         authelia_config.convert_client(client)
+
+
+def test_the_owner_password_is_made_with_the_other_secrets(tmp_path):
+    """The base role's list (what it passes to `ensure`) has the Owner's password, made once."""
+    wanted = yaml.safe_load((OPS / "roles/base/defaults/main.yml").read_text())["base_secrets"]
+    path = tmp_path / "secrets.json"
+    _secrets(path, "ensure", *[f"{name}={kind}" for name, kind in wanted.items()])
+    first = json.loads(path.read_text())["workspace_owner_password"]
+    assert len(first) >= 40
+    _secrets(path, "ensure", *[f"{name}={kind}" for name, kind in wanted.items()])
+    assert json.loads(path.read_text())["workspace_owner_password"] == first
 
 
 def test_the_staging_cache_holds_every_package_the_playbook_installs():

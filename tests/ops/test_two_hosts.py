@@ -42,7 +42,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DOMAIN = "staging.test"
 SERVICES = ("workspace", "decks", "notebook", "audio", "wizard")
 USER, PASSWORD = "alice", "staging-" + uuid.uuid4().hex
-OWNER = {"email": "owner@staging.test", "username": "owner", "password": "two hosts, one platform"}
+# The platform's Owner, created by the playbook (its password: the shared secrets file's).
+OWNER = {"email": "owner@staging.test", "username": "owner"}
 GROUP_VARS = yaml.safe_load((ROOT / "ops/group_vars/all.yml").read_text())
 urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
 
@@ -131,6 +132,8 @@ def _application_vars(host, data, idp, ai):
         "bundle_data_host": data.address,
         "services_web_concurrency": 2,
         "services_mesh_address": host.address,
+        "services_workspace_owner_username": OWNER["username"],
+        "services_workspace_owner_email": OWNER["email"],
         "nginx_http_redirect_port": "",
         "nginx_tls_certificate": "/etc/bundle/staging-tls/bundle.crt",
         "nginx_tls_certificate_key": "/etc/bundle/staging-tls/bundle.key",
@@ -351,10 +354,11 @@ def agent(deployment, tmp_path_factory):
     folder = tmp_path_factory.mktemp("two-hosts-agent")
     setup = Agent()
     http = deployment.client("workspace")
-    created = http.post(http.base + "/api/v2/users/first", json=OWNER, timeout=30)
-    assert created.status_code == 201, created.text
-    setup.token = http.post(http.base + "/api/v2/users/login", json={"email": OWNER["email"],
-                            "password": OWNER["password"]}, timeout=30).json()["session_token"]
+    claimed = http.get(http.base + "/api/v2/users/first", timeout=30)
+    assert claimed.status_code == 200, claimed.text  # the playbook created the Owner
+    setup.token = http.post(http.base + "/api/v2/users/login", json={
+        "email": OWNER["email"], "password": deployment.secrets["workspace_owner_password"]},
+        timeout=30).json()["session_token"]
     setup.headers = {"Workspace-Session-Token": setup.token}
     app_port = 8899
     setup.app = deployment.in_client(sys.executable, "-m", "tests.support.workspace_app", str(app_port),

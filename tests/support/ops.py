@@ -1,12 +1,18 @@
 """What the ops tests share: the venv's tools, Jinja2 as Ansible renders templates,
-TLS to a staging box by a site's name, and the recap line of an ansible run."""
+a role's own tasks run by ansible-playbook, TLS to a staging box by a site's name, and
+the recap line of an ansible run."""
 import json
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
 import jinja2
 import requests
+import yaml
+
+OPS = Path(__file__).resolve().parents[2] / "ops"
 
 VENV_BIN = Path(sys.executable).parent
 
@@ -41,3 +47,26 @@ def recap(output):
     match = re.search(r"^localhost\s+:\s+(.*)$", output, re.M)
     assert match, output[-3000:]
     return dict(item.split("=") for item in match.group(1).split())
+
+
+def role_task(role, name, tasks_file="main.yml"):
+    """The task named `name` of ops/roles/<role>/tasks/<tasks_file>, as it is there, minus
+    its handlers (nothing is reloaded by a test)."""
+    tasks = yaml.safe_load((OPS / "roles" / role / "tasks" / tasks_file).read_text())
+    task = next(t for t in tasks if t["name"] == name)
+    return {k: v for k, v in task.items() if k != "notify"}
+
+
+def run_play(folder, tasks, variables, roles=("base",)):
+    """ansible-playbook (the venv's) on localhost with `tasks`, the settings of
+    group_vars/all.yml and the defaults of `roles`, and `variables` (extra vars, which
+    win); returns the completed process (text; ANSIBLE_NOCOLOR)."""
+    folder = Path(folder)
+    vars_files = [str(OPS / "group_vars/all.yml")] + [str(OPS / "roles" / r / "defaults/main.yml") for r in roles]
+    play = [{"name": "A role's tasks", "hosts": "localhost", "connection": "local", "gather_facts": False,
+             "vars_files": vars_files, "tasks": list(tasks)}]
+    (folder / "play.yml").write_text(yaml.safe_dump(play))
+    (folder / "vars.json").write_text(json.dumps({"ansible_python_interpreter": sys.executable, **variables}))
+    return subprocess.run([venv_tool("ansible-playbook"), "-i", "localhost,", "-e", f"@{folder / 'vars.json'}",
+                           str(folder / "play.yml")], capture_output=True, text=True, timeout=300, cwd=folder,
+                          env={**os.environ, "ANSIBLE_LOCAL_TEMP": str(folder / "tmp"), "ANSIBLE_NOCOLOR": "1"})
