@@ -40,9 +40,11 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 import redis
 from cryptography.fernet import Fernet, InvalidToken
 from flask import current_app
+from werkzeug.http import parse_cookie
 
 from app.common import redis_client
 from app.common.failures import Forbidden, Unauthenticated, Unavailable
+from app.workspace import sessions
 from app.workspace.models import ApiKey, User, now
 
 COOKIE = "workspace_app_token"
@@ -233,6 +235,29 @@ def mint_token(hostname: str, key: ApiKey) -> tuple[str, int]:
     """(an app token for `hostname` from session `key`, its lifetime in seconds)."""
     expires = min(_epoch(key.expires_at), time.time() + TOKEN_SECONDS)
     return _seal({"kind": "token", "host": hostname, "key": key.id, "exp": int(expires)}), int(expires - time.time())
+
+
+def cookie_name(settings) -> str:
+    """The app token cookie's name: with https host-only by its name (sessions.HOST_PREFIX)."""
+    return sessions.HOST_PREFIX + COOKIE if settings.secure_cookies else COOKIE
+
+
+def tokens_in(environ: dict, settings) -> list[str]:
+    """Every app token cookie the request carries: a sibling app host may have planted
+    more under the same name (Domain=<the apps domain>), and the browser sends them all."""
+    return parse_cookie(environ).getlist(cookie_name(settings))
+
+
+def read_any_token(tokens: list[str], hostname: str) -> tuple[str, float]:
+    """read_token of the first of `tokens` that is good for `hostname`: a planted one
+    never counts, and never hides the host's own."""
+    refused = Unauthenticated("You must be signed in to do this.", detail="no app token was given")
+    for token in tokens:
+        try:
+            return read_token(token, hostname)
+        except Unauthenticated as exc:
+            refused = exc
+    raise refused
 
 
 def read_token(token: str, hostname: str) -> tuple[str, float]:

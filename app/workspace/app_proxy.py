@@ -44,7 +44,8 @@ NOT_FORWARDED = HOP_BY_HOP | {"host", "expect", "content-length", "workspace-ses
 RETRYABLE = {"GET", "HEAD", "OPTIONS"}
 HEAD_LIMIT = 64 * 1024
 # The platform's cookies: never sent to an app, never set by one.
-PLATFORM_COOKIES = frozenset({sessions.COOKIE, app_hosts.COOKIE, *FLOW_COOKIES})
+PLATFORM_COOKIES = frozenset(prefix + name for name in (sessions.COOKIE, app_hosts.COOKIE, *FLOW_COOKIES)
+                             for prefix in ("", sessions.HOST_PREFIX))
 # The platform's query parameters: never passed to an app.
 PLATFORM_PARAMETERS = frozenset({sessions.COOKIE, app_hosts.TICKET_PARAM})
 HEAD_TIMEOUT_S = 120.0
@@ -251,7 +252,10 @@ def passed_on(name, value):
 
 def upgrade_answer_head(stream):
     """The head of the app's answer to an upgrade, its headers passed_on() only, and
-    whatever came after it: what the client gets before the splice."""
+    whatever came after it: what the client gets before the splice. A ValueError
+    unless the app switched protocols: after any other answer nginx would keep the
+    connection for its next request, maybe another user's, which the splice would then
+    carry to the app. A bare CR or LF would hide a header from passed_on()."""
     reader = StreamReader(stream)
     while b"\r\n\r\n" not in reader.buffer:
         if len(reader.buffer) > HEAD_LIMIT:
@@ -260,6 +264,11 @@ def upgrade_answer_head(stream):
             raise ValueError("the app closed the connection without answering")
     head, rest = reader.buffer.split(b"\r\n\r\n", 1)
     status, *lines = head.decode("latin-1").split("\r\n")
+    version, _, code = status.partition(" ")
+    if version not in ("HTTP/1.1", "HTTP/1.0") or code[:3] != "101" or code[3:4] not in ("", " "):
+        raise ValueError(f"the app answered the upgrade with {status[:60]!r}, not 101")
+    if any("\r" in line or "\n" in line for line in lines):
+        raise ValueError("a header of the app's answer has a bare CR or LF")
     kept = [line for line in lines if ":" in line and passed_on(*(part.strip() for part in line.split(":", 1)))]
     return ("\r\n".join([status, *kept]) + "\r\n\r\n").encode("latin-1") + rest
 

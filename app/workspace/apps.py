@@ -47,11 +47,11 @@ from urllib.parse import urlencode
 
 from flask import Response, current_app, g, redirect, render_template, request
 from peewee import JOIN
-from werkzeug.http import parse_cookie
 
 from app.common import requestlog
 from app.common.db import BuiltOnce
-from app.common.failures import Failure, Forbidden, Invalid, NotFound, Unauthenticated
+from app.common.failures import Failure, Forbidden, Invalid, NotFound, Unauthenticated, UpstreamFailed
+from app.common.headers import APP_PROXY  # on an answer that is the app's own: no headers of ours
 from app.workspace import agents, app_hosts, app_proxy, bp, grants, sessions, websocket
 from app.workspace.accounts import is_admin
 from app.workspace.models import User, Workspace, WorkspaceAgent, WorkspaceApp, database
@@ -65,9 +65,6 @@ METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "PROPFIND
 FRONT_FAILURE = "bundle.workspace.app_failure"
 FRONT_PATH = re.compile(r"/@([^/]+)/([^/]+)/apps/([^/]+)/")
 FRONT_METHODS = ("GET", "HEAD")
-# Set on an answer that is the app's own (app.common.headers.APP_PROXY): the platform's
-# security headers are not added to it.
-APP_PROXY_KEY = "bundle.app_proxy"
 APP_NOT_FOUND = "Workspace app not found."
 AGENT_NOT_FOUND = "Workspace agent not found."
 SEVERAL_AGENTS = "This workspace has several agents: name one, as <workspace>.<agent>."
@@ -230,8 +227,8 @@ def host_viewer(environ, app_host):
     if token:
         user, key = sessions.authenticate(token)
         return user, sessions.seconds_before_slide(key)
-    cookie = parse_cookie(environ).get(app_hosts.COOKIE)
-    if not cookie:
+    cookies = app_hosts.tokens_in(environ, _settings())
+    if not cookies:
         raise Unauthenticated("You must be signed in to do this.", detail="no app token was given")
     if (environ["REQUEST_METHOD"] not in SAFE_METHODS or "HTTP_UPGRADE" in environ) \
             and not _from_app_host(environ, app_host):
@@ -239,7 +236,7 @@ def host_viewer(environ, app_host):
         # forms and open websockets to this one with the visitor's cookie.
         raise Forbidden("This request came from another site and was refused.",
                         detail="only the app's own pages may send it with the app's cookie")
-    key_id, left = app_hosts.read_token(cookie, app_host.hostname)
+    key_id, left = app_hosts.read_any_token(cookies, app_host.hostname)
     user, _ = app_hosts.session_of(key_id)
     return user, left
 
@@ -269,8 +266,8 @@ def _redeem(app_host, ticket):
     clean = app_hosts.without_ticket(request.environ["RAW_URI"])
     # Absolute, on this host: a path such as //elsewhere stays a path.
     response = redirect(settings.app_host_url(app_host.label) + clean, 303)
-    response.set_cookie(app_hosts.COOKIE, token, max_age=max_age, path="/", httponly=True, samesite="Lax",
-                        secure=settings.secure_cookies)
+    response.set_cookie(app_hosts.cookie_name(settings), token, max_age=max_age, path="/", httponly=True,
+                        samesite="Lax", secure=settings.secure_cookies)
     return response
 
 
@@ -328,7 +325,7 @@ def app_route(user, target, slug, path):
         return redirect(exc.location, 307)
     except Failure as exc:
         return page_error(exc)
-    request.environ[APP_PROXY_KEY] = True
+    request.environ[APP_PROXY] = True
     # An iterator, not a list: werkzeug would add a Content-Length the app did not send.
     try:
         response = Response(iter(answer.body), status=answer.status, headers=answer.headers, direct_passthrough=True)
@@ -348,11 +345,17 @@ def _splice_upgrade(app):
         raise Invalid("Upgrades need the platform's server (gunicorn).")
     stream = agents.open_stream(app.agent_id, {"kind": "app", "url": app.url},
                                 app_proxy.request_head(request.environ, app.url, app.prefix))
+    try:
+        head = app_proxy.upgrade_answer_head(stream)
+    except (StreamClosed, ValueError, TimeoutError) as exc:
+        # Nothing was sent: the client gets a whole answer of ours, never the splice.
+        stream.close()
+        raise UpstreamFailed("The workspace app did not accept the upgrade.", detail=str(exc)) from None
     sock.settimeout(None)
     try:
-        sock.sendall(app_proxy.upgrade_answer_head(stream))
+        sock.sendall(head)
         splice(stream, sock)
-    except (StreamClosed, ValueError, TimeoutError, OSError):
+    except (StreamClosed, TimeoutError, OSError):
         pass
     finally:
         stream.close()
@@ -402,12 +405,12 @@ def _front_answer(environ, path, username, target, slug):
         app, sandbox = _kept_grant(environ, username, target, slug)
     except Failure:
         return None  # the route says why, as this client expects it
-    environ[APP_PROXY_KEY] = True
     try:
         answer = app_proxy.exchange(environ, app, SANDBOX if sandbox else None)
     except Failure as exc:
-        environ[FRONT_FAILURE] = exc
+        environ[FRONT_FAILURE] = exc  # the route answers it, as a page of the platform's own
         return None
+    environ[APP_PROXY] = True
     request_id = requestlog.request_id(environ.get("HTTP_X_REQUEST_ID", ""))
     answer.headers.append(("X-Request-Id", request_id))
     requestlog.log_line(environ["REQUEST_METHOD"], path, int(answer.status[:3]), started, request_id)
@@ -421,7 +424,7 @@ def _kept_grant(environ, username, target, slug):
         app_host = environ[app_hosts.ENVIRON_KEY]
         if app_host is None:
             raise NotFound(APP_NOT_FOUND)
-        credentials = (environ.get("HTTP_WORKSPACE_SESSION_TOKEN"), parse_cookie(environ).get(app_hosts.COOKIE))
+        credentials = (environ.get("HTTP_WORKSPACE_SESSION_TOKEN"), *app_hosts.tokens_in(environ, _settings()))
         return grants.kept(("app-host", credentials, app_host.hostname), lambda: _checked_host_app(environ, app_host))
     token = sessions.token_in(environ)
     return grants.kept(("app", token, username.lower(), target, slug),

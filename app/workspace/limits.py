@@ -12,6 +12,8 @@ per address, across every worker through Redis when REDIS_URL is set:
 
 So no one elsewhere can stop alice signing in: her account counts only against the
 addresses that guessed at it."""
+import ipaddress
+
 from app.common import ratelimit
 from app.common.failures import TooManyRequests
 
@@ -27,9 +29,25 @@ def _backoff(settings, name, free):
     return _backoffs[key]
 
 
+def _guesser(address):
+    """What counts as one guesser: an IPv4 address, or an IPv6 address's /64 (one
+    host usually holds a whole /64, and would otherwise get a fresh allowance from
+    each of its 2^64 addresses)."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if ip.version == 4:
+        return str(ip)
+    if ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+
+
 def _checks(settings, address, account):
-    return ((_backoff(settings, "pair", settings.login_per_account), (account, address)),
-            (_backoff(settings, "address", settings.login_per_address), address))
+    guesser = _guesser(address)
+    return ((_backoff(settings, "pair", settings.login_per_account), (account, guesser)),
+            (_backoff(settings, "address", settings.login_per_address), guesser))
 
 
 def check_login(settings, address: str, account: str) -> None:

@@ -138,15 +138,29 @@ def _key_set(metadata, refresh=False):
 
 # --- cookies of one sign-in attempt ----------------------------------------------------
 
+def _flow_cookie(name):
+    """(name, path) of a flow cookie: with https, host-only by its name
+    (sessions.HOST_PREFIX, which requires Path=/), so that a sibling host cannot plant
+    an attempt of its own in the browser (a login CSRF through the callback)."""
+    if _settings().secure_cookies:
+        return sessions.HOST_PREFIX + name, "/"
+    return name, COOKIE_PATH
+
+
+def _flow_value(name):
+    return request.cookies.get(_flow_cookie(name)[0], "")
+
+
 def _set_flow_cookie(response, name, value):
-    response.set_cookie(name, value, max_age=FLOW_SECONDS, path=COOKIE_PATH, httponly=True, samesite="Lax",
+    name, path = _flow_cookie(name)
+    response.set_cookie(name, value, max_age=FLOW_SECONDS, path=path, httponly=True, samesite="Lax",
                         secure=_settings().secure_cookies)
 
 
 def _clear_flow_cookies(response):
     for name in FLOW_COOKIES:
-        response.delete_cookie(name, path=COOKIE_PATH, httponly=True, samesite="Lax",
-                               secure=_settings().secure_cookies)
+        name, path = _flow_cookie(name)
+        response.delete_cookie(name, path=path, httponly=True, samesite="Lax", secure=_settings().secure_cookies)
     return response
 
 
@@ -196,7 +210,7 @@ def _start():
 
 
 def _finish():
-    expected_state = request.cookies.get(STATE_COOKIE, "")
+    expected_state = _flow_value(STATE_COOKIE)
     given_state = request.args.get("state", "")
     if not expected_state or not given_state or not hmac.compare_digest(
             expected_state.encode(), given_state.encode()):
@@ -204,8 +218,8 @@ def _finish():
                            hint="Start again from the sign-in page.")
     if "error" in request.args:
         raise _provider_refusal(request.args.get("error", ""))
-    code, verifier = request.args.get("code", ""), request.cookies.get(VERIFIER_COOKIE, "")
-    nonce = request.cookies.get(NONCE_COOKIE, "")
+    code, verifier = request.args.get("code", ""), _flow_value(VERIFIER_COOKIE)
+    nonce = _flow_value(NONCE_COOKIE)
     if not code or not verifier or not nonce:
         raise SignInFailed(401, "This sign-in attempt is incomplete or expired.",
                            hint="Start again from the sign-in page.")
@@ -213,7 +227,7 @@ def _finish():
     user = _sign_in(claims)
     token = sessions.mint(user, "oidc")
     audit("user.login", user, actor=client_address(), login_type="oidc")
-    target = safe_redirect(request.cookies.get(REDIRECT_COOKIE))
+    target = safe_redirect(_flow_value(REDIRECT_COOKIE) or None)
     return sessions.set_cookie(redirect(target, 303), token)
 
 

@@ -32,6 +32,11 @@ from app.workspace.websocket import is_upgrade
 
 HEADER = "Workspace-Session-Token"
 COOKIE = "workspace_session_token"
+# With https, cookies of the platform carry this prefix: a browser then takes them only
+# from the platform's own host (Secure, Path=/, no Domain), so a page of a sibling host
+# (an app host under the same parent domain) cannot plant one for it ("cookie tossing",
+# a login CSRF). Over plain http (make run) browsers refuse the prefix: the bare name.
+HOST_PREFIX = "__Host-"
 TOKEN_SHAPE = re.compile(r"^([A-Za-z0-9]{10})-([A-Za-z0-9]{22})$")
 _ALPHABET = string.ascii_letters + string.digits
 
@@ -74,9 +79,18 @@ def token_in(environ):
     """The token a WSGI environ carries (also for a path that runs without Flask's
     request): the header, else the cookie, else (a websocket upgrade only) the query
     parameter."""
-    return (environ.get("HTTP_WORKSPACE_SESSION_TOKEN") or parse_cookie(environ).get(COOKIE)
+    return (environ.get("HTTP_WORKSPACE_SESSION_TOKEN") or _cookie_token(environ)
             or (_query_token(environ) if is_upgrade(environ) else None)
             or None)
+
+
+def cookie_name(settings) -> str:
+    """The session cookie's name under these settings (HOST_PREFIX with https)."""
+    return HOST_PREFIX + COOKIE if settings.secure_cookies else COOKIE
+
+
+def _cookie_token(environ):
+    return parse_cookie(environ).get(cookie_name(current_app.config["WORKSPACE"]))
 
 
 def _query_token(environ):
@@ -85,7 +99,7 @@ def _query_token(environ):
 
 def cookie_authenticated(environ) -> bool:
     """The request's token is the one its cookie carries (no header overrides it)."""
-    return not environ.get("HTTP_WORKSPACE_SESSION_TOKEN") and bool(parse_cookie(environ).get(COOKIE))
+    return not environ.get("HTTP_WORKSPACE_SESSION_TOKEN") and bool(_cookie_token(environ))
 
 
 # --------------------------------------------------------------------------- cross-site requests
@@ -224,12 +238,13 @@ def revoke_all(user):
 def set_cookie(response, token):
     settings = current_app.config["WORKSPACE"]
     # Host-scoped: no Domain attribute, so the cookie never reaches sibling hosts.
-    response.set_cookie(COOKIE, token, max_age=settings.session_seconds, path="/", httponly=True,
+    response.set_cookie(cookie_name(settings), token, max_age=settings.session_seconds, path="/", httponly=True,
                         samesite="Lax", secure=settings.secure_cookies)
     return response
 
 
 def clear_cookie(response):
-    response.delete_cookie(COOKIE, path="/", httponly=True, samesite="Lax",
-                           secure=current_app.config["WORKSPACE"].secure_cookies)
+    settings = current_app.config["WORKSPACE"]
+    response.delete_cookie(cookie_name(settings), path="/", httponly=True, samesite="Lax",
+                           secure=settings.secure_cookies)
     return response

@@ -134,6 +134,18 @@ class _HostileHandler(BaseHTTPRequestHandler):
             self.wfile.flush()
             self.close_connection = True
             self.connection.recv(1)  # until the client goes
+        elif route in ("/ws-204", "/ws-bare-lf") and self.headers.get("Upgrade"):
+            # An upgrade answered without switching, the connection kept open: after the
+            # platform's splice, nginx would send its next request here (another user's).
+            # Or a 101 whose Set-Cookie hides behind a bare LF.
+            answer = ("HTTP/1.1 204 No Content\r\n\r\n" if route == "/ws-204" else
+                      "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                      f"X-Ok: a\nSet-Cookie: workspace_session_token={ATTACKER_TOKEN}; Path=/\r\n\r\n")
+            self.wfile.write(answer.encode())
+            self.wfile.flush()
+            self.close_connection = True
+            while data := self.connection.recv(65536):  # whatever comes next: kept for the test
+                self.server.captured.append(data)
         elif route == "/seen":
             seen = {"path": self.path, "headers": [[name, value] for name, value in self.headers.items()]}
             self._send(200, json.dumps(seen).encode(), "application/json")
@@ -152,6 +164,7 @@ class HostileApp:
         handler = type("Handler", (_HostileHandler,), {"script": script})
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.httpd.daemon_threads = True
+        self.httpd.captured = self.captured = []  # bytes that reached an app after a false upgrade
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="hostile-app", daemon=True)
         self.thread.start()

@@ -265,6 +265,20 @@ def test_the_app_token_is_good_on_its_own_host_only(hosted):
     assert platform_cookie.status_code == 401
 
 
+def test_an_app_token_planted_by_a_sibling_app_host_neither_hides_nor_replaces_the_host_s_own(hosted):
+    """Every app host is under one domain: a page of one can set a cookie for all of them
+    (Domain=<apps domain>). The browser then sends both under one name."""
+    own = _app_token(hosted, hosted.other, "shared")
+    planted = _app_token(hosted, hosted.owner, "echo")  # the attacker's own, for his own app
+    for cookies in (f"workspace_app_token=junk; workspace_app_token={own}",
+                    f"workspace_app_token={planted}; workspace_app_token={own}"):
+        seen = _direct(hosted.port, app_host(hosted, "shared"), "/headers", {"Cookie": cookies, **JSON})
+        assert seen.status_code == 200, cookies
+    alone = _direct(hosted.port, app_host(hosted, "shared"), "/hello",
+                    {"Cookie": f"workspace_app_token={planted}", **JSON})
+    assert alone.status_code == 401  # another host's token opens nothing here
+
+
 def test_signing_out_stops_the_app_token(hosted):
     session = hosted.ws.login("other@example.com", "second good passphrase").json()["session_token"]
     token = _app_token(hosted, session, "shared")
@@ -357,6 +371,20 @@ def _both_kinds(setup):
     return [(app_host(setup, "hostile"), ""), (PLATFORM, "/@owner/dev.main/apps/hostile")]
 
 
+def _raw_upgrade(setup, host, path):
+    """An upgrade request through nginx on a connection of its own: the answer's head."""
+    with socket.create_connection(("127.0.0.1", setup.port), timeout=10) as client:
+        client.sendall((f"GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                        f"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+                        f"{TOKEN_HEADER}: {setup.owner}\r\n\r\n").encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            data = client.recv(65536)
+            assert data, head
+            head += data
+    return head.split(b"\r\n\r\n")[0].decode("latin-1")
+
+
 def test_an_app_cannot_set_the_platform_s_cookies(hosted):
     for host, prefix in _both_kinds(hosted):
         answer = _direct(hosted.port, host, prefix + "/cookies", {TOKEN_HEADER: hosted.owner})
@@ -374,18 +402,24 @@ def test_an_app_cannot_make_nginx_answer_a_platform_route(hosted):
 
 def test_an_app_s_upgrade_answer_cannot_set_the_platform_s_cookie(hosted):
     for host, prefix in _both_kinds(hosted):
-        with socket.create_connection(("127.0.0.1", hosted.port), timeout=10) as client:
-            client.sendall((f"GET {prefix}/ws HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\n"
-                            f"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-                            f"Sec-WebSocket-Version: 13\r\n{TOKEN_HEADER}: {hosted.owner}\r\n\r\n").encode())
-            head = b""
-            while b"\r\n\r\n" not in head:
-                data = client.recv(65536)
-                assert data, head
-                head += data
-        head = head.split(b"\r\n\r\n")[0].decode("latin-1")
+        head = _raw_upgrade(hosted, host, prefix + "/ws")
         assert head.startswith("HTTP/1.1 101 "), head
         assert ATTACKER_TOKEN not in head and "x-accel" not in head.lower(), head
+
+
+def test_an_upgrade_the_app_does_not_switch_is_never_spliced(hosted, hostile):
+    """An app that answers an upgrade with a 204 and keeps its stream would, once
+    spliced, get whatever nginx sends next on that kept connection: another user's
+    request with her credentials. The platform answers such an upgrade itself."""
+    for host, prefix in _both_kinds(hosted):
+        for route in ("/ws-204", "/ws-bare-lf"):
+            head = _raw_upgrade(hosted, host, prefix + route)
+            assert head.startswith("HTTP/1.1 502 "), head
+            assert ATTACKER_TOKEN not in head, head
+        for _ in range(8):  # the next requests on nginx's kept connections reach the platform
+            me = _direct(hosted.port, PLATFORM, "/api/v2/users/me", {TOKEN_HEADER: hosted.other, **JSON})
+            assert me.status_code == 200 and me.json()["username"] == "other"
+    assert not any(hosted.other.encode() in data for data in hostile.captured), hostile.captured
 
 
 def test_the_app_never_sees_the_app_token_or_the_ticket(hosted):

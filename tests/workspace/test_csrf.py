@@ -12,6 +12,7 @@ from tests.support.workspace import OWNER
 pytestmark = pytest.mark.in_process
 
 ACCESS_URL = "https://workspace.example.org"
+COOKIE = "__Host-workspace_session_token"  # the session cookie's name behind https
 CROSS_SITE = [{"Sec-Fetch-Site": "cross-site", "Origin": "https://evil.example"},
               {"Sec-Fetch-Site": "same-site", "Origin": "https://app.example.org"},  # a sibling host
               {"Origin": "https://evil.example"},                                    # a browser without Fetch Metadata
@@ -28,7 +29,7 @@ def platform(start_module_service, db_backend):
 
 
 def _session_cookie(response):
-    return response.cookies.get("workspace_session_token")
+    return response.cookies.get(COOKIE)
 
 
 @pytest.mark.parametrize("headers", CROSS_SITE)
@@ -52,10 +53,10 @@ def test_another_sites_logout_form_neither_signs_out_nor_revokes(platform):
     ws, _ = platform
     token = ws.login(OWNER["email"], OWNER["password"]).json()["session_token"]
     for headers in CROSS_SITE:
-        response = requests.post(ws.url + "/logout", cookies={"workspace_session_token": token}, headers=headers,
+        response = requests.post(ws.url + "/logout", cookies={COOKIE: token}, headers=headers,
                                  allow_redirects=False, timeout=10)
         assert response.status_code == 403 and "Set-Cookie" not in response.headers
-        api = requests.post(ws.api + "/users/logout", cookies={"workspace_session_token": token}, headers=headers,
+        api = requests.post(ws.api + "/users/logout", cookies={COOKIE: token}, headers=headers,
                             timeout=10)
         assert api.status_code == 403
         assert api.json()["message"] == "This request came from another site and was refused."
@@ -67,7 +68,7 @@ def test_a_logout_revokes_the_token_on_the_server(platform, form):
     ws, _ = platform
     token = ws.login(OWNER["email"], OWNER["password"]).json()["session_token"]
     url = ws.url + "/logout" if form else ws.api + "/users/logout"
-    out = requests.post(url, cookies={"workspace_session_token": token}, headers={"Origin": ACCESS_URL},
+    out = requests.post(url, cookies={COOKIE: token}, headers={"Origin": ACCESS_URL},
                         allow_redirects=False, timeout=10)
     assert out.status_code in (200, 303) and "workspace_session_token=;" in out.headers["Set-Cookie"]
     after = requests.get(ws.api + "/users/me", headers=ws.as_user(token), timeout=10)
@@ -90,7 +91,7 @@ def test_cookie_signed_changes_through_the_api_must_come_from_the_platform(platf
                             headers=ws.as_user(owner), timeout=10).json()
     agent_id = created["agents"][0]["id"]
     rotate = ws.api + f"/workspaceagents/{agent_id}/token"
-    cookie = {"workspace_session_token": owner}
+    cookie = {COOKIE: owner}
     # A form can POST without a body: the agent's token would be replaced (its agent cut off).
     refused = requests.post(rotate, cookies=cookie, headers=CROSS_SITE[1], timeout=10)
     assert refused.status_code == 403

@@ -487,9 +487,19 @@ def test_flow_cookies_are_secure_behind_an_https_address(monkeypatch, tmp_path):
             monkeypatch.setenv(name, value)
         app = create_app("workspace", {"DATA_DIR": str(tmp_path), "TESTING": True})
         response = app.test_client().get(CALLBACK + "?redirect=/deep/link")
+        # What a sibling host (an app host under the same parent domain) can plant: the
+        # bare names. They are not the flow's cookies behind https, so its attempt is refused.
+        planted = app.test_client()
+        state = query_of(response.headers["Location"])["state"]
+        for name in ("oidc_state", "oidc_nonce", "oidc_verifier", "oidc_redirect"):
+            planted.set_cookie(name, state, domain="workspace.example.org")
+        refused = planted.get(CALLBACK + f"?code=attackers-code&state={state}")
     assert response.status_code in (302, 303)
     assert query_of(response.headers["Location"])["redirect_uri"] == access_url + CALLBACK
     headers = response.headers.getlist("Set-Cookie")
     assert len(headers) == 4
     for header in headers:
-        assert "Secure" in header and "HttpOnly" in header and "Path=/api/v2/users/oidc" in header
+        # Host-only by name (__Host- needs Path=/), so no other host can set them.
+        assert header.startswith("__Host-oidc_") and "Secure" in header and "HttpOnly" in header
+        assert "Path=/;" in header and "Domain" not in header
+    assert refused.status_code in (400, 401, 403) and "workspace_session_token" not in str(refused.headers)

@@ -108,6 +108,15 @@ def test_failures_for_an_account_from_one_address_never_lock_it_out_from_another
     assert _login_from(ws, "203.0.113.7", second["email"], second["password"]).status_code == 201
 
 
+def test_the_addresses_of_one_ipv6_network_count_as_one_guesser(workspace):
+    ws = workspace({**SLOW, "WORKSPACE_LOGIN_RATE_PER_ACCOUNT": "3", "WORKSPACE_LOGIN_RATE_PER_ADDRESS": "1000"})
+    ws.first_user()
+    statuses = [_login_from(ws, f"2001:db8:1:2::{n:x}", OWNER["email"], "wrong password").status_code
+                for n in range(1, 6)]
+    assert statuses == [401] * 3 + [429] * 2  # five addresses of one /64: one allowance
+    assert _login_from(ws, "2001:db8:1:3::1", OWNER["email"], OWNER["password"]).status_code == 201
+
+
 def test_failures_slow_down_with_a_delay_that_doubles(workspace):
     ws = workspace({"WORKSPACE_LOGIN_RATE_PER_ACCOUNT": "2", "WORKSPACE_LOGIN_MAX_DELAY_SECONDS": "7200",
                     "WORKSPACE_LOGIN_DELAY_SECONDS": "1800"})
@@ -175,3 +184,23 @@ def test_password_sign_in_can_be_disabled(workspace):
     ws.first_user()
     assert ws.login(OWNER["email"], OWNER["password"]).status_code == 403
     assert requests.get(ws.api + "/users/authmethods", timeout=10).json()["password"] == {"enabled": False}
+
+
+def test_behind_https_the_cookie_is_the_platform_host_s_alone(workspace):
+    """With https the session cookie is `__Host-workspace_session_token`: a browser takes
+    it only from the platform's own host, so a page of a sibling host (an app host under
+    the same parent domain) cannot plant its own session for the platform under the
+    bare name, which is then no credential at all."""
+    ws = workspace(env={"WORKSPACE_ACCESS_URL": "https://workspace.example.org"})
+    owner = ws.first_user()
+    signed_in = ws.login(OWNER["email"], OWNER["password"])
+    name, _, rest = signed_in.headers["Set-Cookie"].partition("=")
+    attributes = {part.strip().split("=")[0].lower() for part in rest.split(";")[1:]}
+    assert name == "__Host-workspace_session_token"
+    assert {"secure", "path", "httponly"} <= attributes and "domain" not in attributes
+    me = ws.api + "/users/me"
+    assert requests.get(me, cookies={"__Host-workspace_session_token": owner}, timeout=10).status_code == 200
+    planted = requests.get(me, cookies={"workspace_session_token": owner}, timeout=10)
+    assert planted.status_code == 401 and planted.json()["detail"] == "no session token was given"
+    out = requests.post(ws.api + "/users/logout", cookies={"__Host-workspace_session_token": owner}, timeout=10)
+    assert out.status_code == 200 and out.headers["Set-Cookie"].startswith("__Host-workspace_session_token=;")
