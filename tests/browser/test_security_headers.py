@@ -7,13 +7,8 @@ import requests
 from playwright.sync_api import expect
 
 from devtools import services
-from tests.browser import conftest as browser_fixtures
 from tests.support.decks import copy_sample_deck
 from tests.support.workspace import OWNER, AgentProcess
-
-# The browser tests' fixtures (Chromium, a context per test, a service behind nginx).
-browser, context, page, site = (browser_fixtures.browser, browser_fixtures.context, browser_fixtures.page,
-                                browser_fixtures.site)
 
 # Each service's site, with what it needs to start, and a page and a JSON answer.
 SITES = {
