@@ -122,10 +122,9 @@ def hostile():
     app.stop()
 
 
-@pytest.fixture(scope="module")
-def hosted(start_module_service, local_app, hostile, tmp_path_factory):
-    """App hosts on, path apps as locked down as by default."""
-    setup = _platform(start_module_service, tmp_path_factory, {}, wildcard=True)
+def _running(start_module_service, local_app, hostile, tmp_path_factory, env, wildcard):
+    """A module fixture's platform with its workspaces (below); stopped after the module."""
+    setup = _platform(start_module_service, tmp_path_factory, env, wildcard=wildcard)
     try:
         _workspaces(setup, local_app, hostile, tmp_path_factory)
         yield setup
@@ -133,21 +132,20 @@ def hosted(start_module_service, local_app, hostile, tmp_path_factory):
         if hasattr(setup, "agent"):
             setup.agent.stop()
         setup.proxy.stop()
+
+
+@pytest.fixture(scope="module")
+def hosted(start_module_service, local_app, hostile, tmp_path_factory):
+    """App hosts on, path apps as locked down as by default."""
+    yield from _running(start_module_service, local_app, hostile, tmp_path_factory, {}, wildcard=True)
 
 
 @pytest.fixture(scope="module")
 def dangerous(start_module_service, local_app, hostile, tmp_path_factory):
     """No app hosts; path apps shared and opened by administrators, as the flags allow."""
-    setup = _platform(start_module_service, tmp_path_factory, {
+    yield from _running(start_module_service, local_app, hostile, tmp_path_factory, {
         "WORKSPACE_DANGEROUS_ALLOW_PATH_APP_SHARING": "true",
         "WORKSPACE_DANGEROUS_ALLOW_PATH_APP_SITE_OWNER_ACCESS": "true"}, wildcard=False)
-    try:
-        _workspaces(setup, local_app, hostile, tmp_path_factory)
-        yield setup
-    finally:
-        if hasattr(setup, "agent"):
-            setup.agent.stop()
-        setup.proxy.stop()
 
 
 def app_host(setup, slug, workspace="dev", user="owner"):
