@@ -35,7 +35,7 @@ import secrets
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 import redis
 from cryptography.fernet import Fernet, InvalidToken
@@ -114,23 +114,32 @@ def enter(environ: dict, app_host: AppHost | None):
     """Route an app host request as its app's path form (the request log names the
     app; the app still sees the path the client asked for: RAW_URI is kept)."""
     path = environ.get("PATH_INFO", "")
-    if "RAW_URI" not in environ:  # not gunicorn (the tests' in-process client)
-        query = environ.get("QUERY_STRING", "")
-        environ["RAW_URI"] = quote(path.encode("latin-1"), safe="/:@!$&'()*+,;=~") + (f"?{query}" if query else "")
+    environ["RAW_URI"] = raw_uri(environ)
     environ[ENVIRON_KEY] = app_host
     prefix = app_host.path_prefix if app_host else NO_APP_PATH
     environ["PATH_INFO"] = prefix + (path if path.startswith("/") else "/" + path)
 
 
-def in_query(environ: dict, name: str) -> str | None:
-    return next((value for key, value in parse_qsl(environ.get("QUERY_STRING", "")) if key == name), None)
+def raw_uri(environ: dict) -> str:
+    """`/<path>?<query>` as the client sent it, still percent-encoded: gunicorn's
+    RAW_URI, or (the tests' in-process client) rebuilt from PATH_INFO and the query."""
+    raw = environ.get("RAW_URI")
+    if raw is None:
+        query = environ.get("QUERY_STRING", "")
+        raw = quote(environ.get("PATH_INFO", "").encode("latin-1"), safe="/:@!$&'()*+,;=~") + (
+            f"?{query}" if query else "")
+    return raw
+
+
+def without_parameters(raw_target: str, names) -> str:
+    """A `/path?query` less the query parameters `names`."""
+    path, _, query = raw_target.partition("?")
+    kept = [item for item in query.split("&") if item and item.split("=", 1)[0] not in names]
+    return path + ("?" + "&".join(kept) if kept else "")
 
 
 def without_ticket(raw_target: str) -> str:
-    """A `/path?query` less the ticket parameter."""
-    path, _, query = raw_target.partition("?")
-    kept = [item for item in query.split("&") if item and item.split("=", 1)[0] != TICKET_PARAM]
-    return path + ("?" + "&".join(kept) if kept else "")
+    return without_parameters(raw_target, {TICKET_PARAM})
 
 
 # --------------------------------------------------------------------------- the handshake's URLs

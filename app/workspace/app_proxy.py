@@ -22,7 +22,7 @@ Exchange.finish), the answer framed (Content-Length or chunked, or none by its
 status) and read to its end, no `Connection: close`, nothing more from the app.
 """
 import logging
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
 import gevent
 
@@ -56,20 +56,13 @@ HEAD_TIMEOUT_S = 120.0
 def forwarded_target(environ):
     """`/<path>?<query>` as the client sent it (still percent-encoded), less the
     prefix (on a path app) and the platform's parameters."""
-    raw = environ.get("RAW_URI")
-    if raw is None:  # not gunicorn (the tests' in-process client)
-        query = environ.get("QUERY_STRING", "")
-        raw = quote(environ.get("PATH_INFO", "").encode("latin-1"), safe="/:@!$&'()*+,;=~") + (
-            f"?{query}" if query else "")
-    raw_path, _, raw_query = raw.partition("?")
+    raw_path, _, raw_query = app_hosts.raw_uri(environ).partition("?")
     if app_hosts.ENVIRON_KEY in environ:  # the app's own host: the path is the app's
         path = raw_path.lstrip("/")
     else:
         parts = raw_path.split("/", 5)  # '', '@user', 'workspace.agent', 'apps', 'slug', rest
         path = parts[5] if len(parts) > 5 else ""
-    kept = [item for item in raw_query.split("&")
-            if item and item.split("=", 1)[0] not in PLATFORM_PARAMETERS]
-    return "/" + path + ("?" + "&".join(kept) if kept else "")
+    return app_hosts.without_parameters(f"/{path}?{raw_query}", PLATFORM_PARAMETERS)
 
 
 def _without_platform_cookie(value):

@@ -308,7 +308,7 @@ def app_route(user, target, slug, path):
     try:
         if app_hosts.ENVIRON_KEY in request.environ:
             app_host = request.environ[app_hosts.ENVIRON_KEY]
-            ticket = app_hosts.in_query(request.environ, app_hosts.TICKET_PARAM)
+            ticket = sessions.query_value(request.environ, app_hosts.TICKET_PARAM)
             if ticket and request.method in FRONT_METHODS and "HTTP_UPGRADE" not in request.environ:
                 return _redeem(app_host, ticket)
             app, sandbox = _host_app(app_host), False
@@ -378,7 +378,7 @@ def install_front(flask_app):
             path = environ.get("PATH_INFO", "").encode("latin-1").decode("utf-8", "replace")
             match = FRONT_PATH.match(path)
             if match and not app_proxy.has_body(environ) and not (
-                    on_app_host and app_hosts.in_query(environ, app_hosts.TICKET_PARAM)):
+                    on_app_host and sessions.query_value(environ, app_hosts.TICKET_PARAM)):
                 try:
                     with flask_app.app_context():  # sessions read the settings from it
                         answer = _front_answer(environ, path, *match.groups())

@@ -80,7 +80,7 @@ def token_in(environ):
     request): the header, else the cookie, else (a websocket upgrade only) the query
     parameter."""
     return (environ.get("HTTP_WORKSPACE_SESSION_TOKEN") or _cookie_token(environ)
-            or (_query_token(environ) if is_upgrade(environ) else None)
+            or (query_value(environ, COOKIE) if is_upgrade(environ) else None)
             or None)
 
 
@@ -93,8 +93,9 @@ def _cookie_token(environ):
     return parse_cookie(environ).get(cookie_name(current_app.config["WORKSPACE"]))
 
 
-def _query_token(environ):
-    return next((value for name, value in parse_qsl(environ.get("QUERY_STRING", "")) if name == COOKIE), None)
+def query_value(environ, name: str) -> str | None:
+    """The first value of the query parameter `name`, or None."""
+    return next((value for key, value in parse_qsl(environ.get("QUERY_STRING", "")) if key == name), None)
 
 
 def cookie_authenticated(environ) -> bool:
