@@ -45,12 +45,28 @@ class RateLimiter:
             del self._hits[key]
 
 
+# The scripts' clock: Redis's own, in ms, so that every worker and host agrees.
+_NOW_MS = """
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+"""
+
+
+def _redis_key(kind, name, key):
+    # Hashed: a key may be an account's e-mail address, and may be long.
+    digest = hashlib.sha256(str(key).encode("utf-8")).hexdigest()[:32]
+    return redis_client.key(kind, name, digest)
+
+
+def _seconds(wait_ms):
+    """A script's answer (-1: allowed, else the ms to wait) as limiters answer it."""
+    return None if wait_ms < 0 else max(1, math.ceil(wait_ms / 1000))
+
+
 # One sorted set per key, scored by the time of each allowed attempt (in ms, Redis's
 # own clock, so that hosts whose clocks differ count alike). Atomic: a script runs
 # alone in Redis, so two workers cannot both take the last place.
-_HIT = """
-local now = redis.call('TIME')
-local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+_HIT = _NOW_MS + """
 local window_ms, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_ms - window_ms)
 if redis.call('ZCARD', KEYS[1]) >= limit then
@@ -82,12 +98,10 @@ class SharedRateLimiter:
             log.warning("rate limit %s counted in this process only: Redis failed: %s", self._name,
                         redis_client.describe(exc))
             return self._fallback.hit(key)
-        return None if wait_ms < 0 else max(1, math.ceil(wait_ms / 1000))
+        return _seconds(wait_ms)
 
     def _key(self, key):
-        # Hashed: a key may be an account's e-mail address, and may be long.
-        digest = hashlib.sha256(str(key).encode("utf-8")).hexdigest()[:32]
-        return redis_client.key("ratelimit", self._name, digest)
+        return _redis_key("ratelimit", self._name, key)
 
 
 def limiter(name, limit, window_seconds):
@@ -148,9 +162,7 @@ class Backoff:
 
 # KEYS[1]: a hash {count, not_before (ms, Redis's clock)}. ARGV: free, first delay ms,
 # max delay ms, forget ms. Answers -1 when allowed, else the ms to wait.
-_ATTEMPT = """
-local now = redis.call('TIME')
-local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+_ATTEMPT = _NOW_MS + """
 local free, first, most, forget = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local state = redis.call('HMGET', KEYS[1], 'count', 'not_before')
 local count, not_before = tonumber(state[1]) or 0, tonumber(state[2]) or 0
@@ -190,8 +202,7 @@ class SharedBackoff:
         self._fallback = Backoff(free, first_delay, max_delay, forget)
 
     def _key(self, key):
-        digest = hashlib.sha256(str(key).encode("utf-8")).hexdigest()[:32]
-        return redis_client.key("backoff", self._name, digest)
+        return _redis_key("backoff", self._name, key)
 
     def _redis_failed(self, exc):
         log.warning("back-off %s counted in this process only: Redis failed: %s", self._name,
@@ -203,7 +214,7 @@ class SharedBackoff:
         except redis.RedisError as exc:
             self._redis_failed(exc)
             return self._fallback.attempt(key)
-        return None if wait_ms < 0 else max(1, math.ceil(wait_ms / 1000))
+        return _seconds(wait_ms)
 
     def forgive(self, key):
         try:
