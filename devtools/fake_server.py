@@ -17,6 +17,17 @@ class QuietThreadingServer(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
+def send_whole(handler, status, body, content_type, headers=()):
+    """An answer of `handler` (a BaseHTTPRequestHandler) with its whole body and its length."""
+    handler.send_response(status)
+    handler.send_header("Content-Type", content_type)
+    handler.send_header("Content-Length", str(len(body)))
+    for name, value in headers:
+        handler.send_header(name, value)
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
 class BackgroundServer:
     """A subclass sets `self._server` (a QuietThreadingServer) in its __init__."""
     thread_name = "fake-server"

@@ -17,7 +17,7 @@ import pytest
 
 from app.common import provider_http
 from app.common.provider_http import Deadline, Exchange, ProviderFailed, Wording
-from devtools.fake_server import BackgroundServer, QuietThreadingServer
+from devtools.fake_server import BackgroundServer, QuietThreadingServer, send_whole
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-live-0123456789abcdef"
@@ -30,13 +30,7 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def _send(self, code, body, content_type="application/json", headers=()):
-        self.send_response(code)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        for name, value in headers:
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(body)
+        send_whole(self, code, body, content_type, headers)
 
     def do_GET(self):
         self._answer()

@@ -205,45 +205,47 @@ def test_the_box_installs_only_what_the_services_run(stage):
     assert not names & tools, f"test tools on a production host: {sorted(names & tools)}"
 
 
-def _served_certificate(stage, name):
+def _peer_certificate(stage, name):
     """The certificate the box's nginx serves for `name`, verified against the ACME
-    server's root (chain, names, dates): its serial number."""
+    server's root (chain, names, dates), as ssl's getpeercert() gives it."""
     context = ssl.create_default_context(cafile=str(stage.acme_root))
     with socket.create_connection(("127.0.0.1", stage.port), timeout=10) as raw, \
             context.wrap_socket(raw, server_hostname=name) as tls:
-        return tls.getpeercert()["serialNumber"]
+        return tls.getpeercert()
+
+
+def _served_certificate(stage, name):
+    """The serial number of the certificate served for `name` (_peer_certificate)."""
+    return _peer_certificate(stage, name)["serialNumber"]
+
+
+def _certificate_names(stage, name):
+    """The DNS names of the certificate served for `name` (_peer_certificate)."""
+    return [value for kind, value in _peer_certificate(stage, name)["subjectAltName"] if kind == "DNS"]
+
+
+def _assert_serves_the_acme_certificate(stage, link, lineage):
+    """nginx's `link` points at certbot's `lineage`; else fail with what the pull and
+    certbot said about it."""
+    served = stage.box.run("readlink", link).stdout.strip()
+    if served != f"/etc/letsencrypt/live/{lineage}/fullchain.pem":
+        certbot = stage.box.run("tail", "-n", "80", "/var/log/letsencrypt/letsencrypt.log", check=False)
+        pytest.fail(f"nginx serves {served} ({link}); the pull said:\n"
+                    + "\n".join(line for line in stage.first_pull.splitlines() if "certbot" in line)
+                    + "\n--- certbot's log ---\n" + certbot.stdout + certbot.stderr)
 
 
 def test_the_certificate_comes_from_the_acme_server_for_every_host(stage):
-    served = stage.box.run("readlink", "/etc/bundle/tls/served.crt").stdout.strip()
-    if served != "/etc/letsencrypt/live/bundle/fullchain.pem":
-        certbot = stage.box.run("tail", "-n", "60", "/var/log/letsencrypt/letsencrypt.log", check=False)
-        pytest.fail(f"nginx serves {served}; the pull said:\n"
-                    + "\n".join(line for line in stage.first_pull.splitlines() if "certbot" in line)
-                    + "\n--- certbot's log ---\n" + certbot.stdout + certbot.stderr)
+    _assert_serves_the_acme_certificate(stage, "/etc/bundle/tls/served.crt", "bundle")
     names = [stage.host(service) for service in stage.services] + [f"auth.{DOMAIN}"]
     assert len({_served_certificate(stage, name) for name in names}) == 1  # one certificate for all
     assert stage.systemctl("is-enabled", "certbot.timer") == "enabled"
 
 
-def _certificate_names(stage, name):
-    """The DNS names of the certificate the box's nginx serves for `name` (verified
-    against the ACME server's root, and for `name`)."""
-    context = ssl.create_default_context(cafile=str(stage.acme_root))
-    with socket.create_connection(("127.0.0.1", stage.port), timeout=10) as raw, \
-            context.wrap_socket(raw, server_hostname=name) as tls:
-        return [value for kind, value in tls.getpeercert()["subjectAltName"] if kind == "DNS"]
-
-
 def test_the_app_hosts_have_a_wildcard_certificate_from_the_acme_server(stage):
     env = stage.box.run("cat", "/etc/bundle/workspace.env").stdout
     assert f'WORKSPACE_WILDCARD_ACCESS_URL="{APPS_HOST}:{stage.port}"' in env.splitlines()
-    served = stage.box.run("readlink", "/etc/bundle/tls/apps-served.crt").stdout.strip()
-    if served != "/etc/letsencrypt/live/bundle-apps/fullchain.pem":
-        certbot = stage.box.run("tail", "-n", "80", "/var/log/letsencrypt/letsencrypt.log", check=False)
-        pytest.fail(f"nginx serves {served} for the app hosts; the pull said:\n"
-                    + "\n".join(line for line in stage.first_pull.splitlines() if "certbot" in line)
-                    + "\n--- certbot's log ---\n" + certbot.stdout + certbot.stderr)
+    _assert_serves_the_acme_certificate(stage, "/etc/bundle/tls/apps-served.crt", "bundle-apps")
     # Issued by pebble (the chain verifies against its root) for the wildcard name, which
     # covers an app's host; a certificate of its own, not the services' one.
     assert _certificate_names(stage, APP_HOST) == [APPS_HOST]

@@ -8,6 +8,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from devtools.fake_server import send_whole
+
 
 class ServiceLog:
     """The stderr of a service, captured to a file: its one line per request."""
@@ -100,13 +102,7 @@ class _HostileHandler(BaseHTTPRequestHandler):
         pass
 
     def _send(self, status, body, content_type, headers=()):
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        for name, value in headers:
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(body)
+        send_whole(self, status, body, content_type, headers)
 
     def do_GET(self):
         route = self.path.split("?", 1)[0]
