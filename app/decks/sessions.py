@@ -98,7 +98,7 @@ def replay(session_id, after):
     """The events past `after`, a page at a time: a replay of a long log neither reads it
     ahead of a slow client nor holds it in memory. The first page is read at once (its
     failure is the request's), the next ones as the stream sends."""
-    path = layout.events_log(session_id)
+    path = layout.events_log(session_id)  # here: the pages are read outside the request's context
     first = events(session_id, after, REPLAY_PAGE)
 
     def pages(page, after):
