@@ -56,11 +56,13 @@ def _ask(fn, *args, lookup_status=404, lookup_field=None):
 
 @bp.get("/health")
 def health():
+    """Liveness: `{"status": "ok"}` while the process answers."""
     return {"status": "ok"}
 
 
 @bp.get("/ready")
 def ready():
+    """Readiness: 200 while speech can be synthesized, else 503 `degraded`; both with each provider's state."""
     capabilities, cache = _capabilities()
     if capabilities["speech"]["available"]:
         return {"status": "ok", "providers": capabilities}, 200, cache
@@ -69,12 +71,14 @@ def ready():
 
 @bp.get("/capabilities")
 def capabilities():
+    """What the configured speech engine and sound library can do now (probed, cached a short while)."""
     states, cache = _capabilities()
     return {"version": 1, **states}, 200, cache
 
 
 @bp.get("/voices")
 def voices():
+    """The speech engine's voices, optionally of one `locale`."""
     locale = query_text(request.args, "locale", 35)
     providers = _providers()
     _require(providers.speech, providers.speech_probe)
@@ -83,6 +87,7 @@ def voices():
 
 @bp.post("/speech")
 def speech():
+    """Synthesize `text` with a voice, rate, pitch and volume; answers the MP3 (400 for an unknown voice)."""
     data = validated(SpeechSchema(), json_object(MAX_BODY_BYTES))
     providers = _providers()
     _require(providers.speech, providers.speech_probe)
@@ -94,6 +99,7 @@ def speech():
 
 @bp.get("/soundlib/search")
 def search():
+    """Search the sound library for `q` (up to `results`, 1 to 20)."""
     query = query_text(request.args, "q", 120, required=True)
     results = query_int(request.args, "results", 10, minimum=1, maximum=20)
     providers = _providers()
@@ -103,6 +109,7 @@ def search():
 
 @bp.get("/soundlib/preview/<path:sound_id>")
 def preview(sound_id):
+    """A sound's preview audio; `sound_id` is `<library>:<key>` of the configured library (404 otherwise)."""
     providers = _providers()
     library, _, key = sound_id.partition(":")
     if library != providers.soundlib.name or not key:

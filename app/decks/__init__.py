@@ -2,7 +2,7 @@
 sessions with an append-only event log, a live SSE stream, and scribble overlays."""
 from flask import Blueprint
 
-from app.common.config import env_int
+from app.decks import settings
 
 bp = Blueprint("decks", __name__, template_folder="templates", static_folder="static",
                static_url_path="/static")
@@ -11,7 +11,7 @@ bp = Blueprint("decks", __name__, template_folder="templates", static_folder="st
 MAX_BODY_BYTES = 64 * 1024 * 1024
 # A session's event log grows to this size at most (DECKS_MAX_LOG_BYTES, our addition to
 # the spec's variables); past it an append answers 507 and nothing is stored.
-DEFAULT_MAX_LOG_BYTES = 64 * 1024 * 1024
+DEFAULT_MAX_LOG_BYTES = settings.MAX_LOG_BYTES.default
 
 
 def error_body(status, message, extra):
@@ -21,6 +21,5 @@ def error_body(status, message, extra):
 def init_app(app):
     from app.decks import api, pages  # noqa: F401  (routes register on bp)
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
-    app.config.setdefault("DECKS_MAX_LOG_BYTES", env_int("DECKS_MAX_LOG_BYTES", DEFAULT_MAX_LOG_BYTES,
-                                                         minimum=4096))
+    app.config.setdefault("DECKS_MAX_LOG_BYTES", settings.MAX_LOG_BYTES.read())
     app.register_blueprint(bp)

@@ -17,11 +17,13 @@ MAX_PAGE = 1000
 
 @bp.get("/healthz")
 def healthz():
+    """Liveness: `{"status": "ok"}` while the process answers."""
     return {"status": "ok"}
 
 
 @bp.get("/api/decks")
 def list_decks():
+    """Every imported deck's summary."""
     return jsonify(blocking(decks.list_all))
 
 
@@ -34,11 +36,13 @@ def _deck_or_404(deck_id):
 
 @bp.get("/api/decks/<deck_id>")
 def get_deck(deck_id):
+    """One deck: its summary, slides and assets (404 when it does not exist)."""
     return _deck_or_404(deck_id)
 
 
 @bp.get("/api/decks/<deck_id>/assets/<path:asset>")
 def get_asset(deck_id, asset):
+    """One file of a deck's assets, sandboxed by its Content-Security-Policy (404 for a path outside them)."""
     if not layout.valid_id(deck_id):
         raise NotFound("no such asset")
     # send_from_directory refuses any path that escapes the directory (404).
@@ -51,6 +55,8 @@ def get_asset(deck_id, asset):
 
 @bp.post("/api/decks/import")
 def import_deck():
+    """Import (or re-import) a deck from a Markdown file under DATA_DIR: 201 when new, 200 when replaced, with its
+    warnings."""
     data = validated(ImportSchema(), json_object(JSON_BODY_BYTES))
     deck = blocking(importer.prepare, data["id"], data["md_path"], data["copy_from"])
     existed = os.path.exists(layout.deck_json(data["id"]))
@@ -62,17 +68,20 @@ def import_deck():
 
 @bp.get("/api/sessions")
 def list_sessions():
+    """Every review session's summary."""
     return jsonify(blocking(sessions.list_all))
 
 
 @bp.post("/api/sessions")
 def create_session():
+    """Start a review session of a deck (201)."""
     data = validated(SessionCreateSchema(), json_object(JSON_BODY_BYTES))
     return blocking(sessions.create, data["deck_id"], data.get("title")), 201
 
 
 @bp.get("/api/sessions/<session_id>")
 def get_session(session_id):
+    """One review session (404 when it does not exist)."""
     session = blocking(sessions.get, session_id)
     if session is None:
         raise NotFound(f"session {session_id!r} does not exist")
@@ -98,6 +107,8 @@ def _check_task(session_id, task_seq):
 
 @bp.post("/api/sessions/<session_id>/events")
 def post_event(session_id):
+    """Append one event (of the known types) to a session's log (201 with its sequence number); 507 when the log is
+    full."""
     session = sessions.require(session_id)
     body = json_object(JSON_BODY_BYTES)
     kind = body.get("type")
@@ -112,6 +123,8 @@ def post_event(session_id):
 
 @bp.get("/api/sessions/<session_id>/events")
 def page_events(session_id):
+    """A page of a session's events after the sequence number `after` (`limit` at most), with `has_more` and
+    `next_after`."""
     sessions.require(session_id)
     after = query_int(request.args, "after", 0)
     limit = query_int(request.args, "limit", 100, minimum=1, maximum=MAX_PAGE)
@@ -123,6 +136,7 @@ def page_events(session_id):
 
 @bp.get("/api/sessions/<session_id>/stream")
 def stream(session_id):
+    """A session's events as Server-Sent Events: those after `after` (or Last-Event-ID), then each new one live."""
     sessions.require(session_id)
     after = max(query_int(request.args, "after", 0),
                 query_int(request.headers, "Last-Event-ID", 0))
@@ -137,6 +151,7 @@ def stream(session_id):
 
 @bp.post("/api/sessions/<session_id>/scribble")
 def post_scribble(session_id):
+    """Store a PNG scribble over a slide and append its `scribble` event (201)."""
     session = sessions.require(session_id)
     data = validated(ScribbleSchema(), json_object(MAX_BODY_BYTES))
     _check_slide(session, data["slide"])
@@ -156,6 +171,7 @@ def post_scribble(session_id):
 
 @bp.get("/api/sessions/<session_id>/scribbles/<name>")
 def get_scribble(session_id, name):
+    """One stored scribble PNG of a session."""
     if not layout.valid_id(session_id) or not scribbles.NAME_PATTERN.match(name):
         raise NotFound("no such scribble")
     response = send_from_directory(layout.scribbles_dir(session_id), name, mimetype="image/png",

@@ -44,6 +44,8 @@ _REQUEST = AskRequest()  # made once: a schema keeps no state between loads
 @bp.post("/ask")
 @bp.post("/search/ask")  # Open Notebook's path for the same stream
 def ask():
+    """Answer a question from the notebook's sources and notes, streamed as SSE records (strategy, answers, final
+    answer)."""
     return streams.sse(_records(*_prepared()))
 
 

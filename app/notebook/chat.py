@@ -53,6 +53,7 @@ def _model_key(model_id, field="model_override"):
 
 @bp.get("/chat/sessions")
 def list_sessions():
+    """The chat sessions, optionally of one notebook, most recently updated first."""
     args = query(ChatSessionQuery)
     selection = ChatSession.select()
     if args.get("notebook_id"):
@@ -62,6 +63,7 @@ def list_sessions():
 
 @bp.post("/chat/sessions")
 def create_session():
+    """Start a chat session, optionally tied to a notebook and a model (201)."""
     data = body(ChatSessionCreate())
     notebook_key = get_notebook(data["notebook_id"]).id if data.get("notebook_id") else None
     record = ChatSession.create(id=new_key(), title=data["title"], notebook=notebook_key,
@@ -71,11 +73,13 @@ def create_session():
 
 @bp.get("/chat/sessions/<session_id>")
 def read_session(session_id):
+    """One chat session with its messages."""
     return _session_view(get_session(session_id), with_messages=True)
 
 
 @bp.put("/chat/sessions/<session_id>")
 def update_session(session_id):
+    """Rename a chat session or change its model."""
     record = get_session(session_id)
     data = body(ChatSessionUpdate())
     changes = {"updated": now()}
@@ -89,6 +93,7 @@ def update_session(session_id):
 
 @bp.delete("/chat/sessions/<session_id>")
 def delete_session(session_id):
+    """Delete a chat session and its messages."""
     record = get_session(session_id)
     ChatSession.delete().where(ChatSession.id == record.id).execute()
     return {"deleted": public("chat_session", record.id)}
@@ -99,6 +104,8 @@ def delete_session(session_id):
 @bp.post("/chat/context/build")
 @bp.post("/chat/context")
 def context_route():
+    """The context a notebook gives a chat (each source and note included in full, as insights, or not), with its
+    sizes."""
     data = body(ChatContextRequest())
     notebook = get_notebook(data["notebook_id"])
     config = data.get("context_config") or {}
@@ -132,6 +139,7 @@ def _store_turn(session, message, reply):
 
 @bp.post("/chat/execute")
 def execute():
+    """Send a message in a chat session and store the reply: at once, or streamed as SSE records with `stream`."""
     data = body(ChatExecute())
     session = get_session(data["session_id"])
     # The request's override, else the session's, else the default chat model.

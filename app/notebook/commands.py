@@ -19,6 +19,7 @@ def get_command(public_id):
 
 @bp.get("/commands")
 def list_commands():
+    """The background jobs (commands), newest first, optionally of one status, a page at a time."""
     args = query(CommandListQuery)
     selection = Command.select()
     if args.get("status"):
@@ -31,6 +32,7 @@ def list_commands():
 @bp.get("/commands/<command_id>")
 @bp.get("/commands/jobs/<command_id>")  # Open Notebook's path; the same answer
 def read_command(command_id):
+    """One background job: its status, progress and result."""
     return views.command(get_command(command_id))
 
 

@@ -69,6 +69,7 @@ def _view(record, model_counts=None):
 
 @bp.get("/credentials")
 def list_credentials():
+    """The provider credentials, optionally of one provider, with how many models use each (keys never answered)."""
     args = query(CredentialListQuery)
     selection = Credential.select()
     if args.get("provider"):
@@ -80,6 +81,7 @@ def list_credentials():
 
 @bp.post("/credentials")
 def create_credential():
+    """Store a provider credential; its API key is encrypted with NOTEBOOK_ENCRYPTION_KEY (201)."""
     data = body(CredentialCreate())
     record = Credential(id=new_key(), name=data["name"], provider=data["provider"],
                         base_url=_checked_base_url(data.get("base_url")),
@@ -94,11 +96,13 @@ def create_credential():
 
 @bp.get("/credentials/<credential_id>")
 def read_credential(credential_id):
+    """One credential (its key never answered, only whether it has one)."""
     return _view(get_credential(credential_id))
 
 
 @bp.put("/credentials/<credential_id>")
 def update_credential(credential_id):
+    """Change a credential's name, base URL, modalities or key."""
     record = get_credential(credential_id)
     data = body(CredentialUpdate())
     changes = {"updated": now()}
@@ -171,6 +175,7 @@ def _provider_call(fn_, *args):
 
 @bp.post("/credentials/<credential_id>/discover")
 def discover_models(credential_id):
+    """The models the credential's provider lists, each marked when already registered."""
     record = get_credential(credential_id)
     listed = _provider_call(llm.list_models, _target_of(record))
     registered = {name for (name,) in LanguageModel.select(LanguageModel.name)
@@ -221,6 +226,7 @@ def _env_configured(provider):
 
 @bp.get("/credentials/status")
 def credentials_status():
+    """Per provider, whether it is configured, and from where (database or environment)."""
     counts = dict(Credential.select(Credential.provider, fn.COUNT(Credential.id))
                   .group_by(Credential.provider).tuples())
     providers = {}

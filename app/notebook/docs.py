@@ -241,6 +241,7 @@ def document():
 
 @bp.get("/openapi.json")
 def openapi_document():
+    """The API's OpenAPI document."""
     return document()
 
 
@@ -266,6 +267,7 @@ def _ui_dir():
 @bp.get("/docs")
 @content_security_policy(style_src_elem="'self' 'unsafe-inline'")  # Swagger UI injects a <style> element
 def docs_page():
+    """The API's documentation page (Swagger UI, served from the service's own files)."""
     from flask import request
     _ui_dir()
     base = "/api" if request.path.startswith("/api/") else ""
@@ -274,6 +276,7 @@ def docs_page():
 
 @bp.get("/docs/ui/<name>")
 def docs_vendor(name):
+    """One of Swagger UI's files."""
     if name not in UI_FILES:
         raise NotFound(f"not found: {name[:80]}")
     return send_from_directory(_ui_dir(), name, max_age=3600)

@@ -13,6 +13,7 @@ from app.notebook.schemas import DEFAULT_KEYS, DefaultsUpdate, ModelCreate, Mode
 
 @bp.get("/models")
 def list_models():
+    """The registered models, optionally of one type or provider."""
     args = query(ModelListQuery)
     selection = LanguageModel.select()
     for name in ("type", "provider"):
@@ -23,6 +24,7 @@ def list_models():
 
 @bp.post("/models")
 def create_model():
+    """Register a model of a provider, optionally under one of its credentials (201)."""
     data = body(ModelCreate())
     credential_key = None
     if data.get("credential"):
@@ -44,6 +46,7 @@ def create_model():
 
 @bp.get("/models/defaults")
 def read_defaults():
+    """The default model of each role (chat, transformation, embedding, speech...)."""
     return _defaults()
 
 
@@ -77,6 +80,7 @@ def set_defaults():
 
 @bp.get("/models/<model_id>")
 def read_model(model_id):
+    """One registered model."""
     return views.model(get_model(model_id))
 
 

@@ -25,6 +25,7 @@ def _name_taken(name):
 
 @bp.get("/notebooks")
 def list_notebooks():
+    """The notebooks, with their source and note counts, in the order asked, optionally archived or not."""
     args = query(NotebookListQuery)
     field, *direction = args["order_by"].lower().split()
     order = _ORDER[field].desc() if direction == ["desc"] else _ORDER[field].asc()
@@ -38,6 +39,7 @@ def list_notebooks():
 
 @bp.post("/notebooks")
 def create_notebook():
+    """Create a notebook; its name is unique regardless of case (201)."""
     data = body(NotebookCreate())
     try:
         record = Notebook.create(id=new_key(), name=data["name"], name_key=data["name"].casefold(),
@@ -49,11 +51,13 @@ def create_notebook():
 
 @bp.get("/notebooks/<notebook_id>")
 def read_notebook(notebook_id):
+    """One notebook with its source and note counts."""
     return views.notebook(get_notebook(notebook_id))
 
 
 @bp.put("/notebooks/<notebook_id>")
 def update_notebook(notebook_id):
+    """Rename, describe, archive or unarchive a notebook."""
     record = get_notebook(notebook_id)
     data = body(NotebookUpdate())
     if "name" in data:

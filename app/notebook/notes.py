@@ -32,6 +32,7 @@ def _reindex(record):
 
 @bp.get("/notes")
 def list_notes():
+    """The notes, optionally of one notebook, most recently updated first."""
     args = query(NoteListQuery)
     selection = Note.select(Note.id, Note.title, Note.content, Note.note_type, Note.notebook,
                             Note.embedding_model, Note.created, Note.updated).order_by(Note.updated.desc())
@@ -42,6 +43,7 @@ def list_notes():
 
 @bp.post("/notes")
 def create_note():
+    """Write a note, optionally in a notebook; untitled, it is titled from its content (201)."""
     data = body(NoteCreate())
     check_text("content", data["content"])
     notebook_key = get_notebook(data["notebook_id"]).id if data.get("notebook_id") else None
@@ -57,11 +59,13 @@ def create_note():
 
 @bp.get("/notes/<note_id>")
 def read_note(note_id):
+    """One note."""
     return views.note(get_note(note_id))
 
 
 @bp.put("/notes/<note_id>")
 def update_note(note_id):
+    """Change a note's title, content or type."""
     record = get_note(note_id)
     data = body(NoteUpdate())
     check_text("content", data.get("content"))
@@ -81,6 +85,7 @@ def update_note(note_id):
 
 @bp.delete("/notes/<note_id>")
 def delete_note(note_id):
+    """Delete a note and its embeddings."""
     record = get_note(note_id)
     with write_transaction():
         cleanup.delete_note(record)

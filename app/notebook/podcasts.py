@@ -33,6 +33,7 @@ def audio_path(config, record):
 
 @bp.post("/podcasts/generate")
 def generate():
+    """Queue a podcast episode about a notebook's sources and notes; 202 with the job's and the episode's ids."""
     data = body(PodcastCreate())
     notebook = get_notebook(data["notebook_id"])
     resolved = model_choice.resolve(settings(), "chat", data.get("model_id"))
@@ -52,16 +53,19 @@ def generate():
 
 @bp.get("/podcasts/episodes")
 def list_episodes():
+    """The podcast episodes, newest first."""
     return [_view(e) for e in Episode.select().order_by(Episode.created.desc(), Episode.id)]
 
 
 @bp.get("/podcasts/episodes/<episode_id>")
 def read_episode(episode_id):
+    """One podcast episode and its job's state."""
     return _view(get_episode(episode_id))
 
 
 @bp.get("/podcasts/episodes/<episode_id>/audio")
 def episode_audio(episode_id):
+    """An episode's MP3 (404 until it is made)."""
     path = audio_path(settings(), get_episode(episode_id))
     if not path or not os.path.isfile(path):
         raise NotFound("this episode has no audio (yet)")

@@ -204,6 +204,7 @@ def _vector_search_blocking(data, notebook_key, config):
 
 @bp.post("/search")
 def search():
+    """Search the sources and notes, optionally of one notebook: full text (BM25) or by vector similarity."""
     data = body(SearchRequest())
     if not data["search_sources"] and not data["search_notes"]:
         raise Invalid("search_sources and search_notes are both false: nothing to search")

@@ -33,6 +33,7 @@ _LIST_FIELDS = [f for name, f in Source._meta.fields.items() if name != "full_te
 
 @bp.get("/sources")
 def list_sources():
+    """The sources, optionally of one notebook, sorted and a page at a time."""
     args = query(SourceListQuery)
     selection = Source.select(*_LIST_FIELDS)
     if args.get("notebook_id"):
@@ -48,11 +49,13 @@ def list_sources():
 
 @bp.get("/sources/<source_id>")
 def read_source(source_id):
+    """One source with its full text."""
     return views.source(get_source(source_id), detail=True)
 
 
 @bp.get("/sources/<source_id>/status")
 def source_status(source_id):
+    """A source's processing state and its job's progress."""
     record = get_source(source_id, _LIST_FIELDS)
     command = Command.get_or_none(Command.id == record.command_id) if record.command_id else None
     messages = {"new": "Queued for processing", "running": "Processing", "completed": "Processed",
@@ -65,6 +68,7 @@ def source_status(source_id):
 
 @bp.get("/sources/<source_id>/download")
 def download_source(source_id):
+    """A source's original file, as an attachment (404 when it has none)."""
     record = get_source(source_id, _LIST_FIELDS)
     path = uploads.path_of(settings().uploads_dir, record.file_name) if record.file_name else None
     if path is None or not os.path.isfile(path):
@@ -178,6 +182,8 @@ def _wait_finished(command_key, timeout):
 @bp.post("/sources")
 @bp.post("/sources/json")  # Open Notebook's clients post JSON here; the same add
 def create_source():
+    """Add a source (an uploaded file, a link or text) to notebooks; the job worker extracts and embeds it, and the
+    request waits for it unless `async_processing` is set."""
     data, upload = _incoming()
     notebook_keys = _notebooks_of(data)
     source = _new_source(data, upload)
@@ -241,6 +247,7 @@ def _answer_sync(source, command):
 
 @bp.put("/sources/<source_id>")
 def update_source(source_id):
+    """Change a source's title or topics."""
     record = get_source(source_id, _LIST_FIELDS)
     data = body(SourceUpdate())
     changes = {"updated": now(), **data}
@@ -253,6 +260,7 @@ def update_source(source_id):
 
 @bp.delete("/sources/<source_id>")
 def delete_source(source_id):
+    """Delete a source, its chunks and its stored file, and cancel its unfinished job."""
     record = get_source(source_id, _LIST_FIELDS)
     with write_transaction():
         chunks, canceled, path = cleanup.delete_source(record, settings().uploads_dir)

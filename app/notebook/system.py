@@ -20,6 +20,7 @@ def _database_answers():
 
 @bp.get("/health")
 def health():
+    """Health: `healthy` while the database answers, else 503 `unhealthy`."""
     if _database_answers():
         return {"status": "healthy"}
     return {"status": "unhealthy", "detail": "the database does not answer"}, 503

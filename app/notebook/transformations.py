@@ -32,11 +32,13 @@ def _unique_name(name, except_key=None):
 
 @bp.get("/transformations")
 def list_transformations():
+    """The transformations (named prompts applied to a text), by name."""
     return [views.transformation(t) for t in Transformation.select().order_by(Transformation.name, Transformation.id)]
 
 
 @bp.post("/transformations")
 def create_transformation():
+    """Create a transformation; its name is unique (201)."""
     data = body(TransformationCreate())
     data["model"] = _model_field(data) if "model_id" in data else None
     with write_transaction():
@@ -47,11 +49,13 @@ def create_transformation():
 
 @bp.get("/transformations/<transformation_id>")
 def read_transformation(transformation_id):
+    """One transformation."""
     return views.transformation(get_transformation(transformation_id))
 
 
 @bp.put("/transformations/<transformation_id>")
 def update_transformation(transformation_id):
+    """Change a transformation's name, prompt, model or other fields."""
     record = get_transformation(transformation_id)
     data = body(TransformationUpdate())
     if "model_id" in data:  # null clears it
@@ -73,6 +77,7 @@ def delete_transformation(transformation_id):
 
 @bp.post("/transformations/execute")
 def execute_transformation():
+    """Apply a transformation to a text now, with its model or the default one, and answer the output."""
     data = body(TransformationExecute())
     record = get_transformation(data["transformation_id"], "transformation_id")
     resolved = model_choice.resolve(settings(), "transformation", model_override(record, data.get("model_id")))
@@ -96,6 +101,7 @@ def request_insights(source_key, transformation_ids, model_id):
 
 @bp.post("/sources/<source_id>/insights")
 def create_insight(source_id):
+    """Apply a transformation to a source's text and store the output as an insight of the source."""
     source = get_source(source_id)
     data = body(InsightCreate())
     transformation = get_transformation(data["transformation_id"], "transformation_id")
@@ -116,6 +122,7 @@ def create_insight(source_id):
 
 @bp.get("/sources/<source_id>/insights")
 def list_insights(source_id):
+    """A source's insights, oldest first."""
     source = get_source(source_id)
     return [views.insight(i) for i in Insight.select().where(Insight.source == source.id)
             .order_by(Insight.created, Insight.id)]
@@ -130,11 +137,13 @@ def get_insight(public_id):
 
 @bp.get("/insights/<insight_id>")
 def read_insight(insight_id):
+    """One insight."""
     return views.insight(get_insight(insight_id))
 
 
 @bp.delete("/insights/<insight_id>")
 def delete_insight(insight_id):
+    """Delete an insight."""
     record = get_insight(insight_id)
     Insight.delete().where(Insight.id == record.id).execute()
     return {"deleted": public("insight", record.id)}

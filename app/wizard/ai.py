@@ -117,6 +117,7 @@ def _release_connection():
 
 @bp.post("/api/ai/text")
 def ai_text():
+    """One chat completion from the configured text model: `{content, timing}` (503 when text generation is off)."""
     who = identity.current()
     gen = generator("text")
     body = validated(TextSchema(), json_object(BODY_LIMIT))
@@ -146,6 +147,7 @@ def ai_text():
 
 @bp.post("/api/ai/image")
 def ai_image():
+    """Generate an image of a subject with the configured image model, store it as WebP, and answer its URL."""
     who = identity.current()
     gen = generator("image")
     body = validated(ImageSchema(), json_object(BODY_LIMIT))

@@ -24,11 +24,13 @@ def identify():
 
 @bp.get("/api/me")
 def me():
+    """Who the caller is (from the identity provider's headers), and whether an administrator."""
     return jsonify(identity.current().as_json())
 
 
 @bp.get("/api/collections/<name>")
 def list_collection(name):
+    """The rows of a collection the caller may read, optionally filtered; with an ETag, answered 304 when unchanged."""
     wanted = collections.parse_filter(request.args.get("filter"))
     who = identity.current()
     answer = collections.list_rows(name, who, wanted)
@@ -50,6 +52,7 @@ def list_collection(name):
 
 @bp.post("/api/collections/<name>")
 def create_in_collection(name):
+    """Create a row in a collection, owned by the caller (201)."""
     collections.model_of(name)
     row = collections.create_row(name, identity.current(), json_object(ROW_BODY_LIMIT))
     return jsonify(row), 201
@@ -57,18 +60,21 @@ def create_in_collection(name):
 
 @bp.patch("/api/collections/<name>/<row_id>")
 def update_in_collection(name, row_id):
+    """Change fields of a row of a collection the caller may write."""
     collections.model_of(name)
     return jsonify(collections.update_row(name, identity.current(), row_id, json_object(ROW_BODY_LIMIT)))
 
 
 @bp.delete("/api/collections/<name>/<row_id>")
 def delete_from_collection(name, row_id):
+    """Delete a row of a collection the caller may write (204)."""
     collections.delete_row(name, identity.current(), row_id)
     return "", 204
 
 
 @bp.post("/api/likes/toggle")
 def toggle_like():
+    """Like a blueprint, or take the caller's like back."""
     blueprint_id = json_object(4096).get("blueprint_id")
     if not isinstance(blueprint_id, str) or not 0 < len(blueprint_id) <= 200:
         raise Invalid("blueprint_id: must be a non-empty string", field="blueprint_id")
@@ -103,6 +109,7 @@ def collection_events():
 
 @bp.get("/api/admin/llm-timings")
 def llm_timings():
+    """The last 1000 AI calls' timings, newest first (administrators only)."""
     identity.require_admin()
     rows = LlmTiming.select().order_by(LlmTiming.seq.desc()).limit(1000).dicts()
     return jsonify([{k: v for k, v in row.items() if k != "seq"} for row in rows])
@@ -110,4 +117,5 @@ def llm_timings():
 
 @bp.get("/healthz")
 def healthz():
+    """Liveness: `{"status": "ok"}` while the process answers."""
     return jsonify({"status": "ok"})

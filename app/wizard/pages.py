@@ -44,19 +44,23 @@ def _identified(template, admin_only=False, **context):
 
 @bp.get("/")
 def home():
+    """The wizard's home page."""
     return _identified("wizard/home.html", page="home")
 
 
 @bp.get("/blueprints")
 def blueprints():
+    """The blueprints page."""
     return _identified("wizard/blueprints.html", page="blueprints")
 
 
 @bp.get("/library")
 def library():
+    """The library page."""
     return _identified("wizard/library.html", page="library")
 
 
 @bp.get("/admin")
 def admin():
+    """The administration page (administrators only)."""
     return _identified("wizard/admin.html", admin_only=True, page="admin", collections=list(COLLECTIONS))

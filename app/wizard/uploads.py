@@ -50,6 +50,7 @@ def _write(folder, name, data):
 
 @bp.post("/api/uploads")
 def upload():
+    """Store an uploaded image (PNG, JPEG or WebP, multipart field `file`, 8 MiB at most) and answer its URL."""
     if not (request.mimetype or "").startswith("multipart/form-data"):
         raise Invalid("the upload must be multipart/form-data with a field named file")
     upload_file = request.files.get("file")
@@ -69,6 +70,7 @@ def upload():
 
 @bp.get("/uploads/<name>")
 def serve_upload(name):
+    """One stored upload (nginx serves the same folder in production)."""
     if not _STORED_NAME.match(name):
         raise NotFound(f"no upload {name[:80]!r}")
     response = send_from_directory(current_app.config["WIZARD"].uploads_dir, name, max_age=365 * 24 * 3600)

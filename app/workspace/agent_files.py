@@ -76,6 +76,7 @@ def agent_info():
 
 @bp.get(f"/bin/{FILE_NAME}")
 def download_agent():
+    """The agent program (a zipapp), with its SHA-256 as ETag (304 when unchanged)."""
     built = agent_file()
     etag = f'"{built.sha256}"'
     headers = {"ETag": etag, "Cache-Control": "no-cache", "X-Content-SHA256": built.sha256}
@@ -87,6 +88,7 @@ def download_agent():
 
 @bp.get(f"/bin/{FILE_NAME}.sha256")
 def agent_digest():
+    """The agent program's SHA-256, in `sha256sum`'s format."""
     return Response(f"{agent_file().sha256}  {FILE_NAME}\n", mimetype="text/plain",
                     headers={"Cache-Control": "no-cache"})
 
@@ -108,11 +110,13 @@ def _quoted(value):
 
 @bp.get("/api/v2/init-script")
 def public_init_script():
+    """The shell script that fetches, checks and starts the agent; it reads the agent's token from the environment."""
     return init_script()
 
 
 @bp.post("/api/v2/workspaceagents/<agent_id>/init-script")
 def minted_init_script(agent_id):
+    """An init script that carries a new token of the agent (the old one is revoked)."""
     actor = sessions.current_user()
     agent = visible_agent(actor, agent_id)
     token = agents.rotate_token(agent)

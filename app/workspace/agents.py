@@ -292,6 +292,8 @@ def _record_apps(agent_id, info):
 
 @websocket.route(bp, "/api/v2/workspaceagents/me/rpc")
 def agent_rpc():
+    """The agent's websocket (authenticated by its token): the one connection the platform reaches the workspace
+    through."""
     agent = authenticate_agent(request.headers.get(HEADER))
     if not websocket.is_upgrade():
         raise Invalid("This is the agent's websocket: send a websocket upgrade request.")

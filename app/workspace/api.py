@@ -16,11 +16,13 @@ def _settings():
 
 @bp.get("/healthz")
 def healthz():
+    """Liveness: `{"status": "ok"}` while the process answers."""
     return {"status": "ok"}
 
 
 @bp.get("/api/v2/buildinfo")
 def buildinfo():
+    """The platform's version, public addresses and agent program."""
     settings = _settings()
     return {"version": VERSION, "dashboard_url": settings.access_url + "/", "external_url": settings.access_url,
             "agent": agent_files.agent_info()}
@@ -28,6 +30,7 @@ def buildinfo():
 
 @bp.get("/api/v2/users/authmethods")
 def authmethods():
+    """Which sign-in methods are on, with the OIDC button's label and icon."""
     settings = _settings()
     return {"password": {"enabled": settings.password_enabled},
             "oidc": {"enabled": settings.oidc_enabled, "signInText": settings.oidc_sign_in_text,
@@ -36,6 +39,7 @@ def authmethods():
 
 @bp.get("/api/v2/users/first")
 def first_user_status():
+    """404 before the initial user exists, 200 after."""
     if not accounts.first_user_exists():
         raise NotFound("The initial user has not been created.")
     return {"message": "The initial user has already been created."}
@@ -43,6 +47,7 @@ def first_user_status():
 
 @bp.post("/api/v2/users/first")
 def create_first_user():
+    """Create the initial user, the Owner of the default organization, signed in (201); 409 once one exists."""
     sessions.require_same_origin()  # it sets the cookie: another site's page must not
     data = validated(FirstUserSchema(), json_object(BODY_LIMIT))
     user = accounts.create_first(data["username"], data["email"], data["name"], data["password"])
@@ -55,6 +60,7 @@ def create_first_user():
 
 @bp.post("/api/v2/users")
 def create_user():
+    """An administrator creates an account (201); 403 for anyone else."""
     actor = sessions.current_user()
     if not accounts.is_admin(actor):
         raise Forbidden("Only an administrator can create accounts.")
@@ -66,11 +72,14 @@ def create_user():
 
 @bp.get("/api/v2/users/me")
 def me():
+    """The signed-in user's account."""
     return accounts.public(sessions.current_user())
 
 
 @bp.post("/api/v2/users/login")
 def login():
+    """Sign in with email and password: a session token and its cookie (201); 401 for a wrong account or password
+    alike."""
     settings = _settings()
     sessions.require_same_origin()  # it sets the cookie: another site's page must not
     data = validated(LoginSchema(), json_object(BODY_LIMIT))
@@ -85,6 +94,7 @@ def login():
 
 @bp.post("/api/v2/users/logout")
 def logout():
+    """Revoke the session's token and clear its cookie."""
     user = sessions.current_user()
     sessions.revoke(g.api_key.id)
     audit("user.logout", user)

@@ -293,6 +293,7 @@ def app_auth_redirect():
 
 @websocket.route(bp, "/@<user>/<target>/apps/<slug>", methods=METHODS, provide_automatic_options=False)
 def app_without_slash(user, target, slug):
+    """Redirect (307) an app's address without its trailing slash to the one with it, once the caller is signed in."""
     try:
         sessions.current_user()
     except Failure as exc:
@@ -305,6 +306,8 @@ def app_without_slash(user, target, slug):
                  provide_automatic_options=False)
 @websocket.route(bp, "/@<user>/<target>/apps/<slug>/<path:path>", methods=METHODS, provide_automatic_options=False)
 def app_route(user, target, slug, path):
+    """A workspace app: any method (and websocket upgrades) passed through the agent's connection to the app's local
+    URL."""
     try:
         if app_hosts.ENVIRON_KEY in request.environ:
             app_host = request.environ[app_hosts.ENVIRON_KEY]

@@ -181,6 +181,7 @@ def _client():
 
 @bp.get(CALLBACK_PATH)
 def oidc_callback():
+    """Single sign-on through the OIDC provider: starts it, and completes it when the provider sends the user back."""
     if not _settings().oidc_enabled:
         raise NotFound("OIDC sign-in is not enabled on this deployment.")
     returning = "code" in request.args or "error" in request.args

@@ -47,6 +47,7 @@ def _login_page(error=None, status=200, retry_after=None):
 
 @bp.get("/login")
 def login_page():
+    """The sign-in page (with the single sign-on button when OIDC is on)."""
     return _login_page()
 
 
@@ -70,6 +71,7 @@ def login_form():
 
 @bp.get("/setup")
 def setup_page():
+    """The first-user page; once that user exists, a redirect to the sign-in page."""
     if accounts.first_user_exists():
         return redirect("/login", 303)
     return render_template("workspace/setup.html", error=None)
@@ -78,6 +80,7 @@ def setup_page():
 @bp.post("/setup")
 @same_origin_form
 def setup_form():
+    """The first-user form's target: creates the Owner and signs them in."""
     if accounts.first_user_exists():
         return redirect("/login", 303)
     form = {k: request.form.get(k, "").strip() for k in ("username", "email", "name")}
@@ -93,6 +96,7 @@ def setup_form():
 
 @bp.get("/")
 def dashboard():
+    """A minimal dashboard of the signed-in user's workspaces; others are sent to set-up or sign-in."""
     try:
         user = sessions.current_user()
     except Failure:

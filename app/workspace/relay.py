@@ -99,6 +99,7 @@ def _authorize(role, agent_id):
 
 @websocket.route(bp, "/relay")
 def relay():
+    """The relay (websocket): forwards messages between a client and an agent that name the same agent and session."""
     role, agent_id, session = _query()
     _authorize(role, agent_id)
     key = (agent_id, session)

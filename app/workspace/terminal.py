@@ -39,6 +39,7 @@ INPUT_MESSAGE_LIMIT = 64 * 1024
 
 @bp.get("/static/vendor/xterm/<name>")
 def xterm_file(name):
+    """One of xterm.js's files, served from the platform's own copy."""
     if name not in XTERM_FILES:
         raise NotFound(f"not found: {name[:80]}")
     directory, _, filename = XTERM_FILES[name].rpartition("/")
@@ -48,6 +49,7 @@ def xterm_file(name):
 @bp.get("/@<user>/<target>/terminal")
 @content_security_policy(style_src_elem="'self' 'unsafe-inline'")  # xterm.js injects <style> elements
 def terminal_page(user, target):
+    """The web terminal page of a workspace agent."""
     try:
         viewer = sessions.current_user()
         try:
@@ -66,6 +68,8 @@ def terminal_page(user, target):
 
 @websocket.route(bp, "/api/v2/workspaceagents/<agent_id>/pty")
 def agent_pty(agent_id):
+    """The web terminal's websocket: a shell in the workspace, through the agent; the same `reconnect` id
+    re-attaches to it while the agent keeps it."""
     agent = visible_agent(sessions.current_user(), agent_id)
     reconnect = query_text(request.args, "reconnect", 64, required=True)
     try:

@@ -95,6 +95,7 @@ def public_workspace(workspace, tokens=None):
 
 @bp.post("/api/v2/users/<user>/workspaces")
 def create_workspace(user):
+    """Create a workspace with its agents and apps (201), each agent's token shown this one time."""
     actor = sessions.current_user()
     owner = target_user(actor, user)
     data = validated(CreateWorkspaceSchema(), json_object(BODY_LIMIT))
@@ -132,16 +133,19 @@ def owned_workspaces(owner):
 
 @bp.get("/api/v2/users/<user>/workspaces")
 def list_workspaces(user):
+    """A user's workspaces (`me` or a username; administrators may name others)."""
     return jsonify(owned_workspaces(target_user(sessions.current_user(), user)))
 
 
 @bp.get("/api/v2/workspaces/<workspace_id>")
 def get_workspace(workspace_id):
+    """One workspace with its agents and their state."""
     return public_workspace(visible_workspace(sessions.current_user(), workspace_id))
 
 
 @bp.delete("/api/v2/workspaces/<workspace_id>")
 def delete_workspace(workspace_id):
+    """Delete a workspace and its agents (204); their connections are closed."""
     actor = sessions.current_user()
     workspace = visible_workspace(actor, workspace_id)
     agent_ids = [agent.id for agent in workspace.agents]
@@ -156,12 +160,14 @@ def delete_workspace(workspace_id):
 
 @bp.get("/api/v2/workspaceagents/<agent_id>")
 def get_agent(agent_id):
+    """One workspace agent: its state, apps and connection times."""
     agent = visible_agent(sessions.current_user(), agent_id)
     return agents.public(agent, _settings())
 
 
 @bp.post("/api/v2/workspaceagents/<agent_id>/token")
 def rotate_agent_token(agent_id):
+    """Give an agent a new token (201), shown this one time; the old one stops working."""
     actor = sessions.current_user()
     agent = visible_agent(actor, agent_id)
     token = agents.rotate_token(agent)
