@@ -1,5 +1,5 @@
-"""What the local stand-ins for outside services (devtools.fake_openai,
-devtools.fake_providers, devtools.fake_freesound) share: a threaded HTTP server on a loopback address, run
+"""What the local stand-ins for outside services (devtools.fake_providers,
+devtools.fake_freesound) share: a threaded HTTP server on a loopback address, run
 in a daemon thread by the tests (`with Fake(...) as fake:`) or in the foreground
 by their `serve` command."""
 import sys

@@ -11,9 +11,9 @@ upgrade tests load (tests/migrations/):
    (`python -m app.notebook worker`) from the worktree too.
 3. Each one filled through its HTTP API with a small, varied data set that touches
    every table of its MODELS (what needs a model provider is answered by the local
-   stand-ins the tests use: devtools.fake_openai for the wizard, devtools.fake_providers
-   for the notebook; the workspace's single sign-on goes through devtools.oidc_provider,
-   and a real agent process of the release connects once).
+   stand-ins the tests use: devtools.fake_providers for the wizard and the notebook;
+   the workspace's single sign-on goes through devtools.oidc_provider, and a real
+   agent process of the release connects once).
 4. The services and the worker stopped with SIGTERM, then each database written as
    plain SQL to tests/migrations/<TAG>/<service>.sql and checked: it loads into an
    empty file with `executescript`, every table (and the full-text index, which still
@@ -336,10 +336,10 @@ WIZARD_AI_KEY = "wizard-release-dumps-key"
 
 
 def fill_wizard(release, data_dir):
-    from devtools.fake_openai import FakeOpenAI
+    from devtools.fake_providers import FakeProviders
 
-    with FakeOpenAI(key=WIZARD_AI_KEY) as fake:
-        env = {"WIZ_ALLOW_TEST_IDENTITY": "1", "WIZ_AI_BASE_URL": fake.base_url, "WIZ_AI_API_KEY": WIZARD_AI_KEY,
+    with FakeProviders(host="127.0.0.1", keys={"openai": WIZARD_AI_KEY}) as fake:
+        env = {"WIZ_ALLOW_TEST_IDENTITY": "1", "WIZ_AI_BASE_URL": fake.base_url(), "WIZ_AI_API_KEY": WIZARD_AI_KEY,
                "WIZ_TEXT_MODEL": "fake-valid-json", "WIZ_IMAGE_MODEL": "fake-webp", "WIZ_AI_TIMEOUT": "30"}
         service = release.start_service("wizard", data_dir, env)
         try:

@@ -10,12 +10,17 @@ is exactly what the service would have created; rows go through the models (each
 value read by its field and written by it again), then the serial columns'
 sequences move past the copied ids.
 """
+from __future__ import annotations
+
 import sys
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TextIO
 
-from peewee import AutoField, sort_models
-from playhouse.db_url import connect
+import peewee
+from peewee import AutoField, Database, Field, Model
+from playhouse.db_url import connect  # type: ignore[import-untyped]
 
-from app.common.migrations import HISTORY_TABLE, bring_up_to_date
+from app.common.migrations import HISTORY_TABLE, History, bring_up_to_date
 
 BATCH = 500
 
@@ -24,7 +29,11 @@ class CopyRefused(Exception):
     pass
 
 
-def copy_database(history, source_url, target_url, out=sys.stdout, derived=()):
+Counts = list[tuple[str, int, int]]
+
+
+def copy_database(history: History, source_url: str, target_url: str, out: TextIO = sys.stdout,
+                  derived: Iterable[type[Model]] = ()) -> Counts:
     """Copy every table of `history`'s models but the `derived` ones (an index that
     differs by engine, rebuilt by the caller); returns [(table, source rows, target rows)]."""
     if not target_url.startswith(("postgresql://", "postgres://")):
@@ -39,7 +48,9 @@ def copy_database(history, source_url, target_url, out=sys.stdout, derived=()):
         _refuse_unless_empty(target)
         with target.bind_ctx(history.models):
             bring_up_to_date(target, history)
-        models = [m for m in sort_models(history.models) if m not in derived]
+        left_out = set(derived)
+        ordered = peewee.sort_models(history.models)  # type: ignore[attr-defined]  # (not in its stubs)
+        models: list[type[Model]] = [m for m in ordered if m not in left_out]
         with target.atomic():
             _empty_seeded_tables(target, models)
             for model in models:
@@ -52,7 +63,7 @@ def copy_database(history, source_url, target_url, out=sys.stdout, derived=()):
         target.close()
 
 
-def _refuse_unless_empty(target):
+def _refuse_unless_empty(target: Database) -> None:
     with target.connection_context():
         tables = [t for t in target.get_tables() if t != HISTORY_TABLE]
     if tables:
@@ -60,7 +71,7 @@ def _refuse_unless_empty(target):
                           f"{', '.join(sorted(tables)[:3])}): give an empty database")
 
 
-def _empty_seeded_tables(target, models):
+def _empty_seeded_tables(target: Database, models: Sequence[type[Model]]) -> None:
     """Rows a new database starts with (a default organization, counters) come from
     the source instead."""
     for model in reversed(models):
@@ -68,9 +79,10 @@ def _empty_seeded_tables(target, models):
             model.delete().execute()
 
 
-def _copy_table(model, source, target):
+def _copy_table(model: type[Model], source: Database, target: Database) -> int:
     fields = model._meta.sorted_fields
-    copied, batch = 0, []
+    copied = 0
+    batch: list[tuple[Any, ...]] = []
     with source.bind_ctx([model]), source.connection_context():
         rows = model.select(*fields).tuples().iterator()
         for row in rows:
@@ -81,28 +93,30 @@ def _copy_table(model, source, target):
     return copied + (_insert(model, fields, batch, target) if batch else 0)
 
 
-def _insert(model, fields, rows, target):
+def _insert(model: type[Model], fields: Sequence[Field], rows: list[tuple[Any, ...]],
+            target: Database) -> int:
     with target.bind_ctx([model]):
         model.insert_many(rows, fields=fields).execute()
     return len(rows)
 
 
-def _advance_sequences(target, models):
+def _advance_sequences(target: Database, models: Sequence[type[Model]]) -> None:
     for model in models:
         key = model._meta.primary_key
         if isinstance(key, AutoField):
             table, column = model._meta.table_name, key.column_name
-            target.execute_sql(
+            target.execute_sql(  # type: ignore[no-untyped-call]  # (untyped in peewee's stubs)
                 f"SELECT setval(pg_get_serial_sequence('\"{table}\"', '{column}'), "
                 f"COALESCE(MAX(\"{column}\"), 1), MAX(\"{column}\") IS NOT NULL) FROM \"{table}\"")
 
 
-def _count(database, model):
+def _count(database: Database, model: type[Model]) -> int:
     with database.bind_ctx([model]), database.connection_context():
-        return model.select().count()
+        count: int = model.select().count()
+        return count
 
 
-def report(counts, out):
+def report(counts: Counts, out: TextIO) -> bool:
     """The table of counts; True when every table matches."""
     width = max(len(name) for name, _, _ in counts)
     out.write(f"{'table':<{width}}  {'sqlite':>8}  {'postgresql':>10}\n")
@@ -112,7 +126,8 @@ def report(counts, out):
     return all(s == t for _, s, t in counts)
 
 
-def run(history, source_url, target_url, out=sys.stdout, err=sys.stderr, derived=(), rebuild=None):
+def run(history: History, source_url: str, target_url: str, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
+        derived: Iterable[type[Model]] = (), rebuild: Callable[[], str] | None = None) -> int:
     """The command's body: exit code 0 when copied and counted equal. `rebuild()` then
     makes the `derived` tables on the target."""
     try:

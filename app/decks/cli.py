@@ -6,13 +6,13 @@
 reconnects by itself: backoff from 1 s to a 30 s ceiling, resuming after the last
 event it printed, so a service restart loses nothing and repeats nothing.
 """
-import argparse
 import json
 import sys
 import time
 
 import requests
 
+from app.common.cli import CommandLine
 from app.common.sse_client import Backoff, iter_records
 
 DEFAULT_URL = "http://127.0.0.1:7081"
@@ -56,16 +56,19 @@ def tail(url, session_id, after, fmt, out=sys.stdout, err=sys.stderr, sleep=time
     return 0
 
 
+def _tail_arguments(parser):
+    parser.add_argument("session_id")
+    parser.add_argument("--after", type=int, default=0, help="start after this seq (default 0: all)")
+    parser.add_argument("--url", default=DEFAULT_URL, help=f"service base URL (default {DEFAULT_URL})")
+    parser.add_argument("--format", choices=("json", "text"), default="text")
+
+
+commands = CommandLine("python -m app.decks", __doc__, interrupted=130)
+commands.add("tail", "print a session's events as they arrive",
+             lambda args, streams: tail(args.url.rstrip("/"), args.session_id, args.after, args.format,
+                                        streams.out, streams.err),
+             _tail_arguments)
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m app.decks", description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    tail_cmd = commands.add_parser("tail", help="print a session's events as they arrive")
-    tail_cmd.add_argument("session_id")
-    tail_cmd.add_argument("--after", type=int, default=0, help="start after this seq (default 0: all)")
-    tail_cmd.add_argument("--url", default=DEFAULT_URL, help=f"service base URL (default {DEFAULT_URL})")
-    tail_cmd.add_argument("--format", choices=("json", "text"), default="text")
-    args = parser.parse_args(argv)
-    try:
-        return tail(args.url.rstrip("/"), args.session_id, args.after, args.format)
-    except KeyboardInterrupt:
-        return 130
+    return commands.main(argv)

@@ -12,13 +12,13 @@ stop at once (a job cut off is marked failed at the next start, or by another wo
 of a Redis queue, and can be retried). With REDIS_URL, any number of workers, on any
 hosts, share the queue.
 """
-import argparse
 import logging
 import sys
 import threading
 import time
 
 from app.common import config
+from app.common.cli import CommandLine, CopyPlan
 from app.common.logsetup import configure_logging
 
 log = logging.getLogger("bundle.notebook.worker")
@@ -128,36 +128,29 @@ def reembed(args):
     return 0
 
 
-def copy_to_postgres(args):
+def copy_plan():
     """The tables, but the full-text index: each engine has its own, made again from
     the copied sources and notes."""
-    from app.common import copy_to_postgres as copying
     from app.notebook.models import SearchDoc, database
     from app.notebook.schema import HISTORY, index_everything, open_database
     from app.notebook.settings import NotebookSettings
 
-    def rebuild():
-        db = open_database(args.url, pool=False)
+    def rebuild(url):
+        db = open_database(url, pool=False)
         with database.connection_context(), database.atomic():
             index_everything(db)
             return f"indexed for text search: {SearchDoc.select().count()} rows"
 
     settings = NotebookSettings.from_env(config.data_dir("notebook"), serving=False)
-    return copying.run(HISTORY, settings.database_url, args.url, derived=(SearchDoc,), rebuild=rebuild)
+    return CopyPlan(HISTORY, settings.database_url, derived=(SearchDoc,), rebuild=rebuild)
+
+
+commands = CommandLine("python -m app.notebook", __doc__)
+commands.add("worker", "consume the job queue until stopped", lambda args, streams: worker(args))
+commands.add("reembed", "queue embeddings for what the configured model did not embed",
+             lambda args, streams: reembed(args))
+commands.add_copy_to_postgres(copy_plan)
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m app.notebook", description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("worker", help="consume the job queue until stopped")
-    commands.add_parser("reembed", help="queue embeddings for what the configured model did not embed")
-    copy = commands.add_parser("copy-to-postgres", help="copy this SQLite database into an empty PostgreSQL one")
-    copy.add_argument("url", help="postgresql://user:password@host:port/database")
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "copy-to-postgres":
-            return copy_to_postgres(args)
-        return worker(args) if args.command == "worker" else reembed(args)
-    except config.ConfigError as exc:
-        sys.stderr.write(f"error: {exc}\n")
-        return 2
+    return commands.main(argv)

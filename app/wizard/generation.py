@@ -20,7 +20,8 @@ Rules (spec 002, issue 3):
 - Provider HTTP errors, unreachable providers and malformed answers are GenerationFailed(502)
   with a message that names the provider's status and its own (redacted) words but never the
   API key. The HTTP itself (deadline, kept-alive pool of the base URL, reading, failures) is
-  app.common.provider_http's; this module words its failures.
+  app.common.provider_http's, and the reading of chat answers (whole or streamed)
+  app.common.openai_chat's; this module words their failures.
 - CPU work (large JSON parses, json-repair on big outputs, Pillow) runs in gevent's threadpool
   through app.common.offload.blocking so the worker's loop keeps serving.
 
@@ -45,6 +46,7 @@ import gevent.lock
 import gevent.monkey
 from PIL import Image
 
+from app.common import openai_chat
 from app.common.config import ConfigError, env_int, env_seconds, env_str
 from app.common.offload import blocking
 from app.common.provider_http import (
@@ -53,8 +55,6 @@ from app.common.provider_http import (
     Exchange,
     ProviderFailed,
     Wording,
-    error_text,
-    redacted,
     same_origin,
 )
 from app.wizard import json_output
@@ -101,13 +101,24 @@ class GenerationFailed(ProviderFailed):
 
 class _Wording(Wording):
     """How the wizard words a provider's failures (every time-out names the whole call's)."""
-    error = GenerationFailed
+    error: type[ProviderFailed] = GenerationFailed
     timed_out = connect_timed_out = "the AI provider did not answer within {seconds:g} s"
     unreachable = "{name} cannot be reached ({cause})"
     call_failed = "the request to {name} failed ({kind})"
     cut_off = "the AI provider's answer was cut off ({kind})"
     too_large = "{answer} is larger than the size cap of {limit} bytes"
     not_json = "the AI provider answered with malformed JSON"
+    # The chat answer's own failures (app.common.openai_chat): a stream must be whole.
+    no_message = "{name}'s answer has no message"
+    no_text = "{name}'s answer has no text content"
+    model_refused = "the model refused: {refusal}"
+    stream_not_json = "{name} streamed malformed JSON"
+    stream_not_object = "{name} streamed an unexpected record"
+    stream_bad_choice = None  # a record without a chunk's choice carries nothing: read on
+    stream_error = "{name} reported an error mid-stream: {detail}"
+    stream_too_large = "{name}'s answer is larger than the size cap"
+    stream_incomplete = "{name}'s stream ended before it was complete"
+    whole_when_not_streamed = True
 
 
 class _DownloadWording(_Wording):
@@ -132,14 +143,6 @@ class ImageOutcome:
 
 class _InvalidOutput(Exception):
     """The model's output is not acceptable JSON for this call."""
-
-
-class _Answer:
-    """What one chat completion produced."""
-
-    def __init__(self, content, model):
-        self.content = content
-        self.model = model
 
 
 class Generator:
@@ -273,19 +276,24 @@ class Generator:
         return answer
 
     def _complete(self, body, clock):
-        with self._post(clock, "/chat/completions", body) as exchange:
-            payload = exchange.json(TEXT_ANSWER_LIMIT, loads=_loads)
-        return _Answer(_message_content(payload), _reported_model(payload))
+        return openai_chat.complete(self._chat_post(clock), self._words, body,
+                                    limit=TEXT_ANSWER_LIMIT, loads=_loads)
 
     def _stream(self, body, clock, relay, reasoning):
-        with self._post(clock, "/chat/completions", dict(body, stream=True)) as exchange:
-            if not _is_event_stream(exchange):
-                # A server that ignores `stream` answers one JSON body: relay it whole.
-                payload = exchange.json(TEXT_ANSWER_LIMIT, loads=_loads)
-                answer = _Answer(_message_content(payload), _reported_model(payload))
-                relay(answer.content)
-                return answer
-            return _read_stream(exchange, relay, reasoning)
+        """Collects a streamed completion: content deltas go to `relay` in order."""
+        parts, model = [], None
+        for delta in openai_chat.stream(self._chat_post(clock), self._words, body,
+                                        limit=TEXT_ANSWER_LIMIT, loads=_loads):
+            model = delta.model or model
+            if delta.reasoning:
+                reasoning(delta.reasoning)
+            if delta.content:
+                parts.append(delta.content)
+                relay(delta.content)
+        return openai_chat.ChatAnswer("".join(parts), model)
+
+    def _chat_post(self, clock):
+        return lambda body: self._post(clock, openai_chat.PATH, body)
 
     # -- images --------------------------------------------------------------------
 
@@ -430,76 +438,6 @@ def _new_slots(concurrency):
 
 def _loads(data):
     return blocking(json.loads, data) if len(data) > OFFLOAD_OVER else json.loads(data)
-
-
-def _is_event_stream(exchange):
-    return exchange.header("Content-Type").split(";")[0].strip().lower() == "text/event-stream"
-
-
-def _read_stream(exchange, relay, reasoning):
-    """Collects an SSE chat-completion stream: content deltas go to `relay` in order."""
-    parts, model, finished, size = [], None, False, 0
-    for record in exchange.records():
-        data = record.data
-        if data.strip() == "[DONE]":
-            finished = True
-            break
-        try:
-            event = json.loads(data)
-        except ValueError:
-            raise GenerationFailed(502, "the AI provider streamed malformed JSON") from None
-        if not isinstance(event, dict):
-            raise GenerationFailed(502, "the AI provider streamed an unexpected record")
-        if "error" in event:
-            raise GenerationFailed(502, "the AI provider reported an error mid-stream: "
-                                        + error_text(event, exchange.wording.api_key))
-        model = _reported_model(event) or model
-        delta, reason, done = _delta(event)
-        finished = finished or done
-        if reason:
-            reasoning(reason)
-        if delta:
-            size += len(delta)
-            if size > TEXT_ANSWER_LIMIT:
-                raise GenerationFailed(502, "the AI provider's answer is larger than the size cap")
-            parts.append(delta)
-            relay(delta)
-    if not finished:
-        raise GenerationFailed(502, "the AI provider's stream ended before it was complete")
-    return _Answer("".join(parts), model)
-
-
-def _delta(event):
-    """(content delta, reasoning delta, finished) of one stream record."""
-    choices = event.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        return "", "", False  # usage-only and keep-alive records carry no choice
-    choice = choices[0]
-    delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
-    content = delta.get("content")
-    reason = delta.get("reasoning_content") or delta.get("reasoning")
-    return (content if isinstance(content, str) else "",
-            reason if isinstance(reason, str) else "",
-            bool(choice.get("finish_reason")))
-
-
-def _message_content(payload):
-    try:
-        message = payload["choices"][0]["message"]
-        content = message["content"]
-    except (KeyError, IndexError, TypeError):
-        raise GenerationFailed(502, "the AI provider's answer has no message") from None
-    if not isinstance(content, str):
-        refusal = message.get("refusal") if isinstance(message, dict) else None
-        if isinstance(refusal, str) and refusal:
-            raise GenerationFailed(502, "the model refused: " + redacted(refusal))
-        raise GenerationFailed(502, "the AI provider's answer has no text content")
-    return content
-
-
-def _reported_model(payload):
-    model = payload.get("model") if isinstance(payload, dict) else None
-    return model.strip() if isinstance(model, str) and model.strip() else None
 
 
 def _first_image(payload):

@@ -15,14 +15,14 @@ create-owner claims a new platform as the provisioning does (as POST
 first): it creates the initial Owner, or, when the platform has its Owner already,
 says so and succeeds without reading a password (the playbook runs it every time).
 """
-import argparse
 import getpass
 import sys
 
 from flask import Flask
 
-from app.common import config, copy_to_postgres
+from app.common import config
 from app.common.body import validated
+from app.common.cli import CommandLine, CopyPlan
 from app.common.failures import Failure
 from app.workspace import accounts, sessions
 from app.workspace.models import User, database
@@ -113,31 +113,26 @@ def _described(exc):
     return exc.message + (" " + problems if problems else "")
 
 
+def _username(parser):
+    parser.add_argument("username")
+
+
+def _account(parser):
+    parser.add_argument("--username", required=True)
+    parser.add_argument("--email", required=True)
+    parser.add_argument("--name", default="")
+
+
+commands = CommandLine("python -m app.workspace", __doc__)
+commands.add("reset-password", "set a user's password and revoke their sessions",
+             lambda args, s: reset_password(args.username, s.stdin, s.out, s.err), _username)
+commands.add("create-admin", "create an Owner account (the first user, if none)",
+             lambda args, s: create_admin(args.username, args.email, args.name, s.stdin, s.out, s.err), _account)
+commands.add("create-owner", "create the initial Owner, unless the platform has one",
+             lambda args, s: create_owner(args.username, args.email, args.name, s.stdin, s.out, s.err), _account)
+commands.add_copy_to_postgres(
+    lambda: CopyPlan(HISTORY, WorkspaceSettings.from_env(config.data_dir("workspace")).database_url))
+
+
 def main(argv=None, stdin=sys.stdin, out=sys.stdout, err=sys.stderr):
-    parser = argparse.ArgumentParser(prog="python -m app.workspace", description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    reset = commands.add_parser("reset-password", help="set a user's password and revoke their sessions")
-    reset.add_argument("username")
-    admin = commands.add_parser("create-admin", help="create an Owner account (the first user, if none)")
-    admin.add_argument("--username", required=True)
-    admin.add_argument("--email", required=True)
-    admin.add_argument("--name", default="")
-    owner = commands.add_parser("create-owner", help="create the initial Owner, unless the platform has one")
-    owner.add_argument("--username", required=True)
-    owner.add_argument("--email", required=True)
-    owner.add_argument("--name", default="")
-    copy = commands.add_parser("copy-to-postgres", help="copy this SQLite database into an empty PostgreSQL one")
-    copy.add_argument("url", help="postgresql://user:password@host:port/database")
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "copy-to-postgres":
-            settings = WorkspaceSettings.from_env(config.data_dir("workspace"))
-            return copy_to_postgres.run(HISTORY, settings.database_url, args.url, out, err)
-        if args.command == "reset-password":
-            return reset_password(args.username, stdin, out, err)
-        if args.command == "create-owner":
-            return create_owner(args.username, args.email, args.name, stdin, out, err)
-        return create_admin(args.username, args.email, args.name, stdin, out, err)
-    except config.ConfigError as exc:
-        err.write(f"error: {exc}\n")
-        return 2
+    return commands.main(argv, stdin, out, err)

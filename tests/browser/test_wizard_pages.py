@@ -14,7 +14,7 @@ import requests
 from PIL import Image
 from playwright.sync_api import expect
 
-from devtools.fake_openai import FakeOpenAI
+from devtools.fake_providers import FakeProviders
 from devtools.oidc_provider import SESSION_COOKIE, portal_session
 from tests.support.browser import ARTIFACTS
 from tests.support.wizard import FORWARD_AUTH_PASSWORD
@@ -27,7 +27,7 @@ CANONICAL_UUID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 
 @pytest.fixture(scope="module")
 def fake_ai():
-    with FakeOpenAI(key=KEY) as fake:
+    with FakeProviders(host="127.0.0.1", keys={"openai": KEY}) as fake:
         yield fake
 
 
@@ -50,7 +50,7 @@ def screenshot(page, name):
 
 
 def ai_env(fake):
-    return {"WIZ_AI_BASE_URL": fake.base_url, "WIZ_AI_API_KEY": KEY, "WIZ_TEXT_MODEL": "fake-ideas-5",
+    return {"WIZ_AI_BASE_URL": fake.base_url(), "WIZ_AI_API_KEY": KEY, "WIZ_TEXT_MODEL": "fake-ideas-5",
             "WIZ_IMAGE_MODEL": "fake-webp", "WIZ_AI_PROVIDER": "fake-openai"}
 
 

@@ -59,10 +59,10 @@ def test_concurrent_calls_from_threads(fake):
 def test_a_broken_answer_does_not_spoil_the_pool(fake):
     started = time.monotonic()
     with pytest.raises(llm.ProviderError) as slow:
-        llm.chat(target(fake, timeout=0.6), "fake-slow", MESSAGES)  # drips past the deadline
+        llm.chat(target(fake, timeout=0.6), "fake-chat-slow", MESSAGES)  # drips past the deadline
     assert slow.value.status == 504 and time.monotonic() - started < DRIP_SECONDS
     with pytest.raises(llm.ProviderError) as bad:
-        llm.chat(target(fake), "fake-malformed", MESSAGES)
+        llm.chat(target(fake), "fake-chat-malformed", MESSAGES)
     assert bad.value.status == 502 and "not JSON" in bad.value.message
     assert "glaciers" in llm.chat(target(fake), "fake-chat", MESSAGES)
     deltas = list(llm.chat_stream(target(fake), "fake-chat", MESSAGES))

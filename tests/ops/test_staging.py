@@ -23,7 +23,7 @@ import yaml
 
 from devtools import staging
 from devtools.acme_server import AcmeServer
-from devtools.fake_openai import FakeOpenAI
+from devtools.fake_providers import FakeProviders
 from devtools.oidc_provider import sign_in
 from devtools.services import free_port
 from devtools.waiting import wait_for
@@ -131,11 +131,11 @@ def stage(tmp_path_factory):
     pip_cache = staging.CACHE / "pip"
     pip_cache.mkdir(parents=True, exist_ok=True)
     binds, ro_binds = [(pip_cache, "/root/.cache/pip")], [(repo, "/srv/bundle.git")]
-    with FakeOpenAI() as ai, AcmeServer(free_port(), work / "acme") as acme, \
+    with FakeProviders(host="127.0.0.1") as ai, AcmeServer(free_port(), work / "acme") as acme, \
             staging.Box.boot(root, binds=binds, ro_binds=ro_binds) as box:
         box.trust_host_certificates()
         box.run("sh", "-c", "install -d -m 0755 /etc/bundle && cat > /etc/bundle/vars.yml",
-                input=yaml.safe_dump(_vars(port, service_ports, idp_port, ai.base_url, acme)))
+                input=yaml.safe_dump(_vars(port, service_ports, idp_port, ai.base_url(), acme)))
         box.run("sh", "-c", f"cat > {ACME_CA}", input=acme.tls_ca_file.read_text())
         box.run("sh", "-c", f"cat > {DNS_HOOK} && chmod 0755 {DNS_HOOK}", input=acme.dns_hook())
         box.run("sh", "-c", "cat > /root/bootstrap.sh", input=bootstrap)

@@ -31,7 +31,7 @@ import urllib3
 import yaml
 
 from devtools import private_network, staging
-from devtools.fake_openai import FakeOpenAI
+from devtools.fake_providers import FakeProviders
 from devtools.waiting import wait_for
 from tests.support.ops import ServerName, recap
 from tests.support.workspace import agent_program, http_on, websocket_on
@@ -139,7 +139,7 @@ def _application_vars(host, data, idp, ai):
         "nginx_tls_certificate_key": "/etc/bundle/staging-tls/bundle.key",
         "bundle_auth_url": f"http://{idp.address}:9091",
         "bundle_auth_request_url": f"http://{idp.address}:9091/api/authz/auth-request",
-        "services_env_extra": {"wizard": {"WIZ_AI_BASE_URL": ai.base_url, "WIZ_TEXT_MODEL": "fake-valid-json",
+        "services_env_extra": {"wizard": {"WIZ_AI_BASE_URL": ai.base_url(), "WIZ_TEXT_MODEL": "fake-valid-json",
                                           "WIZ_IMAGE_MODEL": "fake-webp", "WIZ_AI_PROVIDER": "local-fake"}},
     }
 
@@ -225,7 +225,7 @@ def deployment(tmp_path_factory):
         lan = stack.enter_context(private_network.PrivateNetwork())
         hosts = {name: lan.add(name) for name in ("data", "app-a", "app-b", "front", "idp")}
         hosts["client"] = lan.add("client", hosts={f"{s}.{DOMAIN}": hosts["front"].address for s in SERVICES})
-        ai = stack.enter_context(FakeOpenAI(host=lan.gateway))
+        ai = stack.enter_context(FakeProviders(host=lan.gateway))
         boxes, pulls = {}, {}
         for name in ("data", "app-a", "app-b"):
             # apt's cache of packages for the data host only: the application hosts pull

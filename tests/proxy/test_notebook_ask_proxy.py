@@ -22,7 +22,7 @@ def notebook_with_models(tmp_path_factory):
                                                      "base_url": fake.base_url("openai")}).json()
             made = {name: client.post("/models", json={"name": name, "provider": "openai_compatible",
                                                        "type": "language", "credential": cred["id"]}).json()
-                    for name in ("fake-chat", "fake-slow")}
+                    for name in ("fake-chat", "fake-chat-slow")}
             client.post("/models/config", json={"default_chat_model": made["fake-chat"]["id"]})
             notebook = client.notebook()
             client.post("/sources", json={"type": "text", "notebook_id": notebook,
@@ -40,7 +40,7 @@ def test_ask_records_are_not_buffered_by_nginx(notebook_with_models, nginx_for):
     # The answer model drips until the time-out: the strategy record must arrive long before the end.
     response = requests.post(proxy.url + "/api/ask", headers=proxy.headers("notebook", **AUTH), stream=True,
                              json={"question": "How do glaciers work?", "notebook_id": nb.notebook_id,
-                                   "answer_model": nb.models["fake-slow"]["id"]}, timeout=60)
+                                   "answer_model": nb.models["fake-chat-slow"]["id"]}, timeout=60)
     assert response.status_code == 200, response.text
     assert response.headers["Content-Type"].startswith("text/event-stream")
     arrivals = [(time.monotonic() - started, record.json()) for record in iter_records(response)]

@@ -67,9 +67,9 @@ def _nothing(_):
 def _wizard_environment(stack):
     """A local OpenAI-compatible provider (the real one is outside this machine), so
     that the generation checks run; the test identity stays off, as in production."""
-    from devtools.fake_openai import FakeOpenAI
-    fake = stack.enter_context(FakeOpenAI())
-    return {"WIZ_AI_BASE_URL": fake.base_url, "WIZ_TEXT_MODEL": "fake-valid-json",
+    from devtools.fake_providers import FakeProviders
+    fake = stack.enter_context(FakeProviders(host="127.0.0.1"))
+    return {"WIZ_AI_BASE_URL": fake.base_url(), "WIZ_TEXT_MODEL": "fake-valid-json",
             "WIZ_IMAGE_MODEL": "fake-webp", "WIZ_AI_PROVIDER": "local-fake"}
 
 

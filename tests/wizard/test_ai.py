@@ -8,7 +8,7 @@ import pytest
 import requests
 
 from app.common.sse_client import iter_records
-from devtools.fake_openai import FakeOpenAI
+from devtools.fake_providers import FakeProviders
 from tests.support.wizard import TEST_IDENTITY, WizardClient
 
 KEY = "sk-test-wizard-0123456789"
@@ -16,14 +16,14 @@ KEY = "sk-test-wizard-0123456789"
 
 @pytest.fixture(scope="module")
 def fake_ai():
-    with FakeOpenAI(key=KEY, slow=2.0) as fake:
+    with FakeProviders(host="127.0.0.1", keys={"openai": KEY}, slow=2.0) as fake:
         yield fake
 
 
 @pytest.fixture(scope="module")
 def ai_server(start_module_service, fake_ai):
     return start_module_service("wizard", env={
-        **TEST_IDENTITY, "WIZ_AI_BASE_URL": fake_ai.base_url, "WIZ_AI_API_KEY": KEY,
+        **TEST_IDENTITY, "WIZ_AI_BASE_URL": fake_ai.base_url(), "WIZ_AI_API_KEY": KEY,
         "WIZ_TEXT_MODEL": "fake-valid-json", "WIZ_IMAGE_MODEL": "fake-png", "WIZ_AI_PROVIDER": "fake-openai",
         "WIZ_AI_TIMEOUT": "1"})
 

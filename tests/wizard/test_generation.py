@@ -1,5 +1,5 @@
 """The generation layer (app/wizard/generation.py) against a local fake OpenAI-compatible
-provider (devtools/fake_openai.py), in plain threads and, in one test, under gevent's
+provider (devtools/fake_providers.py), in plain threads and, in one test, under gevent's
 patching as in the gunicorn worker."""
 import io
 import json
@@ -23,7 +23,7 @@ from app.wizard.generation import (
     ImageOutcome,
     TextOutcome,
 )
-from devtools.fake_openai import FakeOpenAI
+from devtools.fake_providers import FakeProviders
 
 KEY = "sk-test-0123456789abcdef"
 SLOW = 0.4
@@ -35,7 +35,7 @@ TIMING_KEYS = {"requestedModel", "resolvedModel", "queueMs", "attemptMs", "repai
 
 @pytest.fixture(scope="module")
 def fake():
-    with FakeOpenAI(key=KEY, slow=SLOW) as server:
+    with FakeProviders(host="127.0.0.1", keys={"openai": KEY}, slow=SLOW) as server:
         yield server
 
 
@@ -45,7 +45,7 @@ def fresh_counts(fake):
 
 
 def generator(fake, **overrides):
-    options = dict(base_url=fake.base_url, api_key=KEY, text_model="fake-valid-json",
+    options = dict(base_url=fake.base_url(), api_key=KEY, text_model="fake-valid-json",
                    image_model="fake-png", provider="fake-ai", timeout=5.0, concurrency=4)
     options.update(overrides)
     return Generator(**options)
@@ -193,7 +193,7 @@ def test_malformed_answer_is_502(fake):
 
 
 def test_unknown_model_is_502_with_the_providers_reason(fake):
-    exc = failure(lambda: generator(fake).text(HELLO, model="no-such-model"))
+    exc = failure(lambda: generator(fake).text(HELLO, model="no-such-model-404"))
     assert exc.status == 502 and "HTTP 404" in exc.message and "no-such-model" in exc.message
 
 
@@ -476,7 +476,7 @@ print(json.dumps({"queue": [t["queueMs"] for t in texts], "ticks": len(ticks),
 
 
 def test_works_under_gevent_patching(fake):
-    run = subprocess.run([sys.executable, "-c", GEVENT_SCRIPT, fake.base_url, KEY, str(SLOW)],
+    run = subprocess.run([sys.executable, "-c", GEVENT_SCRIPT, fake.base_url(), KEY, str(SLOW)],
                          cwd=ROOT, capture_output=True, text=True, timeout=30,
                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert run.returncode == 0, run.stderr

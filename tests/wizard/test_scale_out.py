@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from app.common.sse_client import iter_records
-from devtools.fake_openai import FakeOpenAI
+from devtools.fake_providers import FakeProviders
 from devtools.services import GUNICORN, ROOT, free_port
 from devtools.waiting import wait_for
 from tests.support.shared import serving_pid
@@ -24,7 +24,7 @@ KEY = "sk-test-wizard-scale-out"
 
 @pytest.fixture(scope="module")
 def fake_ai():
-    with FakeOpenAI(key=KEY) as fake:
+    with FakeProviders(host="127.0.0.1", keys={"openai": KEY}) as fake:
         yield fake
 
 
@@ -33,7 +33,7 @@ def scaled(start_module_service, redis_server, postgres_server, fake_ai):
     """Four workers on PostgreSQL and Redis, as a scaled-out deployment runs."""
     service = start_module_service("wizard", workers=WORKERS, env={
         **TEST_IDENTITY, "REDIS_URL": redis_server.new_url(), "DATABASE_URL": postgres_server.new_database(),
-        "WIZ_AI_BASE_URL": fake_ai.base_url,
+        "WIZ_AI_BASE_URL": fake_ai.base_url(),
         "WIZ_AI_API_KEY": KEY, "WIZ_TEXT_MODEL": "fake-text", "WIZ_AI_PROVIDER": "fake-openai"})
     wait_for(lambda: len(service.worker_pids()) == WORKERS, f"{WORKERS} workers")
     return service

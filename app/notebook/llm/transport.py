@@ -29,7 +29,8 @@ class Target:
         return self.base_url + path
 
 
-class _Wording(provider_http.Wording):
+class Wording(provider_http.Wording):
+    """The notebook's wording of a provider's failures."""
     error = ProviderError
 
     def refused(self, code, exchange):
@@ -49,7 +50,7 @@ def check_base_url(url, allowlist):
                                  "NOTEBOOK_MODEL_HOST_ALLOWLIST)") from None
 
 
-_checked = {}
+_checked: dict[tuple[str, tuple[object, ...]], float] = {}  # (base URL, allow-list networks) → good until
 
 
 def _check_target(target):
@@ -64,12 +65,17 @@ def _check_target(target):
     _checked[key] = now + CHECK_TTL_S
 
 
-def _open(target, name, method, path, headers, body=None):
+def open_exchange(target, wording, method, path, headers, body=None):
+    """The opened Exchange of one call, its failures worded by `wording` (a Wording)."""
     deadline = provider_http.Deadline(target.timeout)  # from the call on, the SSRF check's look-up too
     _check_target(target)
-    exchange = provider_http.Exchange(_Wording(name), deadline, target.base_url, target.connect_timeout,
+    exchange = provider_http.Exchange(wording, deadline, target.base_url, target.connect_timeout,
                                       pool=target.provider)
     return exchange.open(method, target.url(path), headers, body)
+
+
+def _open(target, name, method, path, headers, body=None):
+    return open_exchange(target, Wording(name), method, path, headers, body)
 
 
 def call_json(target, name, method, path, headers, body=None):
