@@ -9,9 +9,12 @@ import resource
 import sys
 from pathlib import Path
 
-# Each service's loopback port: ports.json, the one list that the dev runner, the tests
-# and the playbook read too.
-DEFAULT_PORTS = json.loads((Path(__file__).resolve().parent / "ports.json").read_text())
+# The registry of the services (services.json, the one list that app.registry, the dev
+# runner, the tests and the playbook read too), read raw: no app code is imported here.
+REGISTRY = {entry["name"]: entry
+            for entry in json.loads((Path(__file__).resolve().parent / "services.json").read_text())}
+# Each service's loopback port.
+DEFAULT_PORTS = {name: entry["port"] for name, entry in REGISTRY.items()}
 
 _service = os.environ.get("SERVICE", "").strip()
 if _service not in DEFAULT_PORTS:
@@ -26,7 +29,7 @@ worker_class = "gunicorn_worker.Worker"
 workers = int(os.environ.get("WEB_CONCURRENCY", "1"))
 # Services whose workers share live state (streams, rate limits, connected agents)
 # through Redis once there are several; one worker keeps it in its own memory.
-NEEDS_REDIS_TO_SCALE = {"wizard", "workspace"}
+NEEDS_REDIS_TO_SCALE = {name for name, entry in REGISTRY.items() if entry["needs_redis_to_scale"]}
 if workers > 1 and _service in NEEDS_REDIS_TO_SCALE and not os.environ.get("REDIS_URL", "").strip():
     sys.exit(f"error: {_service} with WEB_CONCURRENCY={workers} needs REDIS_URL (redis://...) for the state its"
              " workers share; set REDIS_URL or WEB_CONCURRENCY=1")

@@ -7,10 +7,11 @@
 import importlib
 import importlib.util
 
+from app import registry
 from app.common import config
 
-# Every service the bundle will have, with its loopback port (DESIGN.md).
-SERVICES = ("workspace", "decks", "notebook", "audio", "wizard")
+# Every service the bundle will have: the registry's names (services.json), in its order.
+SERVICES = registry.NAMES
 
 
 class UnknownService(ValueError):

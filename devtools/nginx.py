@@ -28,11 +28,12 @@ from pathlib import Path
 
 import jinja2
 
+from app import registry
 from devtools.services import free_port, terminate
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATES = ROOT / "nginx"
-SERVICES = ("workspace", "decks", "notebook", "audio", "wizard")
+SERVICES = registry.NAMES   # services.json, in its order
 TEMP_DIRS = ("client_body", "proxy", "fastcgi", "uwsgi", "scgi", "cache")
 STDERR_LOG = "logs/nginx.stderr"
 

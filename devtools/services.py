@@ -5,7 +5,6 @@
 Used by the dev runner, the test fixtures and the benchmarks.
 """
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -16,13 +15,14 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from app import registry
 from devtools.waiting import wait_for
 from devtools.worker_sockets import connection_workers
 
 ROOT = Path(__file__).resolve().parents[1]
 GUNICORN = ROOT / ".venv" / "bin" / "gunicorn"
-PORTS = json.loads((ROOT / "ports.json").read_text())  # each service's loopback port, as gunicorn.conf.py
-HEALTH_PATHS = {"decks": "/healthz", "audio": "/api/audio/health", "workspace": "/healthz", "notebook": "/health"}
+PORTS = registry.PORTS  # each service's loopback port, as gunicorn.conf.py
+HEALTH_PATHS = {s.name: s.health for s in registry.SERVICES}  # the route a start waits on
 
 
 def accepts(port, address="127.0.0.1"):

@@ -1,21 +1,19 @@
 """Audio service (spec 001, part B): speech synthesis, voices, and a sound library
 with preview, every route under /api/audio/. Providers are chosen by
 configuration; one that is not configured or not reachable is reported
-unavailable, never faked."""
+unavailable, never faked. Routes: `api`, with its own blueprint; the request rules
+of every route: `middleware`."""
 import logging
-
-from flask import Blueprint
 
 from app.common.errors import error_with_field
 
-bp = Blueprint("audio", __name__, url_prefix="/api/audio")
 log = logging.getLogger("bundle.audio")
 
 error_body = error_with_field   # {"error": message, "field"?: name}
 
 
 def init_app(app):
-    from app.audio import api, middleware  # noqa: F401  (routes register on bp)
+    from app.audio import api, middleware
     from app.audio.limits import SpeechLimits
     from app.audio.service import build_providers
     from app.audio.settings import AudioSettings
@@ -25,6 +23,6 @@ def init_app(app):
     app.extensions["audio"] = build_providers(settings)
     app.extensions["audio_limits"] = SpeechLimits(settings.speech_per_minute, settings.speech_per_address)
     middleware.register(app)
-    app.register_blueprint(bp)
+    app.register_blueprint(api.bp)
     if not settings.public_origin:
         log.warning("AUDIO_PUBLIC_ORIGIN is not set: every request that sends an Origin is refused")

@@ -1,13 +1,14 @@
 """Routes of the audio API, all under /api/audio/."""
-from flask import Response, current_app, request
+from flask import Blueprint, Response, current_app, request
 
-from app.audio import bp
 from app.audio.middleware import MAX_BODY_BYTES
+from app.audio.payloads import SpeechSchema
 from app.audio.providers import Busy, ProviderFailed
 from app.audio.providers import Unavailable as ProviderUnavailable
-from app.audio.schemas import SpeechSchema
 from app.common.body import json_object, query_int, query_text, validated
 from app.common.failures import ApiError, NotFound, Unavailable, UpstreamFailed
+
+bp = Blueprint("api", __name__, url_prefix="/api/audio")
 
 
 def _providers():

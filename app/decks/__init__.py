@@ -1,11 +1,9 @@
 """Deck review service (spec 000, part B): decks imported from Markdown, review
-sessions with an append-only event log, a live SSE stream, and scribble overlays."""
-from flask import Blueprint
+sessions with an append-only event log, a live SSE stream, and scribble overlays.
 
+Routes: `pages` (the HTML pages, with the static files and templates) and `api` (the
+JSON API, the health route), each module with its own blueprint."""
 from app.decks import settings
-
-bp = Blueprint("decks", __name__, template_folder="templates", static_folder="static",
-               static_url_path="/static")
 
 # The largest body the service takes, as at the proxy: the scribble upload.
 MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -19,7 +17,8 @@ def error_body(status, message, extra):
 
 
 def init_app(app):
-    from app.decks import api, pages  # noqa: F401  (routes register on bp)
+    from app.decks import api, pages
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.config.setdefault("DECKS_MAX_LOG_BYTES", settings.MAX_LOG_BYTES.read())
-    app.register_blueprint(bp)
+    app.register_blueprint(pages.bp)
+    app.register_blueprint(api.bp)

@@ -1,14 +1,14 @@
 """Prompt wizard (spec 002): collections of wizards, blueprints, prompts and likes,
 uploads, AI text and image generation, and live collection events. Identity comes
-from the reverse proxy (`Remote-User`, `Remote-Groups`)."""
-import logging
+from the reverse proxy (`Remote-User`, `Remote-Groups`).
 
-from flask import Blueprint
+Routes, each module with its own blueprint: `pages` (the HTML pages, with the static
+files and templates), `api` (identity, collections, likes, events; its hook asks every
+/api/ path for an identity), `ai` (text and image generation) and `uploads`."""
+import logging
 
 from app.common.errors import error_with_field
 
-bp = Blueprint("wizard", __name__, template_folder="templates", static_folder="static",
-               static_url_path="/static")
 log = logging.getLogger("bundle.wizard")
 
 error_body = error_with_field   # {"error": message, "field"?: name}
@@ -16,10 +16,10 @@ error_body = error_with_field   # {"error": message, "field"?: name}
 
 def init_app(app):
     from app.common.db import bind_to_requests
-    from app.wizard import ai, api, pages, public_lists, uploads  # noqa: F401  (routes register on bp)
+    from app.wizard import ai, api, pages, public_lists, uploads
     from app.wizard.generation import Generator
+    from app.wizard.migrations import open_database
     from app.wizard.models import database
-    from app.wizard.schema import open_database
     from app.wizard.seed import seed_global_wizards
     from app.wizard.settings import UPLOAD_LIMIT, WizardSettings
 
@@ -35,4 +35,5 @@ def init_app(app):
     if settings.allow_test_identity:
         log.warning("WIZ_ALLOW_TEST_IDENTITY=1: X-Wiz-Test-User is honoured on direct loopback requests; "
                     "never enable this in production")
-    app.register_blueprint(bp)
+    for blueprint in (pages.bp, api.bp, ai.bp, uploads.bp):
+        app.register_blueprint(blueprint)

@@ -7,7 +7,7 @@ import sys
 
 from app.common import config
 from app.common.cli import CommandLine, CopyPlan
-from app.wizard.schema import HISTORY
+from app.wizard.migrations import HISTORY
 from app.wizard.settings import WizardSettings
 
 commands = CommandLine("python -m app.wizard", __doc__)

@@ -8,7 +8,7 @@ Thoughts and phases go through the broker only: bounded in memory, never stored.
 import json
 import re
 
-from flask import current_app, jsonify
+from flask import Blueprint, current_app, jsonify
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
 from app.common import sse
@@ -16,10 +16,11 @@ from app.common.body import StrictBoolean, json_object, validated
 from app.common.broker import broker
 from app.common.db import write_transaction
 from app.common.failures import ApiError, Invalid, Unavailable
-from app.wizard import bp, cache, events, identity, uploads
+from app.wizard import cache, events, identity, uploads
 from app.wizard.generation import SIZES, GenerationFailed
 from app.wizard.models import LlmLog, LlmTiming, database
 
+bp = Blueprint("ai", __name__)
 BODY_LIMIT = 512 * 1024
 _TOKEN = r"^[A-Za-z0-9_-]{8,100}$"
 _TAB = re.compile(_TOKEN)

@@ -1,14 +1,15 @@
 """The wizard's JSON routes: identity, collections, likes, client errors and events."""
 import logging
 
-from flask import Response, jsonify, request
+from flask import Blueprint, Response, jsonify, request
 
 from app.common import sse
 from app.common.body import json_object
 from app.common.failures import Invalid
-from app.wizard import bp, collections, events, identity, list_files, public_lists
+from app.wizard import collections, events, identity, list_files, public_lists
 from app.wizard.models import LlmTiming
 
+bp = Blueprint("api", __name__)
 log = logging.getLogger("bundle.wizard")
 ROW_BODY_LIMIT = 256 * 1024
 _CLIENT_ERROR_LIMITS = {"type": 100, "message": 2000, "stack": 8000}

@@ -6,13 +6,16 @@ on the same origin. Identity comes from the same proxy headers as the API; a pag
 asked without one (straight at the service, not through nginx) answers a 401 page,
 and the admin page a 403 page to anyone who is not an administrator.
 """
-from flask import make_response, render_template
+from flask import Blueprint, make_response, render_template
 
 from app.common.failures import Failure
-from app.wizard import bp, identity
+from app.wizard import identity
 from app.wizard.models import COLLECTIONS
 
-NAV = (("wizard.home", "Home"), ("wizard.blueprints", "Blueprints"), ("wizard.library", "Library"))
+# The pages' templates and static files (/static/...) are the service's own folders.
+bp = Blueprint("pages", __name__, template_folder="templates", static_folder="static",
+               static_url_path="/static")
+NAV = (("pages.home", "Home"), ("pages.blueprints", "Blueprints"), ("pages.library", "Library"))
 
 
 def _page(template, http_status=200, **context):

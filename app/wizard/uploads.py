@@ -9,14 +9,15 @@ import os
 import re
 import uuid
 
-from flask import current_app, request, send_from_directory
+from flask import Blueprint, current_app, request, send_from_directory
 from PIL import Image, UnidentifiedImageError
 
 from app.common.failures import Invalid, NotFound, TooLarge
 from app.common.fsutil import atomic_write
 from app.common.offload import blocking
-from app.wizard import bp
 from app.wizard.settings import UPLOAD_LIMIT
+
+bp = Blueprint("uploads", __name__)
 
 EXTENSIONS = {"PNG": "png", "JPEG": "jpg", "WEBP": "webp"}
 # A stored name is the UUID's canonical text (8-4-4-4-12), what a client matching

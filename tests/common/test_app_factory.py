@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from app import UnknownService, create_app
+from app import SERVICES, UnknownService, create_app, registry
 from app.common import config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,6 +24,20 @@ def test_unknown_service_exits_with_one_line_naming_valid_values(value):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert "workspace decks notebook audio wizard" in lines[0]
+
+
+def test_the_registry_lists_each_service_package_once_with_its_own_port():
+    """services.json names every service package of the checkout once; the app factory,
+    gunicorn.conf.py, the dev runner and the playbook take the list from there."""
+    packages = {p.parent.name for p in (ROOT / "app").glob("*/__init__.py")} - {"common"}
+    assert SERVICES == registry.NAMES
+    assert set(registry.NAMES) == packages
+    assert len(set(registry.PORTS.values())) == len(registry.PORTS)
+    assert registry.service("notebook").port == 5055 and registry.service("notebook").worker
+    redis_dbs = [s.redis_db for s in registry.SERVICES if s.redis_db is not None]
+    assert len(set(redis_dbs)) == len(redis_dbs)
+    readers = {p.parent.name for p in (ROOT / "app").glob("*/settings.py") if "DATABASE_URL" in p.read_text()}
+    assert {s.name for s in registry.SERVICES if s.database} == readers
 
 
 def test_create_app_rejects_unknown_service():

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # each worker of a first start opens it.
 OPENER = """
 import sys
-from app.wizard.schema import open_database
+from app.wizard.migrations import open_database
 print("ready", flush=True)
 sys.stdin.readline()
 open_database("sqlite:///" + sys.argv[1])

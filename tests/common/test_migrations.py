@@ -156,11 +156,11 @@ def test_processes_starting_together_apply_each_step_exactly_once(tmp_path):
 
 def test_a_service_refuses_to_start_on_a_newer_database_with_one_line(tmp_path):
     """Through the real gunicorn: the worker exits at once and says what is wrong."""
-    from app.wizard.schema import HISTORY as WIZARD
+    from app.wizard.migrations import HISTORY as WIZARD
     data_dir = tmp_path / "wizard-data"
     data_dir.mkdir()
     prepare = textwrap.dedent(f"""
-        from app.wizard.schema import open_database
+        from app.wizard.migrations import open_database
         db = open_database("sqlite:///{data_dir}/wizard.db")
         with db.connection_context():
             db.execute_sql("INSERT INTO schema_migrations VALUES ({WIZARD.newest + 1}, 'from the future', 'x')")

@@ -10,6 +10,7 @@ import threading
 import pytest
 import requests
 
+from app import registry
 from devtools.waiting import wait_for
 from tests.support.workspace import MESH_ENV
 
@@ -33,7 +34,7 @@ READERS = {
 }
 ENVIRONMENTS = {"wizard": {"WIZ_ALLOW_TEST_IDENTITY": "1"}}
 # Services whose workers share state through Redis: gunicorn.conf.py refuses two workers without it.
-NEED_REDIS = {"wizard", "workspace"}
+NEED_REDIS = {s.name for s in registry.SERVICES if s.needs_redis_to_scale}
 
 
 @pytest.mark.parametrize("name", sorted(READERS))

@@ -12,12 +12,12 @@ import subprocess
 import pytest
 import yaml
 
+from app import registry
 from devtools import nginx
 from tests.support.ops import OPS, role_task, run_play
 
 ROOT = OPS.parent
-GROUP_VARS = yaml.safe_load((OPS / "group_vars/all.yml").read_text())
-SERVICES = GROUP_VARS["bundle_known_services"]
+SERVICES = registry.NAMES
 PORTS = {service: 7000 + i for i, service in enumerate(SERVICES)}
 APPS = "*.apps.example.org"
 

@@ -18,16 +18,17 @@ import psycopg
 import pytest
 import yaml
 
+from app import registry
 from devtools.pg_server import PostgresServer
 from devtools.services import free_port
-from tests.support.ops import ansible_like, venv_tool
+from tests.support.ops import REGISTRY, ansible_like, group_vars, registry_vars, venv_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 OPS = ROOT / "ops"
 DATA = OPS / "roles/data"
 SECRETS = OPS / "roles/base/files/bundle_secrets.py"
 PG_ROLES = DATA / "files/bundle_pg_roles.py"
-GROUP_VARS = yaml.safe_load((OPS / "group_vars/all.yml").read_text())
+GROUP_VARS = group_vars()
 DATA_DEFAULTS = yaml.safe_load((DATA / "defaults/main.yml").read_text())
 DATABASE_SERVICES = GROUP_VARS["bundle_database_services"]
 
@@ -38,6 +39,26 @@ def _render(template, **variables):
     return ansible_like(DATA / "templates").get_template(template).render(**values)
 
 
+def _playbook_values(folder, names):
+    """The values ansible-playbook gives the settings `names` from group_vars/all.yml and
+    the services role's defaults, with the registry read as a checkout has it (services.json
+    beside the playbook's folder)."""
+    (folder / "ops").mkdir()
+    (folder / "services.json").symlink_to(ROOT / "services.json")
+    values = "{{ {" + ", ".join(f"'{name}': {name}" for name in names) + "} | to_json }}"
+    play = [{"name": "Settings", "hosts": "localhost", "connection": "local", "gather_facts": False,
+             "vars_files": [str(OPS / "group_vars/all.yml"), str(OPS / "roles/services/defaults/main.yml")],
+             "tasks": [{"ansible.builtin.copy": {"dest": str(folder / "values.json"), "mode": "0600",
+                                                 "content": values}}]}]
+    (folder / "ops" / "play.yml").write_text(yaml.safe_dump(play))
+    result = subprocess.run([venv_tool("ansible-playbook"), "-i", "localhost,", "-e",
+                             f"ansible_python_interpreter={sys.executable}", str(folder / "ops" / "play.yml")],
+                            capture_output=True, text=True, timeout=300, cwd=folder,
+                            env={**os.environ, "ANSIBLE_LOCAL_TEMP": str(folder / "tmp"), "ANSIBLE_NOCOLOR": "1"})
+    assert result.returncode == 0, result.stdout[-3000:]
+    return json.loads((folder / "values.json").read_text())
+
+
 def _passwords():
     return {**{f"postgresql_{s}_password": f"pw-{s}-" + os.urandom(6).hex() for s in DATABASE_SERVICES},
             "redis_password": "redis-" + os.urandom(6).hex()}
@@ -45,18 +66,23 @@ def _passwords():
 
 # --------------------------------------------------------------------------- the playbook's settings
 
-def test_the_playbook_settings_match_the_services():
-    """Every service that reads DATABASE_URL gets a database; the services that refuse
-    several workers without Redis are the ones gunicorn.conf.py names."""
+def test_the_playbook_settings_match_the_services(tmp_path):
+    """Every service that reads DATABASE_URL gets a database; the playbook computes its
+    lists of services from the registry (services.json) as app.registry reads it; the
+    services that refuse several workers without Redis are the ones gunicorn.conf.py names."""
     readers = sorted(p.parent.name for p in (ROOT / "app").glob("*/settings.py")
                      if "DATABASE_URL" in p.read_text())
     assert sorted(DATABASE_SERVICES) == readers
     assert set(GROUP_VARS["bundle_redis_databases"]) <= set(GROUP_VARS["bundle_known_services"])
     assert len(set(GROUP_VARS["bundle_redis_databases"].values())) == len(GROUP_VARS["bundle_redis_databases"])
-    gunicorn = (ROOT / "gunicorn.conf.py").read_text()
-    named = set(re.findall(r'"(\w+)"', re.search(r"NEEDS_REDIS_TO_SCALE = \{([^}]*)\}", gunicorn).group(1)))
-    services = yaml.safe_load((OPS / "roles/services/defaults/main.yml").read_text())
-    assert set(services["services_need_redis_to_scale"]) == named
+    computed = _playbook_values(tmp_path, [*registry_vars(), "services_need_redis_to_scale"])
+    assert computed == {**registry_vars(), "bundle_registry": REGISTRY,
+                        "services_need_redis_to_scale": [s.name for s in registry.SERVICES if s.needs_redis_to_scale]}
+    assert computed["bundle_known_services"] == list(registry.NAMES)
+    gunicorn = subprocess.run([sys.executable, "-c", "import runpy; print(sorted(runpy.run_path('gunicorn.conf.py')"
+                               "['NEEDS_REDIS_TO_SCALE']))"], cwd=ROOT, capture_output=True, text=True,
+                              env={**os.environ, "SERVICE": "decks"}, timeout=60, check=True)
+    assert gunicorn.stdout.strip() == repr(sorted(computed["services_need_redis_to_scale"]))
     assert GROUP_VARS["bundle_roles"] == ["services", "identity_provider", "nginx"]  # data: off by default
     assert GROUP_VARS["bundle_data_host"] == ""
 
@@ -238,8 +264,8 @@ def _write_env_files(tmp_path, **variables):
                  "tasks": [{"ansible.builtin.import_tasks": str(OPS / "roles/services/tasks/data_urls.yml")},
                            _env_task()]}]
     (tmp_path / "play.yml").write_text(yaml.safe_dump(playbook))
-    settings = {"bundle_config_dir": str(etc), "bundle_user": "root", "bundle_ports": {s: 7000 + i for i, s in
-                enumerate(GROUP_VARS["bundle_known_services"])},
+    settings = {"bundle_config_dir": str(etc), "bundle_user": "root", "bundle_registry": REGISTRY,
+                "bundle_ports": {s: 7000 + i for i, s in enumerate(GROUP_VARS["bundle_known_services"])},
                 "base_services": GROUP_VARS["bundle_known_services"], "ansible_python_interpreter": sys.executable,
                 "base_secret_values": {"notebook_password": "nb", "notebook_encryption_key": "key",
                                        "workspace_oidc_client_secret": "oidc"}, **variables}

@@ -21,6 +21,7 @@ import pytest
 import requests
 import yaml
 
+from app import registry
 from devtools import staging
 from devtools.acme_server import AcmeServer
 from devtools.fake_providers import FakeProviders
@@ -127,7 +128,7 @@ def stage(tmp_path_factory):
     # The working tree as it is on disk, as the branch `staging` of a bare repository.
     repo, bootstrap = staging.publish_snapshot(work)
     port, idp_port = free_port(), free_port()
-    service_ports = {name: free_port() for name in ("workspace", "decks", "notebook", "audio", "wizard")}
+    service_ports = {name: free_port() for name in registry.NAMES}
     pip_cache = staging.CACHE / "pip"
     pip_cache.mkdir(parents=True, exist_ok=True)
     binds, ro_binds = [(pip_cache, "/root/.cache/pip")], [(repo, "/srv/bundle.git")]

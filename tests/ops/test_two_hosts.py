@@ -30,21 +30,22 @@ import requests
 import urllib3
 import yaml
 
+from app import registry
 from devtools import private_network, staging
 from devtools.fake_providers import FakeProviders
 from devtools.waiting import wait_for
-from tests.support.ops import ServerName, recap
+from tests.support.ops import ServerName, group_vars, recap
 from tests.support.workspace import agent_program, http_on, websocket_on
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 DOMAIN = "staging.test"
-SERVICES = ("workspace", "decks", "notebook", "audio", "wizard")
+SERVICES = registry.NAMES
 USER, PASSWORD = "alice", "staging-" + uuid.uuid4().hex
 # The platform's Owner, created by the playbook (its password: the shared secrets file's).
 OWNER = {"email": "owner@staging.test", "username": "owner"}
-GROUP_VARS = yaml.safe_load((ROOT / "ops/group_vars/all.yml").read_text())
+GROUP_VARS = group_vars()
 urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
 
 FRONT_CONF = """

@@ -6,12 +6,13 @@ import shutil
 
 import requests
 
+from app import registry
 from app.audio.seed import seed
 from devtools import nginx, services
 from tests.support.shared import ROOT
 
 # The services the acceptance options name (--<name>-url, --<name>-host: tests/conftest.py).
-ACCEPTANCE_SERVICES = ("workspace", "decks", "notebook", "audio", "wizard")
+ACCEPTANCE_SERVICES = registry.NAMES
 
 
 class _ServerNameAdapter(requests.adapters.HTTPAdapter):

@@ -13,6 +13,9 @@ import requests
 import yaml
 
 OPS = Path(__file__).resolve().parents[2] / "ops"
+# The registry of the services (services.json), as group_vars/all.yml reads it from the
+# checkout: a play written into a test's folder has no checkout above it, so it is given.
+REGISTRY = json.loads((OPS.parent / "services.json").read_text())
 
 VENV_BIN = Path(sys.executable).parent
 
@@ -57,6 +60,22 @@ def role_task(role, name, tasks_file="main.yml"):
     return {k: v for k, v in task.items() if k != "notify"}
 
 
+def registry_vars():
+    """The settings group_vars/all.yml computes from the registry, with their values."""
+    return {"bundle_registry": REGISTRY,
+            "bundle_known_services": [s["name"] for s in REGISTRY],
+            "bundle_ports": {s["name"]: s["port"] for s in REGISTRY},
+            "bundle_workers": [s["name"] for s in REGISTRY if s["worker"]],
+            "bundle_database_services": [s["name"] for s in REGISTRY if s["database"]],
+            "bundle_redis_databases": {s["name"]: s["redis_db"] for s in REGISTRY if s["redis_db"] is not None}}
+
+
+def group_vars():
+    """group_vars/all.yml as a test reads it: the settings computed from the registry
+    (registry_vars) with their values; the others as written."""
+    return {**yaml.safe_load((OPS / "group_vars/all.yml").read_text()), **registry_vars()}
+
+
 def run_play(folder, tasks, variables, roles=("base",)):
     """ansible-playbook (the venv's) on localhost with `tasks`, the settings of
     group_vars/all.yml and the defaults of `roles`, and `variables` (extra vars, which
@@ -66,7 +85,8 @@ def run_play(folder, tasks, variables, roles=("base",)):
     play = [{"name": "A role's tasks", "hosts": "localhost", "connection": "local", "gather_facts": False,
              "vars_files": vars_files, "tasks": list(tasks)}]
     (folder / "play.yml").write_text(yaml.safe_dump(play))
-    (folder / "vars.json").write_text(json.dumps({"ansible_python_interpreter": sys.executable, **variables}))
+    (folder / "vars.json").write_text(json.dumps({"ansible_python_interpreter": sys.executable,
+                                                  "bundle_registry": REGISTRY, **variables}))
     return subprocess.run([venv_tool("ansible-playbook"), "-i", "localhost,", "-e", f"@{folder / 'vars.json'}",
                            str(folder / "play.yml")], capture_output=True, text=True, timeout=300, cwd=folder,
                           env={**os.environ, "ANSIBLE_LOCAL_TEMP": str(folder / "tmp"), "ANSIBLE_NOCOLOR": "1"})
