@@ -11,11 +11,14 @@ value read by its field and written by it again), then the serial columns'
 sequences move past the copied ids.
 """
 import sys
+from collections.abc import Callable, Collection, Sequence
+from typing import Any, TextIO
 
-from peewee import AutoField, sort_models
+# sort_models is peewee's (create_tables uses it); its stubs do not list it.
+from peewee import AutoField, Database, Model, sort_models  # type: ignore[attr-defined]
 from playhouse.db_url import connect
 
-from app.common.migrations import HISTORY_TABLE, bring_up_to_date
+from app.common.migrations import HISTORY_TABLE, History, bring_up_to_date
 
 BATCH = 500
 
@@ -24,22 +27,23 @@ class CopyRefused(Exception):
     pass
 
 
-def copy_database(history, source_url, target_url, out=sys.stdout, derived=()):
+def copy_database(history: History, source_url: str, target_url: str, out: TextIO = sys.stdout,
+                  derived: Collection[type[Model]] = ()) -> list[tuple[str, int, int]]:
     """Copy every table of `history`'s models but the `derived` ones (an index that
     differs by engine, rebuilt by the caller); returns [(table, source rows, target rows)]."""
     if not target_url.startswith(("postgresql://", "postgres://")):
         raise CopyRefused("the target must be a postgresql:// URL")
     if not source_url.startswith("sqlite:///"):
         raise CopyRefused(f"the source must be the service's SQLite database, got {source_url.split(':', 1)[0]}:...")
-    source = connect(source_url, pragmas={"foreign_keys": 1, "busy_timeout": 10000})
-    target = connect("psycopg3://" + target_url.split("://", 1)[1])
+    source: Database = connect(source_url, pragmas={"foreign_keys": 1, "busy_timeout": 10000})
+    target: Database = connect("psycopg3://" + target_url.split("://", 1)[1])
     try:
         with source.bind_ctx(history.models):
             bring_up_to_date(source, history)
         _refuse_unless_empty(target)
         with target.bind_ctx(history.models):
             bring_up_to_date(target, history)
-        models = [m for m in sort_models(history.models) if m not in derived]
+        models: list[type[Model]] = [m for m in sort_models(history.models) if m not in derived]
         with target.atomic():
             _empty_seeded_tables(target, models)
             for model in models:
@@ -52,7 +56,7 @@ def copy_database(history, source_url, target_url, out=sys.stdout, derived=()):
         target.close()
 
 
-def _refuse_unless_empty(target):
+def _refuse_unless_empty(target: Database) -> None:
     with target.connection_context():
         tables = [t for t in target.get_tables() if t != HISTORY_TABLE]
     if tables:
@@ -60,7 +64,7 @@ def _refuse_unless_empty(target):
                           f"{', '.join(sorted(tables)[:3])}): give an empty database")
 
 
-def _empty_seeded_tables(target, models):
+def _empty_seeded_tables(target: Database, models: Sequence[type[Model]]) -> None:
     """Rows a new database starts with (a default organization, counters) come from
     the source instead."""
     for model in reversed(models):
@@ -68,9 +72,10 @@ def _empty_seeded_tables(target, models):
             model.delete().execute()
 
 
-def _copy_table(model, source, target):
+def _copy_table(model: type[Model], source: Database, target: Database) -> int:
     fields = model._meta.sorted_fields
-    copied, batch = 0, []
+    copied = 0
+    batch: list[tuple[Any, ...]] = []
     with source.bind_ctx([model]), source.connection_context():
         rows = model.select(*fields).tuples().iterator()
         for row in rows:
@@ -81,13 +86,13 @@ def _copy_table(model, source, target):
     return copied + (_insert(model, fields, batch, target) if batch else 0)
 
 
-def _insert(model, fields, rows, target):
+def _insert(model: type[Model], fields: Sequence[Any], rows: Sequence[tuple[Any, ...]], target: Database) -> int:
     with target.bind_ctx([model]):
         model.insert_many(rows, fields=fields).execute()
     return len(rows)
 
 
-def _advance_sequences(target, models):
+def _advance_sequences(target: Database, models: Sequence[type[Model]]) -> None:
     for model in models:
         key = model._meta.primary_key
         if isinstance(key, AutoField):
@@ -97,12 +102,12 @@ def _advance_sequences(target, models):
                 f"COALESCE(MAX(\"{column}\"), 1), MAX(\"{column}\") IS NOT NULL) FROM \"{table}\"")
 
 
-def _count(database, model):
+def _count(database: Database, model: type[Model]) -> int:
     with database.bind_ctx([model]), database.connection_context():
         return model.select().count()
 
 
-def report(counts, out):
+def report(counts: Sequence[tuple[str, int, int]], out: TextIO) -> bool:
     """The table of counts; True when every table matches."""
     width = max(len(name) for name, _, _ in counts)
     out.write(f"{'table':<{width}}  {'sqlite':>8}  {'postgresql':>10}\n")
@@ -112,7 +117,8 @@ def report(counts, out):
     return all(s == t for _, s, t in counts)
 
 
-def run(history, source_url, target_url, out=sys.stdout, err=sys.stderr, derived=(), rebuild=None):
+def run(history: History, source_url: str, target_url: str, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
+        derived: Collection[type[Model]] = (), rebuild: Callable[[], str] | None = None) -> int:
     """The command's body: exit code 0 when copied and counted equal. `rebuild()` then
     makes the `derived` tables on the target."""
     try:

@@ -49,7 +49,7 @@ def check_base_url(url, allowlist):
                                  "NOTEBOOK_MODEL_HOST_ALLOWLIST)") from None
 
 
-_checked = {}
+_checked: dict[object, float] = {}
 
 
 def _check_target(target):
