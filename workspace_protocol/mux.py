@@ -50,9 +50,19 @@ This module keeps each end's state (`Connection`, `StreamState`) and turns recei
 messages into events; the drivers (app/workspace/mux.py on gevent, the agent's on
 asyncio) do the waiting, the reading and the writing.
 """
+from __future__ import annotations
+
 import json
 import struct
 from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Union
+
+# What a HELLO, RELAY or OPEN carries: a JSON object.
+Info = dict[str, Any]
+# A stream's maker: (stream id, its OPEN metadata) -> the StreamState (a driver's subclass).
+StreamFactory = Callable[[int, Info], "StreamState"]
 
 VERSION = 2  # 2: 4 MiB windows, DATA frames up to 512 KiB (RELAY needs no new version: see above)
 HELLO, OPEN, DATA, EOF, CLOSE, WINDOW, PING, PONG, RESIZE, RELAY = range(1, 11)
@@ -77,15 +87,15 @@ class StreamClosed(Exception):
     """The stream was closed or reset before its end; `str()` says why."""
 
 
-def frame(kind, stream_id, payload=b""):
+def frame(kind: int, stream_id: int, payload: bytes = b"") -> bytes:
     return HEADER.pack(kind, stream_id) + payload
 
 
-def json_payload(value):
+def json_payload(value: object) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode()
 
 
-def version_mismatch(info, peer, me):
+def version_mismatch(info: Info, peer: str, me: str) -> str | None:
     """None if the peer's HELLO `info` speaks VERSION; else why not (a close reason)."""
     version = info.get("version")
     if version == VERSION:
@@ -93,17 +103,17 @@ def version_mismatch(info, peer, me):
     return f"the {peer} speaks protocol version {version!r}, the {me} version {VERSION}"
 
 
-def hello_frame(info):
+def hello_frame(info: Info) -> bytes:
     """Our HELLO: `info` with the protocol's VERSION."""
     return frame(HELLO, 0, json_payload({"version": VERSION, **info}))
 
 
-def relay_frame(info):
+def relay_frame(info: Info) -> bytes:
     """Platform -> agent: a RELAY invitation."""
     return frame(RELAY, 0, json_payload(info))
 
 
-def resize_payload(rows, cols):
+def resize_payload(rows: int, cols: int) -> bytes:
     return json_payload({"rows": rows, "cols": cols})
 
 
@@ -111,20 +121,20 @@ class StreamState:
     """One stream's bytes and windows. Received data waits in `chunks` until taken;
     what the peer may still receive is `send_window`."""
 
-    def __init__(self, stream_id, meta):
+    def __init__(self, stream_id: int, meta: Info) -> None:
         self.id, self.meta = stream_id, meta
-        self.chunks = deque()
+        self.chunks: deque[bytes] = deque()
         self.buffered = 0
         self.eof_received = False
         self.eof_sent = False
-        self.closed_reason = None
+        self.closed_reason: str | None = None
         self.send_window = WINDOW_BYTES
         self.consumed = 0
-        self.unheard_size = None  # the last RESIZE, until a terminal takes it
-        self.on_resize = None  # a terminal's: callable(rows, cols)
+        self.unheard_size: tuple[int, int] | None = None  # the last RESIZE, until a terminal takes it
+        self.on_resize: Callable[[int, int], object] | None = None  # a terminal's: callable(rows, cols)
 
     # -- receiving
-    def take(self):
+    def take(self) -> tuple[bytes | None, bytes | None]:
         """(the next received chunk or None, a WINDOW frame to send or None)."""
         if not self.chunks:
             return None, None
@@ -132,96 +142,101 @@ class StreamState:
         self.buffered -= len(chunk)
         return chunk, self._grant(len(chunk))
 
-    def take_all(self):
+    def take_all(self) -> tuple[bytes, bytes | None]:
         """(everything received and not taken yet, a WINDOW frame to send or None)."""
         data = b"".join(self.chunks)
         self.chunks.clear()
         self.buffered = 0
         return data, self._grant(len(data))
 
-    def _grant(self, count):
+    def _grant(self, count: int) -> bytes | None:
         self.consumed += count
         if self.consumed < GRANT_BYTES or self.closed_reason is not None:
             return None
         granted, self.consumed = self.consumed, 0
         return frame(WINDOW, self.id, COUNT.pack(granted))
 
-    def deliver_size(self):
+    def deliver_size(self) -> None:
         """Hand the last RESIZE to `on_resize`, once a terminal has set one."""
         if self.on_resize and self.unheard_size:
             size, self.unheard_size = self.unheard_size, None
             self.on_resize(*size)
 
     # -- sending
-    def reserve(self, wanted):
+    def reserve(self, wanted: int) -> int:
         """How many of `wanted` bytes may go in the next DATA frame now (0: wait for
         a WINDOW); they are counted as sent."""
         count = min(wanted, MAX_DATA, self.send_window)
         self.send_window -= count
         return count
 
-    def eof_frame(self):
+    def eof_frame(self) -> bytes | None:
         """The EOF frame to send, once; None if sent already or closed."""
         if self.eof_sent or self.closed_reason is not None:
             return None
         self.eof_sent = True
         return frame(EOF, self.id)
 
-    def close_frame(self, reason):
+    def close_frame(self, reason: str) -> bytes | None:
         """Close this side: the CLOSE frame to send, or None if closed already."""
         if self.closed_reason is not None:
             return None
         self.closed_reason = reason or "closed"
         return frame(CLOSE, self.id, reason.encode()[:1024])
 
-    def resize_frame(self, rows, cols):
+    def resize_frame(self, rows: int, cols: int) -> bytes | None:
         return None if self.closed_reason is not None else frame(RESIZE, self.id, resize_payload(rows, cols))
 
 
 # --------------------------------------------------------------------------- events of a received message
+# Frozen dataclasses, as h11's events: values that say what a received message
+# meant. Each is its own class (none is a subclass of another), so a driver may test
+# them in any order.
 
+@dataclass(frozen=True)
 class Hello:
-    __slots__ = ("info",)
-
-    def __init__(self, info):
-        self.info = info
+    """The peer's HELLO: its `info` (check it with version_mismatch)."""
+    info: Info
 
 
-class Relay(Hello):
-    __slots__ = ()
+@dataclass(frozen=True)
+class Relay:
+    """Platform -> agent: join the relay session in `info` ({"session", "apps"})."""
+    info: Info
 
 
+@dataclass(frozen=True)
 class Pong:
-    __slots__ = ()
+    """The peer answered a PING."""
 
 
+@dataclass(frozen=True)
 class Opened:
     """The peer opened `stream`: serve it."""
-    __slots__ = ("stream",)
-
-    def __init__(self, stream):
-        self.stream = stream
+    stream: StreamState
 
 
-class Changed(Opened):
+@dataclass(frozen=True)
+class Changed:
     """`stream` has something new: data, its end, a window, a close, or a size."""
-    __slots__ = ()
+    stream: StreamState
 
 
+@dataclass(frozen=True)
 class Reply:
-    """A frame to send back (a PONG, a stream's CLOSE)."""
-    __slots__ = ("frame",)
-
-    def __init__(self, data):
-        self.frame = data
+    """A frame to send back (a PONG, a stream's CLOSE; None: nothing after all)."""
+    frame: bytes | None
 
 
+@dataclass(frozen=True)
 class Broken:
     """The peer broke the protocol: close the connection with `reason`."""
-    __slots__ = ("reason",)
+    reason: str
 
-    def __init__(self, reason):
-        self.reason = reason
+
+# What `Connection.receive` returns a list of (a Union, not a base class: a driver's
+# isinstance chain over it is checked for what each branch may use).
+Event = Union[Hello, Relay, Pong, Opened, Changed, Reply, Broken]
 
 
 class Connection:
@@ -229,13 +244,13 @@ class Connection:
     one received message; `open(meta)` starts a stream (the opening side only).
     `new_stream(stream_id, meta)` makes the StreamState (a driver's subclass)."""
 
-    def __init__(self, opens, accepts, new_stream=StreamState):
+    def __init__(self, opens: bool, accepts: bool, new_stream: StreamFactory = StreamState) -> None:
         self.opens, self.accepts, self.new_stream = opens, accepts, new_stream
-        self.streams = {}
+        self.streams: dict[int, StreamState] = {}
         self._next_id = 1
         self.unanswered_pings = 0
 
-    def open(self, meta, data=b""):
+    def open(self, meta: Info, data: bytes = b"") -> tuple[StreamState, list[tuple[bytes, bytes]], bytes]:
         """(a new stream, its OPEN frame and the first of `data` as far as the window
         allows, as (header, payload) pairs to send in one write; the rest of `data`,
         for the stream's write)."""
@@ -247,17 +262,19 @@ class Connection:
             frames.append((HEADER.pack(DATA, stream_id), data[:count]))
         return stream, frames, data[count:]
 
-    def closed(self, stream, reason):
+    def closed(self, stream: StreamState, reason: str) -> None:
         """`stream` is over (closed by either side or with the connection)."""
         if stream.closed_reason is None:
             stream.closed_reason = reason or "closed by the peer"
         self.streams.pop(stream.id, None)
 
-    def ping(self, payload):
+    def ping(self, payload: bytes) -> bytes:
         self.unanswered_pings += 1
         return frame(PING, 0, payload)
 
-    def receive(self, message):
+    def receive(self, message: object) -> list[Event]:
+        """The events of one received websocket message (any message: a text one, or
+        a binary one too short, is the peer's error)."""
         if not isinstance(message, (bytes, bytearray, memoryview)) or len(message) < HEADER.size:
             return [Broken("protocol error: a frame must be a binary message of at least 5 bytes")]
         kind, stream_id = HEADER.unpack_from(message)
@@ -268,7 +285,7 @@ class Connection:
             return self._peer_opened(stream_id, payload)
         return self._stream_frame(kind, stream_id, payload)
 
-    def _connection_frame(self, kind, payload):
+    def _connection_frame(self, kind: int, payload: bytes) -> list[Event]:
         if kind == PING:
             return [Reply(frame(PONG, 0, payload))]
         if kind == PONG:
@@ -283,7 +300,7 @@ class Connection:
             return [Hello(info) if kind == HELLO else Relay(info)]
         return []  # a type this side does not know
 
-    def _peer_opened(self, stream_id, payload):
+    def _peer_opened(self, stream_id: int, payload: bytes) -> list[Event]:
         if self.opens or not self.accepts or stream_id in self.streams:
             return [Reply(frame(CLOSE, stream_id, b"this side does not accept streams"))]
         try:
@@ -293,7 +310,7 @@ class Connection:
         stream = self.streams[stream_id] = self.new_stream(stream_id, meta if isinstance(meta, dict) else {})
         return [Opened(stream)]
 
-    def _stream_frame(self, kind, stream_id, payload):
+    def _stream_frame(self, kind: int, stream_id: int, payload: bytes) -> list[Event]:
         stream = self.streams.get(stream_id)
         if stream is None:
             return []  # a stream closed on this side; the peer learns it from our CLOSE
@@ -320,7 +337,7 @@ class Connection:
         return [Changed(stream)]
 
 
-def _size(payload):
+def _size(payload: bytes) -> tuple[int, int] | None:
     try:
         size = json.loads(payload)
         return int(size["rows"]), int(size["cols"])

@@ -26,10 +26,18 @@ Masking is a XOR of every byte with a 4-byte key. `mask_in_place` does it with t
 standard library (bytes.translate on each of the four strided slices: ~0.9 GB/s);
 the platform plugs in a numpy one (`masker=`), several times faster again.
 """
+from __future__ import annotations
+
 import base64
 import hashlib
 import os
 import struct
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Union
+
+# XORs `length` bytes of a bytearray from `offset` with a 4-byte key, in place.
+Masker = Callable[[bytearray, int, int, bytes], None]
 
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 OP_CONTINUATION, OP_TEXT, OP_BINARY, OP_CLOSE, OP_PING, OP_PONG = 0, 1, 2, 8, 9, 10
@@ -46,7 +54,7 @@ _XOR_TABLES = [bytes(value ^ key for value in range(256)) for key in range(256)]
 class Violation(Exception):
     """The peer broke RFC 6455: close the connection with `code`."""
 
-    def __init__(self, code, why):
+    def __init__(self, code: int, why: str) -> None:
         super().__init__(why)
         self.code, self.why = code, why
 
@@ -55,23 +63,23 @@ class HandshakeRefused(Exception):
     """The server answered the upgrade with something else than 101 (`status`, 0 if
     unreadable; 101 when its Sec-WebSocket-Accept is wrong)."""
 
-    def __init__(self, status):
+    def __init__(self, status: int) -> None:
         super().__init__(f"the server refused the websocket upgrade (HTTP {status})")
         self.status_code = status
 
 
 # --------------------------------------------------------------------------- the opening handshake
 
-def accept_value(key):
+def accept_value(key: str) -> str:
     """The Sec-WebSocket-Accept that answers Sec-WebSocket-Key `key`."""
     return base64.b64encode(hashlib.sha1(key.encode("latin-1") + GUID).digest()).decode()
 
 
-def new_key():
+def new_key() -> str:
     return base64.b64encode(os.urandom(16)).decode()
 
 
-def upgrade_request(host, target, key, headers=()):
+def upgrade_request(host: str, target: str, key: str, headers: Iterable[tuple[str, str]] = ()) -> bytes:
     """The client's upgrade request for `target` (path and query) on `host`."""
     lines = [f"GET {target} HTTP/1.1", f"Host: {host}", "Upgrade: websocket", "Connection: Upgrade",
              f"Sec-WebSocket-Key: {key}", "Sec-WebSocket-Version: 13"]
@@ -79,7 +87,7 @@ def upgrade_request(host, target, key, headers=()):
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
-def upgrade_answered(received, key):
+def upgrade_answered(received: bytes, key: str) -> tuple[dict[str, str], bytes] | None:
     """None while `received` (bytes from the server) lacks the answer's end; else
     (its header fields, lower-cased names; the bytes after it: the first frames, if
     any). HandshakeRefused if not an upgrade."""
@@ -98,7 +106,7 @@ def upgrade_answered(received, key):
     return fields, rest
 
 
-def upgrade_answer(key, headers=()):
+def upgrade_answer(key: str, headers: Iterable[tuple[str, str]] = ()) -> bytes:
     """The server's 101 answer to Sec-WebSocket-Key `key`, with more `headers`."""
     lines = ["HTTP/1.1 101 Switching Protocols", "Upgrade: websocket", "Connection: Upgrade",
              f"Sec-WebSocket-Accept: {accept_value(key)}", *(f"{name}: {value}" for name, value in headers)]
@@ -107,7 +115,7 @@ def upgrade_answer(key, headers=()):
 
 # --------------------------------------------------------------------------- frames out
 
-def mask_in_place(buffer, offset, length, key):
+def mask_in_place(buffer: bytearray, offset: int, length: int, key: bytes) -> None:
     """XOR `buffer[offset:offset + length]` (a bytearray) with the 4-byte `key` repeated."""
     for phase in range(min(4, length)):  # an empty strided slice would be a resize: BufferError
         start = offset + phase
@@ -115,7 +123,7 @@ def mask_in_place(buffer, offset, length, key):
         buffer[part] = buffer[part].translate(_XOR_TABLES[key[phase]])
 
 
-def frame_head(opcode, length, key=b""):
+def frame_head(opcode: int, length: int, key: bytes = b"") -> bytes:
     first, masked = 0x80 | opcode, 0x80 if key else 0
     if length < 126:
         head = bytes((first, masked | length))
@@ -126,7 +134,8 @@ def frame_head(opcode, length, key=b""):
     return head + key
 
 
-def encode(opcode, payload, masked, masker=mask_in_place, prefix=b""):
+def encode(opcode: int, payload: bytes | bytearray | memoryview, masked: bool, masker: Masker = mask_in_place,
+           prefix: bytes = b"") -> bytearray:
     """One whole frame of `prefix` + `payload` (bytes-like), masked with a fresh key
     if `masked`: the two are copied once, into the frame."""
     length = len(prefix) + len(payload)
@@ -147,7 +156,8 @@ def encode(opcode, payload, masked, masker=mask_in_place, prefix=b""):
 ROOM_BEFORE = 22
 
 
-def frame_around(opcode, buffer, start, length, masked, prefix=b"", masker=mask_in_place):
+def frame_around(opcode: int, buffer: bytearray, start: int, length: int, masked: bool, prefix: bytes = b"",
+                 masker: Masker = mask_in_place) -> memoryview:
     """The frame of `prefix` + `buffer[start:start + length]` built in place: its head
     and `prefix` are written into the ROOM_BEFORE bytes before `start`, the payload
     masked where it lies if `masked`. Returns the frame, a view of `buffer`: no copy."""
@@ -164,37 +174,39 @@ def frame_around(opcode, buffer, start, length, masked, prefix=b"", masker=mask_
     return memoryview(buffer)[first:start + length]
 
 
-def close_body(code, reason=""):
+def close_body(code: int | None, reason: str | None = "") -> bytes:
     return CLOSE_CODE.pack(code or 1000) + (reason or "").encode()[:120]
 
 
 # --------------------------------------------------------------------------- frames in
 
+# Frozen dataclasses, as h11's events (and the mux's).
+
+@dataclass(frozen=True)
 class Message:
     """A whole data message: `data` is str for a text message, else a bytes-like view
     that the reader's next call may overwrite (copy what you keep)."""
-    __slots__ = ("data",)
-
-    def __init__(self, data):
-        self.data = data
+    data: str | bytes | memoryview
 
 
+@dataclass(frozen=True)
 class Ping:
-    __slots__ = ("payload",)
-
-    def __init__(self, payload):
-        self.payload = payload
+    payload: bytes
 
 
+@dataclass(frozen=True)
 class Pong:
-    __slots__ = ()
+    pass
 
 
+@dataclass(frozen=True)
 class Close:
-    __slots__ = ("code", "reason")
+    code: int
+    reason: str
 
-    def __init__(self, code, reason):
-        self.code, self.reason = code, reason
+
+# What FrameReader.next_event returns (None aside).
+Event = Union[Message, Ping, Pong, Close]
 
 
 class FrameReader:
@@ -202,7 +214,8 @@ class FrameReader:
     or feed()). next_event() returns the next Message, Ping, Pong or Close, or None
     when more bytes are needed."""
 
-    def __init__(self, expects_mask, max_message_size=None, buffered=b"", masker=mask_in_place):
+    def __init__(self, expects_mask: bool | None, max_message_size: int | None = None, buffered: bytes = b"",
+                 masker: Masker = mask_in_place) -> None:
         """expects_mask: True (a server's reader), False (a client's), None: either (a
         server that agreed to unmasked frames, in case a proxy dropped the agreement)."""
         self.expects_mask, self.max_message_size, self.masker = expects_mask, max_message_size, masker
@@ -210,9 +223,12 @@ class FrameReader:
         self._in[:len(buffered)] = buffered
         self._start, self._end = 0, len(buffered)
         self._needed = 2  # bytes of the frame being parsed, once its head is known
-        self._parts, self._opcode, self._parts_size = [], None, 0  # a fragmented message so far
+        # a fragmented message so far
+        self._parts: list[bytes] = []
+        self._opcode: int | None = None
+        self._parts_size = 0
 
-    def space(self):
+    def space(self) -> memoryview:
         """A writable view of the buffer's free part (room for at least the frame
         being parsed). Valid until the next call: it may move unparsed bytes."""
         pending = self._end - self._start
@@ -227,16 +243,16 @@ class FrameReader:
             self._start, self._end = 0, pending
         return memoryview(self._in)[self._end:]
 
-    def filled(self, count):
+    def filled(self, count: int) -> None:
         self._end += count
 
-    def take_all(self):
+    def take_all(self) -> bytes:
         """The unparsed bytes, taken out (the HTTP answer before the first frame)."""
         data = bytes(self._in[self._start:self._end])
         self._start = self._end
         return data
 
-    def feed(self, data):
+    def feed(self, data: bytes) -> None:
         while data:
             room = self.space()
             count = min(len(room), len(data))
@@ -244,7 +260,7 @@ class FrameReader:
             self.filled(count)
             data = data[count:]
 
-    def next_event(self):
+    def next_event(self) -> Event | None:
         while True:
             frame = self._frame()
             if frame is None:
@@ -256,7 +272,7 @@ class FrameReader:
             if message is not None:
                 return message
 
-    def _frame(self):
+    def _frame(self) -> tuple[int, int, memoryview] | None:
         """(fin, opcode, payload view) of the next whole frame, or None."""
         available = self._end - self._start
         if available < 2:
@@ -287,7 +303,7 @@ class FrameReader:
             self.masker(buffer, start + head, length, bytes(buffer[start + head - 4:start + head]))
         return first & 0x80, first & 0x0F, memoryview(buffer)[start + head:start + head + length]
 
-    def _control(self, opcode, payload):
+    def _control(self, opcode: int, payload: memoryview) -> Event:
         if opcode == OP_PING:
             return Ping(bytes(payload))
         if opcode == OP_PONG:
@@ -298,7 +314,7 @@ class FrameReader:
             return Close(CLOSE_CODE.unpack_from(payload)[0], bytes(payload[2:]).decode(errors="replace"))
         raise Violation(PROTOCOL_ERROR, "unknown control frame")
 
-    def _data(self, fin, opcode, payload):
+    def _data(self, fin: int, opcode: int, payload: memoryview) -> Message | None:
         if (opcode == OP_CONTINUATION) != (self._opcode is not None) or opcode not in (0, OP_TEXT, OP_BINARY):
             raise Violation(PROTOCOL_ERROR, "unexpected frame")
         if fin and self._opcode is None:
@@ -317,7 +333,7 @@ class FrameReader:
         return Message(_text(data) if opcode == OP_TEXT else data)
 
 
-def _text(payload):
+def _text(payload: bytes | memoryview) -> str:
     try:
         return bytes(payload).decode()
     except UnicodeDecodeError:

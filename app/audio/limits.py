@@ -19,7 +19,7 @@ class SpeechLimits:
     def __init__(self, per_minute: int, at_once: int):
         self.per_minute, self.at_once = per_minute, at_once
         self._rate = ratelimit.limiter("audio:speech:address", per_minute, 60)
-        self._running = Counter()   # address -> syntheses under way in this worker
+        self._running: Counter[str] = Counter()   # address -> syntheses under way in this worker
 
     @contextmanager
     def admit(self):

@@ -5,8 +5,11 @@ limit, 415 for a non-JSON content type, 400 for malformed JSON, JSON nested too 
 (app.common.clientjson), a non-object or a field that fails its schema (the message
 names the field).
 """
+from collections.abc import Mapping
+from typing import Any, Protocol, TypeVar
+
 from flask import request
-from marshmallow import ValidationError, fields
+from marshmallow import Schema, ValidationError, fields
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from app.common.clientjson import TooDeep, loads
@@ -15,9 +18,16 @@ from app.common.offload import blocking
 
 # Parsing a body this large runs in the threadpool, off the gevent loop.
 _OFFLOAD_PARSE_BYTES = 256 * 1024
+T = TypeVar("T")
 
 
-def read_body(limit):
+class Values(Protocol):
+    """Where query_int and query_text look a name up: request.args, request.form, headers."""
+
+    def get(self, key: str) -> str | None: ...
+
+
+def read_body(limit: int) -> bytes:
     """The request body, at most `limit` bytes, else 413 — with or without a declared
     length, and without reading more than one byte past the limit. (werkzeug alone
     refuses a declared length over its maximum, but silently cuts a chunked body at
@@ -29,7 +39,7 @@ def read_body(limit):
     return data
 
 
-def json_object(limit):
+def json_object(limit: int) -> dict[str, Any]:
     """The request body as a JSON object, at most `limit` bytes."""
     if not request.is_json:
         raise UnsupportedType("the body must be JSON (Content-Type: application/json)")
@@ -46,7 +56,7 @@ def json_object(limit):
     return data
 
 
-def first_error(messages, prefix=""):
+def first_error(messages: object, prefix: str = "") -> tuple[str, str]:
     """The first (field path, message) in marshmallow's nested error dict."""
     if isinstance(messages, dict):
         for key, value in messages.items():
@@ -56,7 +66,7 @@ def first_error(messages, prefix=""):
     return prefix.rstrip("."), str(messages)
 
 
-def validated(schema, data):
+def validated(schema: Schema, data: Any) -> Any:
     """`data` loaded through `schema`; a failure is a 400 that names the field."""
     try:
         return schema.load(data)
@@ -66,7 +76,8 @@ def validated(schema, data):
         raise Invalid(text, field=field or None, fields=exc.messages) from None
 
 
-def query_int(args, name, default, minimum=0, maximum=None):
+def query_int(args: Values, name: str, default: T, minimum: int = 0,
+              maximum: int | None = None) -> int | T:
     """An integer query parameter; anything else is a 400 naming it."""
     raw = args.get(name)
     if raw is None or raw == "":
@@ -81,7 +92,7 @@ def query_int(args, name, default, minimum=0, maximum=None):
     return value
 
 
-def query_text(args, name, maximum, required=False):
+def query_text(args: Values, name: str, maximum: int, required: bool = False) -> str | None:
     """A text query parameter of at most `maximum` characters (None when absent)."""
     value = args.get(name)
     if value is None or value == "":
@@ -96,7 +107,7 @@ def query_text(args, name, maximum, required=False):
 class StrictBoolean(fields.Boolean):
     """A JSON boolean and nothing else: "yes", 1 or "true" are refused, not guessed."""
 
-    def _deserialize(self, value, attr, data, **kwargs):
+    def _deserialize(self, value: Any, attr: str | None, data: Mapping[str, Any] | None, **kwargs: Any) -> bool:
         if not isinstance(value, bool):
             raise ValidationError("Not a valid boolean.")
         return value

@@ -1,11 +1,11 @@
 """Publish/subscribe of small JSON messages by topic, for the live streams of a service.
 
-One interface (subscribe / publish / subscriber_count / close_all, and
+One interface (`Broker`: subscribe / publish / subscriber_count / close_all, and
 Subscription.get / interrupt / close / SubscriptionClosed), two backends, chosen at
-first use:
+first use by the process's `broker` (a ProcessBroker):
 
-- `Broker`, in the process (REDIS_URL unset, the embedded default): a publish reaches
-  the subscribers of this process only.
+- `LocalBroker`, in the process (REDIS_URL unset, the embedded default): a publish
+  reaches the subscribers of this process only.
 - `RedisBroker` (REDIS_URL set): a publish is a Redis PUBLISH, and reaches the
   subscribers of every process of the service, this one included, in one order.
 
@@ -23,17 +23,24 @@ message is stored once per topic (each subscriber keeps only its position), and 
 subscribers waiting for it are woken by one loop callback that switches to each in
 turn, instead of one event, one callback and one timer per subscriber and message.
 """
+from __future__ import annotations
+
 import json
 import logging
 import sys
 import time
 from collections import defaultdict, deque
+from collections.abc import Iterable
 from itertools import islice
+from typing import Any, Protocol, Union
 
 import gevent
 import redis
 from gevent.event import Event
+from gevent.greenlet import Greenlet
 from gevent.lock import Semaphore
+from greenlet import greenlet
+from redis.connection import ConnectionInterface
 
 from app.common import lifecycle, redis_client
 
@@ -44,13 +51,43 @@ LAGGING = "lagging: the client fell too far behind"
 # to forget what everyone has read: the look is over all its subscribers, so it is
 # made once per so many messages, never per message.
 SCAN_AT_LEAST = 16
-_NOTHING = object()
+_NOTHING: Any = object()
+# A message: a small JSON value (a dict, mostly), shared by every subscriber of a
+# process and never changed after it is published.
+Message = Any
+
+
+class Broker(Protocol):
+    """What both backends, and the process's `broker`, offer."""
+
+    @property
+    def shared(self) -> bool:
+        """True when a publish reaches the subscribers of every process."""
+        ...
+
+    def subscribe(self, topic: str) -> Subscription:
+        ...
+
+    def publish(self, topic: str, message: Message) -> None:
+        ...
+
+    def subscriber_count(self, topic: str) -> int:
+        """The subscribers of `topic` in this process."""
+        ...
+
+    def close_all(self, reason: str = ...) -> None:
+        """Close every subscription, and every later one at once (the worker is stopping)."""
+        ...
+
+
+# The backends a Subscription belongs to (it calls their `_forget`).
+_Backend = Union["LocalBroker", "RedisBroker"]
 
 
 class SubscriptionClosed(Exception):
     """The subscription ended: `reason` says why (lagging, stopping, closed)."""
 
-    def __init__(self, reason):
+    def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
 
@@ -60,21 +97,21 @@ class Subscription:
     __slots__ = ("_broker", "topic", "_topic", "_cursor", "_owed", "_waiter", "_interrupted",
                  "closed_reason")
 
-    def __init__(self, broker, topic):
+    def __init__(self, broker: _Backend, topic: str) -> None:
         self._broker = broker
         self.topic = topic
-        self._topic = None        # the _Topic it reads, while subscribed
-        self._cursor = 0          # how many of the topic's messages it has read
-        self._owed = None         # the messages it had not read when it ended
-        self._waiter = None       # its greenlet, while it waits in `get`
+        self._topic: _Topic | None = None        # the _Topic it reads, while subscribed
+        self._cursor = 0                         # how many of the topic's messages it has read
+        self._owed: deque[Message] | None = None  # the messages it had not read when it ended
+        self._waiter: greenlet | None = None     # its greenlet, while it waits in `get`
         self._interrupted = False
-        self.closed_reason = None
+        self.closed_reason: str | None = None
 
-    def get(self, timeout=None):
+    def get(self, timeout: float | None = None) -> Message:
         """The next message; None when `timeout` seconds pass without one, or when
         `interrupt()` woke the wait. Messages owed at a close are still handed out,
         then the close raises. One reader (greenlet) per subscription."""
-        deadline = None
+        deadline: float | None = None
         while True:
             message = self._take()
             if message is not _NOTHING:
@@ -93,22 +130,22 @@ class Subscription:
                 return None
             self._sleep(deadline - now)
 
-    def interrupt(self):
+    def interrupt(self) -> None:
         """Make the waiting `get`, or the next one, return None once it has no message
         to hand out (a stream's keepalive is due): one wake-up, no timer per `get`."""
         self._interrupted = True
         self._wake()
 
-    def close(self):
+    def close(self) -> None:
         self._end("closed")
 
-    def __enter__(self):
+    def __enter__(self) -> Subscription:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _take(self):
+    def _take(self) -> Message:
         topic = self._topic
         if topic is not None:
             unread = topic.published - self._cursor
@@ -119,7 +156,7 @@ class Subscription:
             return self._owed.popleft()
         return _NOTHING
 
-    def _sleep(self, timeout):
+    def _sleep(self, timeout: float | None) -> None:
         topic = self._topic
         if topic is not None:
             topic.sleepers[self] = None  # once, however often it waits before the next message
@@ -128,16 +165,17 @@ class Subscription:
             if timeout is None:
                 gevent.get_hub().switch()
             else:
-                with gevent.Timeout(timeout, False):
+                # False: the timeout ends the block silently (typeshed's stub omits it).
+                with gevent.Timeout(timeout, False):  # type: ignore[arg-type]
                     gevent.get_hub().switch()
         finally:
             self._waiter = None
 
-    def _wake(self):
+    def _wake(self) -> None:
         if self._waiter is not None:
             gevent.get_hub().loop.run_callback(_wake_all, (self,))
 
-    def _end(self, reason):
+    def _end(self, reason: str) -> None:
         if self.closed_reason:
             return
         self.closed_reason = reason
@@ -153,7 +191,7 @@ class Subscription:
         self._wake()
 
 
-def _wake_all(sleepers):
+def _wake_all(sleepers: Iterable[Subscription]) -> None:
     """In the loop: switch to each subscription still waiting, in turn (each runs until
     it waits again, on its socket or its next message), as gevent's own Event does."""
     for sub in sleepers:
@@ -172,30 +210,31 @@ class _Topic:
 
     __slots__ = ("subs", "log", "published", "scan_at", "sleepers")
 
-    def __init__(self, scan_at):
-        self.subs = set()
-        self.log = deque()
+    def __init__(self, scan_at: int) -> None:
+        self.subs: set[Subscription] = set()
+        self.log: deque[Message] = deque()
         self.published = 0
         self.scan_at = scan_at
-        self.sleepers = {}  # subscriptions to wake at the next message (a dict: ordered, O(1) removal)
+        # subscriptions to wake at the next message (a dict: ordered, O(1) removal)
+        self.sleepers: dict[Subscription, None] = {}
 
 
 class _LocalTopics:
     """The subscriptions of this process by topic, and delivering a message to them:
     what both backends do once a message reaches the process."""
 
-    def __init__(self, max_pending):
+    def __init__(self, max_pending: int) -> None:
         self.max_pending = max_pending
-        self._topics = {}
+        self._topics: dict[str, _Topic] = {}
 
-    def add(self, sub):
+    def add(self, sub: Subscription) -> None:
         topic = self._topics.get(sub.topic)
         if topic is None:
             topic = self._topics[sub.topic] = _Topic(min(SCAN_AT_LEAST, self.max_pending))
         topic.subs.add(sub)
         sub._topic, sub._cursor = topic, topic.published
 
-    def remove(self, sub):
+    def remove(self, sub: Subscription) -> bool:
         """True when `sub` was its topic's last subscription here."""
         topic = self._topics.get(sub.topic)
         if topic is None or sub not in topic.subs:
@@ -206,7 +245,7 @@ class _LocalTopics:
         del self._topics[sub.topic]
         return True
 
-    def deliver(self, name, message):
+    def deliver(self, name: str, message: Message) -> None:
         topic = self._topics.get(name)
         if topic is None:
             return
@@ -218,7 +257,7 @@ class _LocalTopics:
             sleepers, topic.sleepers = topic.sleepers, {}
             gevent.get_hub().loop.run_callback(_wake_all, sleepers)
 
-    def _trim(self, topic):
+    def _trim(self, topic: _Topic) -> None:
         """End the subscriptions `max_pending` messages behind (they keep what they are
         owed), forget what all the others have read, and look again once the log has
         doubled: the look costs one step per subscription, a few times per topic."""
@@ -233,29 +272,29 @@ class _LocalTopics:
             topic.log.popleft()
         topic.scan_at = min(self.max_pending, max(SCAN_AT_LEAST, 2 * behind))
 
-    def count(self, name):
+    def count(self, name: str) -> int:
         topic = self._topics.get(name)
         return len(topic.subs) if topic is not None else 0
 
-    def total(self):
+    def total(self) -> int:
         return sum(len(topic.subs) for topic in self._topics.values())
 
-    def end_all(self, reason):
+    def end_all(self, reason: str) -> None:
         for topic in list(self._topics.values()):
             for sub in list(topic.subs):
                 sub._end(reason)
 
 
-class Broker:
+class LocalBroker:
     """In the process: a publish reaches this process's subscribers only."""
     shared = False  # a publish does not reach other processes
 
-    def __init__(self, max_pending=1000):
+    def __init__(self, max_pending: int = 1000) -> None:
         self.max_pending = max_pending
         self._local = _LocalTopics(max_pending)
-        self._closed_reason = None
+        self._closed_reason: str | None = None
 
-    def subscribe(self, topic):
+    def subscribe(self, topic: str) -> Subscription:
         """A new subscription; once the broker is closed (the worker is stopping,
         yet still serves requests on kept-alive connections) it is closed at once."""
         sub = Subscription(self, topic)
@@ -264,17 +303,17 @@ class Broker:
             sub._end(self._closed_reason)
         return sub
 
-    def publish(self, topic, message):
+    def publish(self, topic: str, message: Message) -> None:
         self._local.deliver(topic, message)
 
-    def subscriber_count(self, topic):
+    def subscriber_count(self, topic: str) -> int:
         return self._local.count(topic)
 
-    def close_all(self, reason="server is stopping"):
+    def close_all(self, reason: str = "server is stopping") -> None:
         self._closed_reason = reason
         self._local.end_all(reason)
 
-    def _forget(self, sub):
+    def _forget(self, sub: Subscription) -> None:
         self._local.remove(sub)
 
 
@@ -302,25 +341,27 @@ class RedisBroker:
     raised: the write it announces is already committed."""
     shared = True  # a publish reaches the subscribers of every process
 
-    def __init__(self, url, max_pending=1000):
+    def __init__(self, url: str, max_pending: int = 1000) -> None:
         self.max_pending = max_pending
         self._url = url
         self._client = redis_client.for_url(url)
         self._prefix = f"{redis_client.PREFIX}:{redis_client.database_number(self._client)}:"
         self._local = _LocalTopics(max_pending)  # this process's subscriptions
-        self._listening = {}                      # topic -> Event set once Redis confirmed its SUBSCRIBE
-        self._confirmations = defaultdict(deque)  # channel -> Events of the SUBSCRIBEs sent, in their order
-        self._conn = None                         # the subscriber connection, while it is up
+        # topic -> Event set once Redis confirmed its SUBSCRIBE
+        self._listening: dict[str, Event] = {}
+        # channel -> Events of the SUBSCRIBEs sent, in their order
+        self._confirmations: defaultdict[bytes, deque[Event]] = defaultdict(deque)
+        self._conn: ConnectionInterface | None = None  # the subscriber connection, while it is up
         self._up = Event()
-        self._down_reason = None                  # why it is down, once a try failed
-        self._tried = Event()                     # set once the first connection attempt ended
-        self._reader = None
+        self._down_reason: str | None = None       # why it is down, once a try failed
+        self._tried = Event()                      # set once the first connection attempt ended
+        self._reader: Greenlet[[], None] | None = None
         self._write_lock = Semaphore()
-        self._closed_reason = None
+        self._closed_reason: str | None = None
 
     # ----------------------------------------------------------------- the interface
 
-    def subscribe(self, topic):
+    def subscribe(self, topic: str) -> Subscription:
         """A new subscription; closed at once (with the reason) when the broker is
         closed or Redis cannot be reached."""
         sub = Subscription(self, topic)
@@ -337,7 +378,7 @@ class RedisBroker:
                      f" within {redis_client.COMMAND_TIMEOUT:g} s")
         return sub
 
-    def publish(self, topic, message):
+    def publish(self, topic: str, message: Message) -> None:
         payload = json.dumps(message, separators=(",", ":"), ensure_ascii=False)
         try:
             self._client.publish(self._prefix + topic, payload)
@@ -345,11 +386,11 @@ class RedisBroker:
             # The change it announces is stored; streams resync when they reconnect.
             log.warning("live events: a message on %s was not published: %s", topic, redis_client.describe(exc))
 
-    def subscriber_count(self, topic):
+    def subscriber_count(self, topic: str) -> int:
         """The subscribers of `topic` in this process."""
         return self._local.count(topic)
 
-    def close_all(self, reason="server is stopping"):
+    def close_all(self, reason: str = "server is stopping") -> None:
         self._closed_reason = reason
         self._end_all(reason)
         if self._reader is not None:
@@ -357,7 +398,7 @@ class RedisBroker:
 
     # ----------------------------------------------------------------- the subscriber connection
 
-    def _wait_until_up(self):
+    def _wait_until_up(self) -> str | None:
         """None once the subscriber connection is up, else why live events are unavailable.
         Only the very first connection is waited for; after a loss, the answer is at once."""
         if self._reader is None or self._reader.dead:
@@ -367,7 +408,7 @@ class RedisBroker:
             return None
         return f"live events are unavailable: {self._down_reason or 'Redis did not answer'}"
 
-    def _run(self):
+    def _run(self) -> None:
         backoff = FIRST_BACKOFF
         while not self._closed_reason:
             conn = redis_client.subscriber_connection(self._url)
@@ -390,7 +431,7 @@ class RedisBroker:
             gevent.sleep(backoff)
             backoff = min(backoff * 2, MAX_BACKOFF)
 
-    def _read(self, conn):
+    def _read(self, conn: ConnectionInterface) -> None:
         while not self._closed_reason:
             if not conn.is_connected:
                 # A failed write closed it; reading would reconnect it without our subscriptions.
@@ -401,7 +442,7 @@ class RedisBroker:
                     raise redis.TimeoutError(f"no answer to a PING within {redis_client.COMMAND_TIMEOUT:g} s")
             self._dispatch(conn.read_response())
 
-    def _dispatch(self, reply):
+    def _dispatch(self, reply: object) -> None:
         # b"PONG" or [b"pong", b""] answer the heartbeat; unsubscribe confirmations need nothing.
         if not isinstance(reply, list) or len(reply) != 3:
             return
@@ -415,7 +456,7 @@ class RedisBroker:
                 if not waiting:
                     del self._confirmations[channel]
 
-    def _deliver(self, topic, data):
+    def _deliver(self, topic: str, data: bytes) -> None:
         if not self._local.count(topic):
             return
         try:
@@ -425,14 +466,14 @@ class RedisBroker:
             return
         self._local.deliver(topic, message)
 
-    def _send_subscribe(self, topic):
+    def _send_subscribe(self, topic: str) -> Event:
         channel = (self._prefix + topic).encode("utf-8")
         confirmed = Event()
         self._confirmations[channel].append(confirmed)
         self._send("SUBSCRIBE", channel)
         return confirmed
 
-    def _send(self, *command):
+    def _send(self, *command: str | bytes) -> None:
         conn = self._conn
         if conn is None:
             return
@@ -443,7 +484,7 @@ class RedisBroker:
             # redis-py closed the connection: the reader notices and reconnects.
             log.warning("live events: a %s to Redis failed: %s", command[0], redis_client.describe(exc))
 
-    def _lost(self, conn, reason, backoff):
+    def _lost(self, conn: ConnectionInterface, reason: str, backoff: float) -> None:
         was_up = self._up.is_set()
         self._up.clear()
         self._conn, self._down_reason = None, reason
@@ -464,10 +505,10 @@ class RedisBroker:
         self._confirmations.clear()
         self._listening.clear()
 
-    def _end_all(self, reason):
+    def _end_all(self, reason: str) -> None:
         self._local.end_all(reason)
 
-    def _forget(self, sub):
+    def _forget(self, sub: Subscription) -> None:
         if not self._local.remove(sub):
             return
         self._listening.pop(sub.topic, None)
@@ -482,33 +523,33 @@ class ProcessBroker:
     REDIS_URL is set, in the process otherwise. Chosen at first use, not at import,
     so that tests may build apps in-process with their own environment."""
 
-    def __init__(self):
-        self._backend = None
-        self._closed_reason = None
+    def __init__(self) -> None:
+        self._backend: Broker | None = None
+        self._closed_reason: str | None = None
 
-    def backend(self):
+    def backend(self) -> Broker:
         if self._backend is None:
             url = redis_client.configured_url()
-            self._backend = RedisBroker(url) if url else Broker()
+            self._backend = RedisBroker(url) if url else LocalBroker()
             if self._closed_reason:
                 self._backend.close_all(self._closed_reason)
         return self._backend
 
     @property
-    def shared(self):
+    def shared(self) -> bool:
         """True when a publish reaches the subscribers of every process (Redis)."""
         return self.backend().shared
 
-    def subscribe(self, topic):
+    def subscribe(self, topic: str) -> Subscription:
         return self.backend().subscribe(topic)
 
-    def publish(self, topic, message):
+    def publish(self, topic: str, message: Message) -> None:
         self.backend().publish(topic, message)
 
-    def subscriber_count(self, topic):
+    def subscriber_count(self, topic: str) -> int:
         return self.backend().subscriber_count(topic)
 
-    def close_all(self, reason="server is stopping"):
+    def close_all(self, reason: str = "server is stopping") -> None:
         self._closed_reason = reason
         if self._backend is not None:
             self._backend.close_all(reason)

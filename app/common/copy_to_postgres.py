@@ -13,12 +13,12 @@ sequences move past the copied ids.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, TextIO
 
-import peewee
-from peewee import AutoField, Database, Field, Model
-from playhouse.db_url import connect  # type: ignore[import-untyped]
+# sort_models is peewee's (create_tables uses it); its stubs do not list it.
+from peewee import AutoField, Database, Model, sort_models  # type: ignore[attr-defined]
+from playhouse.db_url import connect
 
 from app.common.migrations import HISTORY_TABLE, History, bring_up_to_date
 
@@ -29,28 +29,23 @@ class CopyRefused(Exception):
     pass
 
 
-Counts = list[tuple[str, int, int]]
-
-
 def copy_database(history: History, source_url: str, target_url: str, out: TextIO = sys.stdout,
-                  derived: Iterable[type[Model]] = ()) -> Counts:
+                  derived: Collection[type[Model]] = ()) -> list[tuple[str, int, int]]:
     """Copy every table of `history`'s models but the `derived` ones (an index that
     differs by engine, rebuilt by the caller); returns [(table, source rows, target rows)]."""
     if not target_url.startswith(("postgresql://", "postgres://")):
         raise CopyRefused("the target must be a postgresql:// URL")
     if not source_url.startswith("sqlite:///"):
         raise CopyRefused(f"the source must be the service's SQLite database, got {source_url.split(':', 1)[0]}:...")
-    source = connect(source_url, pragmas={"foreign_keys": 1, "busy_timeout": 10000})
-    target = connect("psycopg3://" + target_url.split("://", 1)[1])
+    source: Database = connect(source_url, pragmas={"foreign_keys": 1, "busy_timeout": 10000})
+    target: Database = connect("psycopg3://" + target_url.split("://", 1)[1])
     try:
         with source.bind_ctx(history.models):
             bring_up_to_date(source, history)
         _refuse_unless_empty(target)
         with target.bind_ctx(history.models):
             bring_up_to_date(target, history)
-        left_out = set(derived)
-        ordered = peewee.sort_models(history.models)  # type: ignore[attr-defined]  # (not in its stubs)
-        models: list[type[Model]] = [m for m in ordered if m not in left_out]
+        models: list[type[Model]] = [m for m in sort_models(history.models) if m not in derived]
         with target.atomic():
             _empty_seeded_tables(target, models)
             for model in models:
@@ -93,8 +88,7 @@ def _copy_table(model: type[Model], source: Database, target: Database) -> int:
     return copied + (_insert(model, fields, batch, target) if batch else 0)
 
 
-def _insert(model: type[Model], fields: Sequence[Field], rows: list[tuple[Any, ...]],
-            target: Database) -> int:
+def _insert(model: type[Model], fields: Sequence[Any], rows: Sequence[tuple[Any, ...]], target: Database) -> int:
     with target.bind_ctx([model]):
         model.insert_many(rows, fields=fields).execute()
     return len(rows)
@@ -105,7 +99,7 @@ def _advance_sequences(target: Database, models: Sequence[type[Model]]) -> None:
         key = model._meta.primary_key
         if isinstance(key, AutoField):
             table, column = model._meta.table_name, key.column_name
-            target.execute_sql(  # type: ignore[no-untyped-call]  # (untyped in peewee's stubs)
+            target.execute_sql(
                 f"SELECT setval(pg_get_serial_sequence('\"{table}\"', '{column}'), "
                 f"COALESCE(MAX(\"{column}\"), 1), MAX(\"{column}\") IS NOT NULL) FROM \"{table}\"")
 
@@ -116,7 +110,7 @@ def _count(database: Database, model: type[Model]) -> int:
         return count
 
 
-def report(counts: Counts, out: TextIO) -> bool:
+def report(counts: Sequence[tuple[str, int, int]], out: TextIO) -> bool:
     """The table of counts; True when every table matches."""
     width = max(len(name) for name, _, _ in counts)
     out.write(f"{'table':<{width}}  {'sqlite':>8}  {'postgresql':>10}\n")
@@ -127,7 +121,7 @@ def report(counts: Counts, out: TextIO) -> bool:
 
 
 def run(history: History, source_url: str, target_url: str, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
-        derived: Iterable[type[Model]] = (), rebuild: Callable[[], str] | None = None) -> int:
+        derived: Collection[type[Model]] = (), rebuild: Callable[[], str] | None = None) -> int:
     """The command's body: exit code 0 when copied and counted equal. `rebuild()` then
     makes the `derived` tables on the target."""
     try:

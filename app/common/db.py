@@ -13,14 +13,16 @@ import json
 import os
 import sqlite3
 import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
+from typing import Any, Protocol
 
-from peewee import InterfaceError, OperationalError, SqliteDatabase, TextField
+from peewee import Database, DatabaseProxy, InterfaceError, OperationalError, SqliteDatabase, TextField
 from playhouse.db_url import connect
 
 from app.common.config import ConfigError
 from app.common.failures import Unavailable
-from app.common.migrations import LOCK_WAIT_SECONDS, bring_up_to_date
+from app.common.migrations import LOCK_WAIT_SECONDS, History, bring_up_to_date
 
 # A web worker's greenlets share its pool; past this many connections in use a request
 # waits up to POOL_WAIT_SECONDS for one to come back.
@@ -30,10 +32,20 @@ POOL_WAIT_SECONDS = 10
 WAL_RETRY_SECONDS = 0.02
 
 
-def connect_database(proxy, url, history, pool=True):
+class _App(Protocol):
+    """What bind_to_requests uses of a Flask app (Flask is not imported: job workers
+    use this module)."""
+
+    def before_request(self, f: Callable[[], None]) -> object: ...
+
+    def teardown_request(self, f: Callable[[BaseException | None], None]) -> object: ...
+
+
+def connect_database(proxy: DatabaseProxy, url: str, history: History, pool: bool = True) -> Database:
     """Connect `proxy` to `url` and bring its schema up to date with `history`
     (app.common.migrations). `pool`: pooled SQLite connections, for a web worker (a
     job worker's threads keep one connection each)."""
+    db: Database
     if url.startswith("sqlite:///"):
         path = url[len("sqlite:///"):]
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
@@ -59,7 +71,7 @@ def connect_database(proxy, url, history, pool=True):
     return db
 
 
-def switch_to_wal(path):
+def switch_to_wal(path: str) -> None:
     """Put the SQLite file at `path` in WAL mode, which the file keeps: once per process
     start, before any other connection. The switch needs the file to itself, and
     when several processes switch a new file at once (the workers of a first start)
@@ -79,21 +91,21 @@ def switch_to_wal(path):
         time.sleep(WAL_RETRY_SECONDS)
 
 
-def bind_to_requests(app, proxy):
+def bind_to_requests(app: _App, proxy: DatabaseProxy) -> None:
     """Each request takes a connection (from the pool) and gives it back at its end."""
 
     @app.before_request
-    def connect_for_request():
+    def connect_for_request() -> None:
         proxy.connect(reuse_if_open=True)
 
     @app.teardown_request
-    def release_after_request(exc):
+    def release_after_request(exc: BaseException | None) -> None:
         if not proxy.is_closed():
             proxy.close()
 
 
 @contextmanager
-def connection_for_block(proxy):
+def connection_for_block(proxy: DatabaseProxy) -> Iterator[None]:
     """The caller's open connection (a request's), or, outside any request (a
     greenlet of its own, a threadpool thread), one taken for the block and given back
     after it."""
@@ -104,7 +116,7 @@ def connection_for_block(proxy):
         yield
 
 
-def run_sql(proxy, sql, params=()):
+def run_sql(proxy: DatabaseProxy, sql: str, params: Sequence[Any] = ()) -> Any:
     """`proxy.execute_sql` for hand-written SQL with `?` placeholders, on either
     engine (psycopg's are `%s`). Keep literal `%` and `?` out of such SQL."""
     if not isinstance(proxy.obj, SqliteDatabase):
@@ -119,11 +131,11 @@ class BuiltOnce:
     process that opens a database of the other engine (the tests' in-process apps)
     builds it again."""
 
-    def __init__(self, build):
+    def __init__(self, build: Callable[[], Any]) -> None:
         self.build = build  # () -> a peewee query whose parameters are the placeholders
-        self._by_engine = {}
+        self._by_engine: dict[type, str] = {}
 
-    def run(self, proxy, params):
+    def run(self, proxy: DatabaseProxy, params: Sequence[Any]) -> Any:
         engine = type(proxy.obj)
         sql = self._by_engine.get(engine)
         if sql is None:
@@ -136,17 +148,17 @@ class JSONField(TextField):
     fields are each tied to one; its SQLite one declares TEXT too, so databases made by
     earlier releases keep their schema)."""
 
-    def db_value(self, value):
+    def db_value(self, value: Any) -> str | None:
         return None if value is None else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
-    def python_value(self, value):
+    def python_value(self, value: str | None) -> Any:
         return None if value is None else json.loads(value)
 
 
 DATABASE_UNAVAILABLE = (OperationalError, InterfaceError)
 
 
-def unavailable_error(exc):
+def unavailable_error(exc: Exception) -> Unavailable:
     """The 503 that answers a request whose database went away under it (a restart,
     a lost host): the pool drops the broken connection, so later requests reconnect."""
     return Unavailable("the database is unavailable; try again shortly", detail=str(exc).strip()[:200],
@@ -159,7 +171,7 @@ WRITE_LOCK_KEY = 0x62756E646C65  # "bundle"
 
 
 @contextmanager
-def write_transaction(proxy):
+def write_transaction(proxy: DatabaseProxy) -> Iterator[Any]:
     """A transaction that reads and then writes as one writer at a time, whichever
     process runs it: what it read is still true when it writes (a like count recounted
     from the rows, a marker checked before seeding).

@@ -7,6 +7,7 @@ place that turns any of them into the service's error body, and a job worker rec
 the message as the job's error. Domain modules raise the kind (`NotFound("no such
 notebook")`); a route that must answer with a status no kind names uses `ApiError`.
 """
+from typing import Any
 
 
 class Failure(Exception):
@@ -14,7 +15,7 @@ class Failure(Exception):
 
     status = 500
 
-    def __init__(self, message, **extra):
+    def __init__(self, message: str, **extra: Any) -> None:
         super().__init__(message)
         self.message = message
         self.extra = extra
@@ -77,6 +78,6 @@ class ApiError(Failure):
     """A failure with an explicit status: for a status no kind names (416), or one
     carried over from elsewhere (a provider's error, a peer's verdict)."""
 
-    def __init__(self, status, message, **extra):
+    def __init__(self, status: int, message: str, **extra: Any) -> None:
         super().__init__(message, **extra)
         self.status = status

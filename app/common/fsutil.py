@@ -2,9 +2,10 @@
 import json
 import os
 import uuid
+from typing import Any
 
 
-def fsync_dir(path):
+def fsync_dir(path: str) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -12,7 +13,7 @@ def fsync_dir(path):
         os.close(fd)
 
 
-def atomic_write(path, data):
+def atomic_write(path: str, data: bytes) -> None:
     """Write `data` (bytes) to `path` so that a reader sees the old file or the whole
     new one: a temporary file beside it, fsynced, renamed over, directory fsynced."""
     directory = os.path.dirname(path)
@@ -31,7 +32,7 @@ def atomic_write(path, data):
     fsync_dir(directory)
 
 
-def read_json(path):
+def read_json(path: str) -> Any:
     """The parsed JSON file at `path`, or None when there is no such file."""
     try:
         with open(path, "rb") as f:
@@ -40,7 +41,7 @@ def read_json(path):
         return None
 
 
-def is_within(path, root):
+def is_within(path: str, root: str) -> bool:
     """True when the real `path` lies inside the real `root` (symlinks resolved)."""
     real, real_root = os.path.realpath(path), os.path.realpath(root)
     return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
@@ -50,7 +51,7 @@ _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
 
-def swap_into_place(new_dir, target):
+def swap_into_place(new_dir: str, target: str) -> bool:
     """Put the directory `new_dir` at `target` atomically: readers see the old tree
     or the new one, never a mix or nothing. The old tree, if any, ends up at
     `new_dir` for the caller to remove. Uses renameat2(RENAME_EXCHANGE) (Linux)."""

@@ -13,11 +13,13 @@ these headers (the proxy sets its own, such as a sandbox CSP).
 """
 import functools
 from collections.abc import Callable
+from typing import Any, ParamSpec
 
 from flask import Flask, Response, make_response, request
 
 # Set to True in the WSGI environ by the routes that pass an app's answer through.
 APP_PROXY = "bundle.app_proxy"
+P = ParamSpec("P")
 
 POLICY = {
     "default-src": "'self'",
@@ -48,13 +50,13 @@ def policy(**changes: str) -> str:
 DEFAULT = policy()
 
 
-def content_security_policy(**changes: str) -> Callable:
+def content_security_policy(**changes: str) -> Callable[[Callable[P, Any]], Callable[P, Response]]:
     """A view decorator: this route's pages answer with policy(**changes)."""
     value = policy(**changes)
 
-    def decorate(view):
+    def decorate(view: Callable[P, Any]) -> Callable[P, Response]:
         @functools.wraps(view)
-        def wrapper(*args, **kwargs):
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> Response:
             response = make_response(view(*args, **kwargs))
             response.headers.setdefault("Content-Security-Policy", value)
             return response

@@ -5,25 +5,27 @@ once instead of holding the worker until gunicorn's graceful time-out.
 handling still runs. It is called by wsgi.py, the production entry point.
 """
 import signal
+from collections.abc import Callable
+from types import FrameType
 
 import gevent
 
-_callbacks = []
+_callbacks: list[Callable[[], object]] = []
 
 
-def on_stop(callback):
+def on_stop(callback: Callable[[], object]) -> None:
     _callbacks.append(callback)
 
 
-def run_stop_callbacks():
+def run_stop_callbacks() -> None:
     for callback in list(_callbacks):
         callback()
 
 
-def install():
+def install() -> None:
     previous = signal.getsignal(signal.SIGTERM)
 
-    def handle_term(signum, frame):
+    def handle_term(signum: int, frame: FrameType | None) -> None:
         # Like gunicorn's gevent worker: leave the signal handler at once, work in a greenlet.
         gevent.spawn(run_stop_callbacks)
         if callable(previous):

@@ -24,16 +24,16 @@ def escape(text: str) -> str:
 
 
 class EscapingFormatter(logging.Formatter):
-    def formatMessage(self, record):
+    def formatMessage(self, record: logging.LogRecord) -> str:
         record.message = escape(record.message)
         return super().formatMessage(record)
 
 
-def configure_logging():
+def configure_logging() -> None:
     root = logging.getLogger()
     if not any(getattr(h, "_bundle", False) for h in root.handlers):
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(EscapingFormatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
-        handler._bundle = True
+        handler._bundle = True  # type: ignore[attr-defined]  # our mark on the handler
         root.addHandler(handler)
     root.setLevel(logging.INFO)

@@ -24,11 +24,12 @@ lock held by the transaction), so each step runs exactly once:
 The history lives in the table `schema_migrations (version, name, applied_at)`.
 """
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
-from peewee import PostgresqlDatabase, SqliteDatabase
+from peewee import Database, Model, PostgresqlDatabase, SqliteDatabase
 from playhouse.migrate import SchemaMigrator
 
 from app.common.config import ConfigError
@@ -49,33 +50,33 @@ class Step:
     name: str
     # apply(db, migrator): the change, with playhouse.migrate's operations or SQL.
     # None for step 1, the release 0.1.0 schema, which has nothing to apply.
-    apply: Callable | None = None
+    apply: Callable[[Database, SchemaMigrator], object] | None = None
 
 
 @dataclass(frozen=True)
 class History:
     service: str
-    models: list
-    steps: list = field(default_factory=list)
+    models: Sequence[type[Model]]
+    steps: Sequence[Step] = field(default_factory=list)
     # create_extra(db): what create_tables does not make (SQLite's full-text table).
-    create_extra: Callable | None = None
+    create_extra: Callable[[Database], object] | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         numbers = [step.version for step in self.steps]
         if numbers != list(range(1, len(numbers) + 1)):
             raise ValueError(f"{self.service}: schema steps must be numbered 1, 2, 3...; got {numbers}")
 
     @property
-    def newest(self):
+    def newest(self) -> int:
         return self.steps[-1].version
 
 
-def bring_up_to_date(db, history):
+def bring_up_to_date(db: Database, history: History) -> int:
     """Apply what `history` has that the database lacks; returns the version it is at."""
     with db.connection_context(), _foreign_keys_deferred(db), _locked(db, history.service):
         db.execute_sql(f"CREATE TABLE IF NOT EXISTS {HISTORY_TABLE} (version INTEGER PRIMARY KEY, "
                        "name VARCHAR(200) NOT NULL, applied_at VARCHAR(40) NOT NULL)")
-        current = db.execute_sql(f"SELECT MAX(version) FROM {HISTORY_TABLE}").fetchone()[0]
+        current: int | None = db.execute_sql(f"SELECT MAX(version) FROM {HISTORY_TABLE}").fetchone()[0]
         if current is None:
             if db.table_exists(history.models[0]._meta.table_name):
                 _record(db, history.steps[0])           # release 0.1.0's database
@@ -89,20 +90,20 @@ def bring_up_to_date(db, history):
                 f"{history.newest}: run the release that migrated it, or a newer one")
         migrator = SchemaMigrator.from_database(db)
         for step in history.steps[current:]:
-            step.apply(db, migrator)
+            step.apply(db, migrator)  # type: ignore[misc]  # only step 1 has none, and it never runs here
             _record(db, step)
         _check_foreign_keys(db)
         return history.newest
 
 
-def applied_versions(db):
+def applied_versions(db: Database) -> list[tuple[Any, ...]]:
     """The recorded history: [(version, name, applied_at)], oldest first."""
     with db.connection_context():
         return [tuple(row) for row in
                 db.execute_sql(f"SELECT version, name, applied_at FROM {HISTORY_TABLE} ORDER BY version")]
 
 
-def _create(db, history):
+def _create(db: Database, history: History) -> None:
     db.create_tables(history.models)
     if history.create_extra:
         history.create_extra(db)
@@ -110,13 +111,13 @@ def _create(db, history):
         _record(db, step)
 
 
-def _record(db, step):
+def _record(db: Database, step: Step) -> None:
     db.execute_sql(f"INSERT INTO {HISTORY_TABLE} (version, name, applied_at) VALUES (?, ?, ?)"
                    .replace("?", db.param), (step.version, step.name, utc_timestamp()))
 
 
 @contextmanager
-def _locked(db, service):
+def _locked(db: Database, service: str) -> Iterator[None]:
     """A transaction that holds the database's migration lock from its start."""
     if isinstance(db, SqliteDatabase):
         # BEGIN IMMEDIATE takes the write lock, or waits busy_timeout for it: long
@@ -131,7 +132,7 @@ def _locked(db, service):
 
 
 @contextmanager
-def _foreign_keys_deferred(db):
+def _foreign_keys_deferred(db: Database) -> Iterator[None]:
     """SQLite: foreign keys off for the migration's transaction (the pragma is a no-op
     inside one, so it is set before it begins), on again after."""
     if not isinstance(db, SqliteDatabase):
@@ -145,7 +146,7 @@ def _foreign_keys_deferred(db):
         db.execute_sql(f"PRAGMA foreign_keys = {'ON' if enabled else 'OFF'}")
 
 
-def _check_foreign_keys(db):
+def _check_foreign_keys(db: Database) -> None:
     """SQLite: a step must leave no row referring to a missing one (else it rolls back)."""
     if isinstance(db, SqliteDatabase):
         broken = db.execute_sql("PRAGMA foreign_key_check").fetchall()
@@ -154,7 +155,7 @@ def _check_foreign_keys(db):
 
 
 @contextmanager
-def _busy_timeout(db, seconds):
+def _busy_timeout(db: Database, seconds: float) -> Iterator[None]:
     before = db.execute_sql("PRAGMA busy_timeout").fetchone()[0]
     db.execute_sql(f"PRAGMA busy_timeout = {int(seconds * 1000)}")
     try:
@@ -163,7 +164,7 @@ def _busy_timeout(db, seconds):
         db.execute_sql(f"PRAGMA busy_timeout = {int(before)}")
 
 
-def _lock_key(service):
+def _lock_key(service: str) -> int:
     """A stable signed 64-bit key for the service's migration lock."""
     digest = hashlib.sha256(f"bundle schema migrations: {service}".encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)

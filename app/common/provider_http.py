@@ -32,12 +32,17 @@ service names its own subclass), worded by the service's Wording: 504 for time, 
 for an unreachable provider, a refusal, a cut-off, oversized or non-JSON answer. The
 request (its headers carry the key) is never shown; the provider's own error text
 only where the service asks for it, and then redacted."""
+from __future__ import annotations
+
 import contextlib
 import json
 import os
 import re
 import threading
 import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
+from typing import Any, Literal, cast
 from urllib.parse import urljoin, urlsplit
 
 import gevent
@@ -46,6 +51,7 @@ from gevent import monkey
 from requests.adapters import HTTPAdapter
 
 from app.common.failures import ApiError
+from app.common.sse_client import Record
 from app.common.sse_client import records as sse_records
 
 READ_SIZE = 64 * 1024
@@ -70,21 +76,21 @@ class Deadline:
     """One absolute deadline on the monotonic clock; `seconds` is the budget it was
     given (for messages), `started` when it was set."""
 
-    def __init__(self, seconds):
+    def __init__(self, seconds: float) -> None:
         self.seconds = seconds
         self.started = time.monotonic()
         self.at = self.started + seconds
 
-    def remaining(self):
+    def remaining(self) -> float:
         left = self.at - time.monotonic()
         if left <= 0:
             raise DeadlinePassed()
         return left
 
-    def passed(self):
+    def passed(self) -> bool:
         return self.at <= time.monotonic()
 
-    def elapsed_ms(self):
+    def elapsed_ms(self) -> int:
         return int(round((time.monotonic() - self.started) * 1000))
 
 
@@ -95,7 +101,7 @@ class Wording:
     `show_text` adds the provider's own error message to a refusal, redacted of
     `api_key` and of anything key-like."""
 
-    error = ProviderFailed
+    error: type[ApiError] = ProviderFailed  # a service's own may be any ApiError
     timed_out = "{name} did not answer within {seconds:g} s"
     connect_timed_out = "{name} could not be reached within {connect:g} s"
     unreachable = "{name} could not be reached at {base_url} (connection refused or reset)"
@@ -104,18 +110,18 @@ class Wording:
     too_large = "{answer} is larger than {limit} bytes"
     not_json = "{name} answered something that is not JSON"
 
-    def __init__(self, name, *, answer=None, show_text=False, api_key=""):
+    def __init__(self, name: str, *, answer: str | None = None, show_text: bool = False, api_key: str = "") -> None:
         self.name, self.answer = name, answer or f"{name}'s answer"
         self.show_text, self.api_key = show_text, api_key
 
-    def fail(self, status, template, **fields):
+    def fail(self, status: int, template: str, **fields: Any) -> ApiError:
         return self.error(status, template.format(name=self.name, answer=self.answer, **fields))
 
-    def too_late(self, deadline):
+    def too_late(self, deadline: Deadline) -> ApiError:
         """The 504 of a passed deadline."""
         return self.fail(504, self.timed_out, seconds=deadline.seconds)
 
-    def refused(self, code, exchange):
+    def refused(self, code: int, exchange: Exchange) -> ApiError:
         """The failure of a non-2xx answer: 502, saying why without secrets."""
         if code in (401, 403):  # providers echo part of a wrong key: say nothing of it
             return self.fail(502, "{name} rejected the API key (HTTP {code})", code=code)
@@ -123,21 +129,21 @@ class Wording:
         return self.error(502, f"{self.name} answered HTTP {code}" + (f": {detail}" if detail else ""))
 
 
-def redacted(text, api_key=""):
+def redacted(text: str, api_key: str = "") -> str:
     """A provider's message made safe to show: no key, nothing key-like, one short line."""
     if api_key:
         text = text.replace(api_key, "***")
     return SECRETISH.sub("***", " ".join(text.split()))[:200]
 
 
-def error_text(payload, api_key=""):
+def error_text(payload: object, api_key: str = "") -> str:
     """The redacted `error` (or `error.message`) of a provider's JSON, or ""."""
     error = payload.get("error") if isinstance(payload, dict) else None
     text = error.get("message") if isinstance(error, dict) else error
     return redacted(text, api_key) if isinstance(text, str) else ""
 
 
-def _cause(exc):
+def _cause(exc: BaseException) -> str:
     text = str(exc).lower()
     for words, label in (("refused", "connection refused"), ("reset", "connection reset"),
                          ("aborted", "connection closed"), ("remotedisconnected", "connection closed"),
@@ -148,7 +154,7 @@ def _cause(exc):
     return "connection failed"
 
 
-def _origin(url):
+def _origin(url: str) -> tuple[str, str, int | None]:
     parts = urlsplit(url)
     try:
         port = parts.port
@@ -157,22 +163,22 @@ def _origin(url):
     return parts.scheme.lower(), (parts.hostname or "").lower(), port
 
 
-def same_origin(url, other):
+def same_origin(url: str, other: str) -> bool:
     return _origin(url) == _origin(other)
 
 
 # -- the pools ---------------------------------------------------------------------------
 
-_sessions = {}
+_sessions: dict[tuple[str, str], requests.Session] = {}
 _lock = threading.Lock()  # gevent's under the web worker, a real one in plain threads
-_native_ident = monkey.get_original("_thread", "get_ident")
+_native_ident: Callable[[], int] = monkey.get_original("_thread", "get_ident")
 # Under gevent a socket belongs to the loop of the thread that made it: the pooled
 # ones are the loop thread's (the worker's main thread, which imports the app).
 _LOOP_THREAD = _native_ident() if monkey.is_module_patched("socket") else None
 _DEFAULT_HEADERS = dict(requests.utils.default_headers())  # what a Session would add
 
 
-def _new_session(pool_size=10):
+def _new_session(pool_size: int = 10) -> requests.Session:
     session = requests.Session()
     session.trust_env = False  # no proxy from the environment carries our keys elsewhere
     adapter = HTTPAdapter(pool_connections=4, pool_maxsize=pool_size, pool_block=False)
@@ -181,7 +187,7 @@ def _new_session(pool_size=10):
     return session
 
 
-def _shared_session(key):
+def _shared_session(key: tuple[str, str]) -> requests.Session | None:
     """The keep-alive Session of `key`, shared by the greenlets of the loop thread or
     by plain threads; None in a gevent threadpool thread (which makes its own)."""
     if _LOOP_THREAD is not None and _native_ident() != _LOOP_THREAD:
@@ -198,7 +204,7 @@ def _shared_session(key):
     return session
 
 
-def _environment_settings(url):
+def _environment_settings(url: str) -> tuple[dict[str, str], str | bool]:
     """What a requests Session would take from the environment for `url`: the proxies
     (HTTP(S)_PROXY, NO_PROXY) and the CA bundle (REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE)."""
     verify = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or True
@@ -209,7 +215,7 @@ class _HeadTimeout(BaseException):
     """Raised by gevent.Timeout; a BaseException so that no library catches it."""
 
 
-def _head_deadline(seconds):
+def _head_deadline(seconds: float) -> AbstractContextManager[object]:
     """The wait for a response's head as a whole, where sockets are gevent's."""
     if monkey.is_module_patched("socket"):
         return gevent.Timeout(seconds, _HeadTimeout)
@@ -223,29 +229,30 @@ class Exchange:
     (`pool`, `base_url`); failures are `wording`'s. Use it as a context manager, or
     close() it: a body left part-read closes its connection."""
 
-    def __init__(self, wording, deadline, base_url, connect_timeout, pool="", environment=False):
+    def __init__(self, wording: Wording, deadline: Deadline, base_url: str, connect_timeout: float, pool: str = "",
+                 environment: bool = False) -> None:
         self.wording, self.deadline, self.base_url = wording, deadline, base_url
         self.connect_timeout, self.pool = connect_timeout, pool
         self.environment = environment  # take proxies and the CA bundle from the environment
-        self.response = None
+        self.response: requests.Response | None = None
 
-    def __enter__(self):
+    def __enter__(self) -> Exchange:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         self.close()
         return False
 
-    def _timed_out(self):
+    def _timed_out(self) -> ApiError:
         return self.wording.too_late(self.deadline)
 
-    def _remaining(self):
+    def _remaining(self) -> float:
         try:
             return self.deadline.remaining()
         except DeadlinePassed:
             raise self._timed_out() from None
 
-    def open(self, method, url, headers, body=None, redirects=0):
+    def open(self, method: str, url: str, headers: Mapping[str, str], body: Any = None, redirects: int = 0) -> Exchange:
         """Sends the request (`body` as JSON) and reads the response's head; a non-2xx
         answer is the wording's refusal. Up to `redirects` redirections are followed as
         requests follows them (307 and 308 keep the method and body, the others become
@@ -253,16 +260,15 @@ class Exchange:
         wording = self.wording
         left = self._remaining()
         timeout = (min(self.connect_timeout, left), left)
-        session = _shared_session((self.pool, self.base_url))
-        own = session is None
-        if own:
-            session = _new_session()
+        shared = _shared_session((self.pool, self.base_url))
+        own = shared is None
+        session = _new_session() if shared is None else shared
         try:
             request = requests.PreparedRequest()
             request.prepare(method=method, url=url, headers={**_DEFAULT_HEADERS, **headers}, json=body)
             proxies, verify = _environment_settings(url) if self.environment else ({}, True)
             with _head_deadline(left):
-                self.response = session.get_adapter(request.url).send(
+                self.response = session.get_adapter(cast(str, request.url)).send(  # prepare() set the URL
                     request, stream=True, timeout=timeout, verify=verify, proxies=proxies)
         except _HeadTimeout:
             raise self._timed_out() from None
@@ -295,13 +301,17 @@ class Exchange:
                 self.close()
         return self
 
-    def header(self, name):
-        return self.response.headers.get(name, "")
+    def _opened(self) -> requests.Response:
+        assert self.response is not None, "open() the exchange first"
+        return self.response
 
-    def chunks(self):
+    def header(self, name: str) -> str:
+        return self._opened().headers.get(name, "")
+
+    def chunks(self) -> Iterator[bytes]:
         """The body's bytes as they come (decoded if compressed), one socket read at a
         time, within the deadline."""
-        raw = self.response.raw
+        raw = self._opened().raw
         try:
             while True:
                 self._remaining()
@@ -316,7 +326,7 @@ class Exchange:
                 raise self._timed_out() from None
             raise self.wording.fail(502, self.wording.cut_off, kind=type(exc).__name__) from None
 
-    def lines(self):
+    def lines(self) -> Iterator[str]:
         """The body's lines (NDJSON), decoded, as they come."""
         pending = b""
         for data in self.chunks():
@@ -327,11 +337,11 @@ class Exchange:
         if pending:
             yield pending.decode("utf-8", errors="replace")
 
-    def records(self):
+    def records(self) -> Iterator[Record]:
         """The body's server-sent events as they come (app.common.sse_client's parser)."""
         return sse_records(self.chunks())
 
-    def body(self, limit=MAX_JSON_BYTES):
+    def body(self, limit: int = MAX_JSON_BYTES) -> bytes:
         """The whole body; the wording's too_large past `limit` bytes."""
         collected = bytearray()
         for data in self.chunks():
@@ -340,14 +350,14 @@ class Exchange:
                 raise self.wording.fail(502, self.wording.too_large, limit=limit)
         return bytes(collected)
 
-    def json(self, limit=MAX_JSON_BYTES, loads=json.loads):
+    def json(self, limit: int = MAX_JSON_BYTES, loads: Callable[[bytes], Any] = json.loads) -> Any:
         """The body parsed by `loads` (a service may move large parses off its loop)."""
         try:
             return loads(self.body(limit))
         except ValueError:
             raise self.wording.fail(502, self.wording.not_json) from None
 
-    def error_text(self, api_key=""):
+    def error_text(self, api_key: str = "") -> str:
         """The provider's own message in a refusal's body, redacted; "" when there is
         none or it cannot be read."""
         try:
@@ -360,7 +370,7 @@ class Exchange:
         except Exception:  # any unreadable error body: the status alone says enough
             return ""
 
-    def close(self):
+    def close(self) -> None:
         """A body read to its end has given its connection back to the pool already;
         one left part-read (a failure, a gone client) closes it."""
         if self.response is not None:

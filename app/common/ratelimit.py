@@ -1,12 +1,13 @@
 """A sliding-window rate limiter: `hit(key)` counts one attempt and answers None when
 it is allowed, else the seconds to wait.
 
-`RateLimiter` counts in this process (each worker on its own); `SharedRateLimiter`
-counts in Redis for every process of the deployment. `limiter(name, limit, window)`
-gives the one that REDIS_URL asks for.
+`RateLimiter` is the interface; `LocalRateLimiter` counts in this process (each
+worker on its own), `RedisRateLimiter` in Redis for every process of the deployment.
+`limiter(name, limit, window)` gives the one that REDIS_URL asks for.
 
-`Backoff` / `SharedBackoff` (`backoff(...)`) slow a key down instead: a number of
-free attempts, then a delay that doubles with each further one (sign-in failures).
+`Backoff` (`LocalBackoff` / `RedisBackoff`, made by `backoff(...)`) slows a key down
+instead: a number of free attempts, then a delay that doubles with each further one
+(sign-in failures).
 """
 import hashlib
 import logging
@@ -14,6 +15,8 @@ import math
 import secrets
 import time
 from collections import defaultdict, deque
+from collections.abc import Callable, Hashable
+from typing import Protocol
 
 import redis
 
@@ -22,12 +25,21 @@ from app.common import redis_client
 log = logging.getLogger("bundle.ratelimit")
 
 
-class RateLimiter:
-    def __init__(self, limit, window_seconds, clock=time.monotonic, max_keys=100_000):
-        self.limit, self.window, self._clock, self.max_keys = limit, window_seconds, clock, max_keys
-        self._hits = defaultdict(deque)
+class RateLimiter(Protocol):
+    def hit(self, key: Hashable) -> int | None:
+        """Count one attempt for `key`; None when allowed, else the seconds to wait."""
+        ...
 
-    def hit(self, key):
+
+class LocalRateLimiter:
+    """Counts in this process."""
+
+    def __init__(self, limit: int, window_seconds: float, clock: Callable[[], float] = time.monotonic,
+                 max_keys: int = 100_000) -> None:
+        self.limit, self.window, self._clock, self.max_keys = limit, window_seconds, clock, max_keys
+        self._hits: defaultdict[Hashable, deque[float]] = defaultdict(deque)
+
+    def hit(self, key: Hashable) -> int | None:
         """Count one attempt for `key`; None when allowed, else the seconds to wait."""
         now = self._clock()
         hits = self._hits[key]
@@ -40,7 +52,7 @@ class RateLimiter:
             self._prune(now)
         return None
 
-    def _prune(self, now):
+    def _prune(self, now: float) -> None:
         for key in [k for k, h in self._hits.items() if not h or h[-1] <= now - self.window]:
             del self._hits[key]
 
@@ -52,13 +64,13 @@ local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 """
 
 
-def _redis_key(kind, name, key):
+def _redis_key(kind: str, name: str, key: Hashable) -> str:
     # Hashed: a key may be an account's e-mail address, and may be long.
     digest = hashlib.sha256(str(key).encode("utf-8")).hexdigest()[:32]
     return redis_client.key(kind, name, digest)
 
 
-def _seconds(wait_ms):
+def _seconds(wait_ms: int) -> int | None:
     """A script's answer (-1: allowed, else the ms to wait) as limiters answer it."""
     return None if wait_ms < 0 else max(1, math.ceil(wait_ms / 1000))
 
@@ -79,20 +91,20 @@ return -1
 """
 
 
-class SharedRateLimiter:
+class RedisRateLimiter:
     """The same sliding window, counted in Redis across every process. While Redis
     cannot be reached, attempts are counted in this process instead (logged): the
     limit then holds per worker, and sign-in keeps working."""
 
-    def __init__(self, client, name, limit, window_seconds):
+    def __init__(self, client: redis.Redis, name: str, limit: int, window_seconds: float) -> None:
         self.limit, self.window = limit, window_seconds
         self._name = name
         self._script = client.register_script(_HIT)
-        self._fallback = RateLimiter(limit, window_seconds)
+        self._fallback = LocalRateLimiter(limit, window_seconds)
 
-    def hit(self, key):
+    def hit(self, key: Hashable) -> int | None:
         try:
-            wait_ms = self._script(keys=[self._key(key)],
+            wait_ms: int = self._script(keys=[self._key(key)],
                                    args=[int(self.window * 1000), self.limit, secrets.token_hex(8)])
         except redis.RedisError as exc:
             log.warning("rate limit %s counted in this process only: Redis failed: %s", self._name,
@@ -100,23 +112,39 @@ class SharedRateLimiter:
             return self._fallback.hit(key)
         return _seconds(wait_ms)
 
-    def _key(self, key):
+    def _key(self, key: Hashable) -> str:
         return _redis_key("ratelimit", self._name, key)
 
 
-def limiter(name, limit, window_seconds):
+def limiter(name: str, limit: int, window_seconds: float) -> RateLimiter:
     """A limiter of `limit` attempts a `window_seconds` per key: shared through Redis when
     REDIS_URL is set, in this process otherwise. `name` (e.g. "workspace:login:address")
     keeps the counts of different limits apart."""
     client = redis_client.client()
     if client is None:
-        return RateLimiter(limit, window_seconds)
-    return SharedRateLimiter(client, name, limit, window_seconds)
+        return LocalRateLimiter(limit, window_seconds)
+    return RedisRateLimiter(client, name, limit, window_seconds)
 
 
 # --------------------------------------------------------------------------- back-off on failures
 
-class Backoff:
+class Backoff(Protocol):
+    """Slows a key down after a number of free attempts (LocalBackoff says how)."""
+
+    def attempt(self, key: Hashable) -> int | None:
+        """Count one attempt in advance; None when allowed, else the seconds to wait."""
+        ...
+
+    def forgive(self, key: Hashable) -> None:
+        """Give one attempt back (it succeeded)."""
+        ...
+
+    def reset(self, key: Hashable) -> None:
+        """Forget the key."""
+        ...
+
+
+class LocalBackoff:
     """Slows a key down after `free` attempts: each attempt past them makes the next
     wait `first_delay` seconds, doubled each time, at most `max_delay`. `attempt(key)`
     counts one attempt in advance (so that a burst of parallel ones cannot all pass
@@ -125,15 +153,16 @@ class Backoff:
     the key. A key with no attempt for `forget` seconds past its delay is forgotten.
     Counted in this process; `backoff()` gives the Redis one when REDIS_URL is set."""
 
-    def __init__(self, free, first_delay, max_delay, forget, clock=time.monotonic, max_keys=100_000):
+    def __init__(self, free: int, first_delay: float, max_delay: float, forget: float,
+                 clock: Callable[[], float] = time.monotonic, max_keys: int = 100_000) -> None:
         self.free, self.first, self.max, self.forget = free, first_delay, max_delay, forget
         self._clock, self.max_keys = clock, max_keys
-        self._state = {}  # key -> [count, not_before, forgotten_at]
+        self._state: dict[Hashable, list[float]] = {}  # key -> [count, not_before, forgotten_at]
 
-    def _delay(self, count):
+    def _delay(self, count: float) -> float:
         return min(self.first * 2 ** min(count - self.free, 40), self.max)
 
-    def attempt(self, key):
+    def attempt(self, key: Hashable) -> int | None:
         now = self._clock()
         state = self._state.get(key)
         if state is None or state[2] <= now:
@@ -149,14 +178,14 @@ class Backoff:
                 del self._state[stale]
         return None
 
-    def forgive(self, key):
+    def forgive(self, key: Hashable) -> None:
         state = self._state.get(key)
         if state is not None:
             state[0] = max(0, state[0] - 1)
             if state[0] < self.free:
                 state[1] = 0.0
 
-    def reset(self, key):
+    def reset(self, key: Hashable) -> None:
         self._state.pop(key, None)
 
 
@@ -191,39 +220,40 @@ return count - 1
 """
 
 
-class SharedBackoff:
-    """Backoff counted in Redis across every process (in this process while Redis
-    cannot be reached, logged, as SharedRateLimiter does)."""
+class RedisBackoff:
+    """LocalBackoff's rule counted in Redis across every process (in this process while
+    Redis cannot be reached, logged, as RedisRateLimiter does)."""
 
-    def __init__(self, client, name, free, first_delay, max_delay, forget):
+    def __init__(self, client: redis.Redis, name: str, free: int, first_delay: float, max_delay: float,
+                 forget: float) -> None:
         self._client, self._name = client, name
         self._args = [free, int(first_delay * 1000), int(max_delay * 1000), int(forget * 1000)]
         self._attempt, self._forgive = client.register_script(_ATTEMPT), client.register_script(_FORGIVE)
-        self._fallback = Backoff(free, first_delay, max_delay, forget)
+        self._fallback = LocalBackoff(free, first_delay, max_delay, forget)
 
-    def _key(self, key):
+    def _key(self, key: Hashable) -> str:
         return _redis_key("backoff", self._name, key)
 
-    def _redis_failed(self, exc):
+    def _redis_failed(self, exc: redis.RedisError) -> None:
         log.warning("back-off %s counted in this process only: Redis failed: %s", self._name,
                     redis_client.describe(exc))
 
-    def attempt(self, key):
+    def attempt(self, key: Hashable) -> int | None:
         try:
-            wait_ms = self._attempt(keys=[self._key(key)], args=self._args)
+            wait_ms: int = self._attempt(keys=[self._key(key)], args=self._args)
         except redis.RedisError as exc:
             self._redis_failed(exc)
             return self._fallback.attempt(key)
         return _seconds(wait_ms)
 
-    def forgive(self, key):
+    def forgive(self, key: Hashable) -> None:
         try:
             self._forgive(keys=[self._key(key)], args=self._args[:1])
         except redis.RedisError as exc:
             self._redis_failed(exc)
             self._fallback.forgive(key)
 
-    def reset(self, key):
+    def reset(self, key: Hashable) -> None:
         try:
             self._client.delete(self._key(key))
         except redis.RedisError as exc:
@@ -231,10 +261,10 @@ class SharedBackoff:
             self._fallback.reset(key)
 
 
-def backoff(name, free, first_delay, max_delay, forget):
-    """A Backoff (see there): shared through Redis when REDIS_URL is set, in this
+def backoff(name: str, free: int, first_delay: float, max_delay: float, forget: float) -> Backoff:
+    """A Backoff (see LocalBackoff): shared through Redis when REDIS_URL is set, in this
     process otherwise. `name` keeps the counts of different uses apart."""
     client = redis_client.client()
     if client is None:
-        return Backoff(free, first_delay, max_delay, forget)
-    return SharedBackoff(client, name, free, first_delay, max_delay, forget)
+        return LocalBackoff(free, first_delay, max_delay, forget)
+    return RedisBackoff(client, name, free, first_delay, max_delay, forget)

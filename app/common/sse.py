@@ -12,20 +12,39 @@ the stream's wait when it is due, so no stream arms a timer per message. A gone
 client is noticed on the next write: the server raises in the write and the
 generator's `finally` closes the subscription.
 """
+from __future__ import annotations
+
 import json
 import logging
 import time
+from collections.abc import Callable, Generator, Iterable, Iterator
+from typing import Any, Protocol
 
 from flask import Response, request
 
 from app.common import ticker
-from app.common.broker import SubscriptionClosed
+from app.common.broker import Message, SubscriptionClosed
+
+# A message's sequence number (None: it has none), for the stream's `id:` lines.
+SeqOf = Callable[[Message], "int | None"]
+
+
+class Subscription(Protocol):
+    """What a stream reads: a broker's Subscription, or anything with its three methods."""
+
+    def get(self) -> Message:
+        """The next message; None when interrupted (a keepalive is due)."""
+        ...
+
+    def interrupt(self) -> None: ...
+
+    def close(self) -> None: ...
 
 KEEPALIVE_SECONDS = 25.0
 log = logging.getLogger("bundle.sse")
 
 
-def format_record(data, record_id=None, event=None):
+def format_record(data: Any, record_id: int | str | None = None, event: str | None = None) -> bytes:
     lines = []
     if record_id is not None:
         lines.append(f"id: {record_id}")
@@ -44,10 +63,10 @@ class _RenderedOnce:
 
     SIZE = 64
 
-    def __init__(self):
-        self._entries = {}  # id(message) -> (message, record id, bytes)
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[Message, int | None, bytes]] = {}  # id(message) -> (message, record id, bytes)
 
-    def record(self, message, record_id):
+    def record(self, message: Message, record_id: int | None) -> bytes:
         entry = self._entries.get(id(message))
         if entry is not None and entry[0] is message and entry[1] == record_id:
             return entry[2]
@@ -61,14 +80,15 @@ class _RenderedOnce:
 _rendered = _RenderedOnce()
 
 
-def comment(text):
+def comment(text: str) -> bytes:
     return f": {text}\n\n".encode()
 
 
 KEEPALIVE = comment("keepalive")
 
 
-def _replayed(replay, seq_of, last_seq):
+def _replayed(replay: Iterable[Message], seq_of: SeqOf | None,
+              last_seq: int | None) -> Generator[bytes, None, int | None]:
     """The records of `replay` past `last_seq`; returns the last sequence sent."""
     for message in replay:
         seq = seq_of(message) if seq_of else None
@@ -80,7 +100,8 @@ def _replayed(replay, seq_of, last_seq):
     return last_seq
 
 
-def _records(replay, subscription, seq_of, after, keepalive, path):
+def _records(replay: Iterable[Message], subscription: Subscription, seq_of: SeqOf | None, after: int | None,
+             keepalive: float, path: str) -> Iterator[bytes]:
     opened = time.monotonic()
     ending = "client gone"  # unless the loop below ends it otherwise
     # The process's one ticker interrupts the wait when a keepalive is due (fixed
@@ -89,7 +110,7 @@ def _records(replay, subscription, seq_of, after, keepalive, path):
     try:
         yield comment("stream open")
         last_seq = yield from _replayed(replay, seq_of, after)
-        replay = None  # a long-lived stream need not keep its replay in memory
+        del replay  # a long-lived stream need not keep its replay in memory
         get, record = subscription.get, _rendered.record
         while True:
             try:
@@ -115,7 +136,8 @@ def _records(replay, subscription, seq_of, after, keepalive, path):
         log.info("stream %s ended after %.1fs: %s", path, time.monotonic() - opened, ending)
 
 
-def stream_response(replay, subscription, seq_of=None, after=None, keepalive=KEEPALIVE_SECONDS):
+def stream_response(replay: Iterable[Message], subscription: Subscription, seq_of: SeqOf | None = None,
+                    after: int | None = None, keepalive: float = KEEPALIVE_SECONDS) -> Response:
     """`after`: the client's cursor; records at or below it are never sent.
     `subscription`: a broker subscription, or anything with its `get()` (None when
     interrupted), `interrupt()` and `close()`."""

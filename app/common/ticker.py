@@ -19,9 +19,11 @@ import heapq
 import itertools
 import logging
 import time
+from collections.abc import Callable
 
 import gevent
 from gevent.event import Event
+from gevent.greenlet import Greenlet
 
 log = logging.getLogger("bundle.ticker")
 
@@ -31,23 +33,25 @@ class Alarm:
 
     __slots__ = ("due", "interval", "callback")
 
-    def __init__(self, due, interval, callback):
+    def __init__(self, due: float, interval: float, callback: Callable[[], object]) -> None:
+        self.callback: Callable[[], object] | None
         self.due, self.interval, self.callback = due, interval, callback
 
-    def cancel(self):
+    def cancel(self) -> None:
         # Its heap entry stays until due (it is skipped then); dropping the callback
         # frees what it refers to (a stream's subscription) at once.
         self.callback = None
 
 
 class Ticker:
-    def __init__(self):
-        self._heap = []                # (due, tie-breaker, alarm)
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Alarm]] = []  # (due, tie-breaker, alarm)
         self._order = itertools.count()
-        self._greenlet = None
-        self._earlier = None           # set when an alarm due before the ticker's sleep ends is added
+        self._greenlet: Greenlet[[], None] | None = None
+        # Set when an alarm due before the ticker's sleep ends is added (a new one per greenlet).
+        self._earlier = Event()
 
-    def every(self, interval, callback):
+    def every(self, interval: float, callback: Callable[[], object]) -> Alarm:
         """Call `callback()` every `interval` seconds from now on, until cancelled."""
         alarm = Alarm(time.monotonic() + interval, interval, callback)
         self._push(alarm)
@@ -58,14 +62,14 @@ class Ticker:
             self._earlier.set()
         return alarm
 
-    def pending(self):
+    def pending(self) -> int:
         """How many schedules are live (cancelled ones not counted)."""
         return sum(1 for _, _, alarm in self._heap if alarm.callback is not None)
 
-    def _push(self, alarm):
+    def _push(self, alarm: Alarm) -> None:
         heapq.heappush(self._heap, (alarm.due, next(self._order), alarm))
 
-    def _run(self):
+    def _run(self) -> None:
         try:
             while self._heap:
                 now = time.monotonic()
@@ -79,7 +83,7 @@ class Ticker:
             # An empty heap ends the greenlet; the next `every` starts another.
             self._greenlet = None
 
-    def _fire(self, alarm, now):
+    def _fire(self, alarm: Alarm, now: float) -> None:
         callback = alarm.callback
         if callback is None:
             return
@@ -94,15 +98,16 @@ class Ticker:
             self._push(alarm)
 
 
-def every(interval, callback):
+def every(interval: float, callback: Callable[[], object]) -> Alarm:
     """Call `callback()` every `interval` seconds, from the calling loop's ticker."""
     return current().every(interval, callback)
 
 
-def current():
+def current() -> Ticker:
     """The ticker of the calling thread's gevent loop (created at first use)."""
     hub = gevent.get_hub()
     found = getattr(hub, "bundle_ticker", None)
     if found is None:
-        found = hub.bundle_ticker = Ticker()
+        # Our own attribute on gevent's hub: the ticker lives and dies with its loop.
+        found = hub.bundle_ticker = Ticker()  # type: ignore[attr-defined]
     return found

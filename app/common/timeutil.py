@@ -2,5 +2,5 @@
 from datetime import UTC, datetime
 
 
-def utc_timestamp(timespec="seconds"):
+def utc_timestamp(timespec: str = "seconds") -> str:
     return datetime.now(UTC).isoformat(timespec=timespec).replace("+00:00", "Z")

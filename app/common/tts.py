@@ -21,12 +21,12 @@ class SpeechFailed(Exception):
     """The engine ran and gave no usable audio; the message says why."""
 
 
-def espeak_arguments(voice_id, rate=1.0, pitch=1.0, volume=1.0):
+def espeak_arguments(voice_id: str, rate: float = 1.0, pitch: float = 1.0, volume: float = 1.0) -> list[str]:
     return ["-v", voice_id, "-s", str(round(175 * rate)), "-p", str(min(99, round(50 * pitch))),
             "-a", str(round(100 * volume)), "--stdout"]
 
 
-def espeak_wav(binary, text, voice_id, timeout, rate=1.0, pitch=1.0):
+def espeak_wav(binary: str, text: str, voice_id: str, timeout: float, rate: float = 1.0, pitch: float = 1.0) -> bytes:
     """The WAV espeak-ng makes of `text` (given on stdin, never as an argument), for
     callers outside a gevent loop (the notebook's job worker)."""
     try:
@@ -42,13 +42,13 @@ def espeak_wav(binary, text, voice_id, timeout, rate=1.0, pitch=1.0):
     return done.stdout
 
 
-def pcm_of_wav(wav):
+def pcm_of_wav(wav: bytes) -> tuple[bytes, int, int]:
     """(16-bit PCM bytes, sample rate, channels) of a RIFF/WAVE file. espeak-ng
     streaming to stdout cannot know its length and writes 0x7fff… sizes, so the
     data chunk is taken as everything after its header."""
     if len(wav) < 12 or wav[:4] != b"RIFF" or wav[8:12] != b"WAVE":
         raise SpeechFailed("the speech engine did not answer with a WAV file")
-    offset, rate, channels = 12, None, None
+    offset, rate, channels = 12, None, 1
     while offset + 8 <= len(wav):
         kind, size = struct.unpack("<4sI", wav[offset:offset + 8])
         body = offset + 8
@@ -66,7 +66,7 @@ def pcm_of_wav(wav):
     raise SpeechFailed("the speech engine's WAV has no audio data")
 
 
-def encode(pcm, sample_rate, channels=1):
+def encode(pcm: bytes, sample_rate: int, channels: int = 1) -> bytes:
     encoder = lameenc.Encoder()
     encoder.set_bit_rate(BIT_RATE_KBPS)
     encoder.set_in_sample_rate(sample_rate)
@@ -75,7 +75,7 @@ def encode(pcm, sample_rate, channels=1):
     return bytes(encoder.encode(pcm) + encoder.flush())
 
 
-def wav_to_mp3(wav):
+def wav_to_mp3(wav: bytes) -> bytes:
     pcm, rate, channels = pcm_of_wav(wav)
     if not pcm:
         raise SpeechFailed("the speech engine produced no audio")

@@ -13,7 +13,7 @@ import time
 import requests
 
 from app.common.cli import CommandLine
-from app.common.sse_client import Backoff, iter_records
+from app.common.sse_client import ReconnectBackoff, iter_records
 
 DEFAULT_URL = "http://127.0.0.1:7081"
 
@@ -30,7 +30,7 @@ def _print_event(event, fmt, out):
 
 def tail(url, session_id, after, fmt, out=sys.stdout, err=sys.stderr, sleep=time.sleep, max_connects=None):
     """Follow the stream until interrupted (or `max_connects` connections, for tests)."""
-    backoff, cursor, connects = Backoff(), after, 0
+    backoff, cursor, connects = ReconnectBackoff(), after, 0
     while max_connects is None or connects < max_connects:
         connects += 1
         try:

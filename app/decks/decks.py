@@ -40,4 +40,4 @@ def slide_count(deck_id):
     return _slide_counts[key]
 
 
-_slide_counts = {}
+_slide_counts: dict[object, int] = {}

@@ -24,7 +24,7 @@ from gevent.event import Event
 from gevent.lock import Semaphore
 
 from app.common import lifecycle
-from app.common.broker import Broker
+from app.common.broker import LocalBroker
 from app.common.offload import blocking
 from app.decks import logwatch
 from app.decks.eventlog import FileIdentity, read_new_events, scan_tail
@@ -35,7 +35,7 @@ log = logging.getLogger("bundle.decks.feed")
 # The deck service's streams are fed in the process, always: each worker reads the
 # shared log itself (DATA_DIR is all it reads), so a REDIS_URL in its environment
 # changes nothing here. Closed, like the shared broker, when the worker stops.
-broker = Broker()
+broker = LocalBroker()
 lifecycle.on_stop(broker.close_all)
 
 

@@ -159,6 +159,7 @@ def update(log_fd, log_path, complete_end: int, parse, rebuild: bool = False) ->
         if state is None:
             _rebuild(log_fd, path, complete_end, parse)
             return
+        assert ifd is not None  # (state is None without an index: rebuilt above)
         covered, last_offset = state
         if covered == complete_end:
             return

@@ -15,7 +15,7 @@ from app.decks.feed import subscribe as subscribe_feed
 
 # One SessionLog per session in this process, keyed by the log's path (so two apps
 # with different DATA_DIRs in one test process never share one).
-_logs = {}
+_logs: dict[str, SessionLog] = {}
 
 
 def session_log(session_id):

@@ -174,7 +174,7 @@ def default_embedder(settings):
                             f"the default embedding model {record.provider}/{record.name}")
 
 
-_embedders = {}
+_embedders: dict[str, object] = {}
 _embedders_lock = offload.native_lock()
 
 

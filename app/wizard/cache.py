@@ -14,7 +14,7 @@ from app.wizard.models import CollectionVersion, database
 
 MAX_ENTRIES = 256
 MAX_BODY = 4 * 1024 * 1024      # larger answers are rebuilt each time rather than kept
-_entries = OrderedDict()         # key -> (version, Answer); least recently used first
+_entries: OrderedDict[object, tuple] = OrderedDict()  # key -> (version, Answer); least recently used first
 
 Answer = namedtuple("Answer", "body tag")
 

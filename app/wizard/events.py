@@ -20,9 +20,9 @@ from app.wizard.models import CollectionVersion, database
 TOPIC = "wizard:collections"
 POLL_SECONDS = 0.25
 log = logging.getLogger("bundle.wizard")
-_announced = {}        # collection -> the last counter value announced by this process
+_announced: dict[str, int] = {}  # collection -> the last counter value announced by this process
 _watcher = None
-_before_announcing = []   # callables({collection: counter}) run before an announcement goes out
+_before_announcing: list = []   # callables({collection: counter}) run before an announcement goes out
 
 
 def forget():

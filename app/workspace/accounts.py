@@ -91,7 +91,7 @@ def password_sign_in(settings, email: str, password: str) -> User:
     limits.check_login(settings, address, email)
     user = User.get_or_none(User.email_key == email)
     matches = verify_password(password, user.password_hash if user else None)
-    if not matches or user.login_type != "password":
+    if not matches or user is None or user.login_type != "password":  # (no user never matches)
         audit("user.login_failed", user, actor=address)
         raise Unauthenticated("Incorrect email or password.")
     limits.login_succeeded(settings, address, email)

@@ -35,7 +35,7 @@ from workspace_protocol.mux import MESSAGE_LIMIT, VERSION_REFUSED, version_misma
 log = logging.getLogger("bundle.workspace.agents")
 
 # agent id (str) -> AgentConnection, in this worker process
-connections = {}
+connections: dict[str, "AgentConnection"] = {}
 # Set when the worker is told to stop: it still serves requests on open connections
 # meanwhile, and an agent reconnecting then would hold it until gunicorn's time-out.
 stopping = False

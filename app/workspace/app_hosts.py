@@ -174,7 +174,7 @@ def with_ticket(redirect_uri: str, ticket: str) -> str:
 
 # --------------------------------------------------------------------------- sealed tickets and tokens
 
-_fernets = {}  # secret -> Fernet
+_fernets: dict[str, object] = {}  # secret -> Fernet
 
 
 def _fernet():
@@ -284,7 +284,7 @@ def _epoch(moment: datetime) -> float:
 
 # --------------------------------------------------------------------------- single use
 
-_spent = {}  # nonce -> time.monotonic() after which it may be forgotten
+_spent: dict[str, float] = {}  # nonce -> time.monotonic() after which it may be forgotten
 
 
 def _spend(nonce):

@@ -5,7 +5,7 @@ in the database again.
 Every change that can take access away calls `changed()` once it is committed and
 before it answers: a session revoked (sign-out, a password reset), a workspace
 deleted, an app's address reported anew by its agent. That bumps the workspace's
-`access` generation (app/common/generation.py), shared by every worker (and host,
+`access` generation (app/common/change_counter.py), shared by every worker (and host,
 with Redis), and no kept grant read under an older value is used again: a revoked
 token is refused by the very next request, on any worker.
 
@@ -18,19 +18,20 @@ import time
 from flask import current_app
 
 from app.common import config
-from app.common.generation import generation
+from app.common.change_counter import change_counter
 
 MAX_AGE_S = 30.0
 MAX_GRANTS = 10_000  # then all are dropped: each is rebuilt by one request
 
-_grants = {}  # key -> (the app's counter, value read before computing, deadline, grant)
+_grants: dict[object, tuple] = {}  # key -> (the app's counter, value read before computing, deadline, grant)
 
 
 def _counter():
     """The app's counter, made at its first use (tests run several apps in one process)."""
     counter = current_app.extensions.get("workspace_access_generation")
     if counter is None:
-        counter = generation("workspace", "access", current_app.config.get("DATA_DIR") or config.data_dir("workspace"))
+        data_dir = current_app.config.get("DATA_DIR") or config.data_dir("workspace")
+        counter = change_counter("workspace", "access", data_dir)
         current_app.extensions["workspace_access_generation"] = counter
     return counter
 

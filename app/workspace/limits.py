@@ -18,7 +18,7 @@ from app.common import ratelimit
 from app.common.failures import TooManyRequests
 
 FORGET_SECONDS = 3600
-_backoffs = {}
+_backoffs: dict[tuple, ratelimit.Backoff] = {}
 
 
 def _backoff(settings, name, free):
@@ -53,7 +53,7 @@ def _checks(settings, address, account):
 def check_login(settings, address: str, account: str) -> None:
     """Count this sign-in attempt as a failure in advance (login_succeeded gives it
     back); 429 with Retry-After while the pair or the address must wait."""
-    counted = []
+    counted: list[tuple] = []
     for limiter, key in _checks(settings, address, account):
         wait = limiter.attempt(key)
         if wait is not None:

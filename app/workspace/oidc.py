@@ -61,7 +61,7 @@ CLOCK_LEEWAY = 60               # seconds of clock skew tolerated on exp/iat
 # client secret the verification key.
 ASYMMETRIC = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
 
-_cache = {}  # url -> (fetched_at monotonic, JSON document)
+_cache: dict[str, tuple[float, dict]] = {}  # url -> (fetched_at monotonic, JSON document)
 
 
 class SignInFailed(Exception):

@@ -63,7 +63,7 @@ KIND = struct.Struct("!BI")
 BINARY, TEXT, CLOSE = 0, 1, 2
 
 # (agent id, session id) -> Pair, in this worker process
-pairs = {}
+pairs: dict[tuple[str, str], "Pair"] = {}
 
 
 class Pair:

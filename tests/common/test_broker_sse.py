@@ -4,12 +4,12 @@ import time
 import gevent
 import pytest
 
-from app.common.broker import Broker, SubscriptionClosed
+from app.common.broker import LocalBroker, SubscriptionClosed
 from app.common.sse import _records, format_record
 
 
 def test_each_subscriber_gets_every_message_in_order():
-    broker = Broker()
+    broker = LocalBroker()
     a, b = broker.subscribe("t"), broker.subscribe("t")
     for n in range(3):
         broker.publish("t", {"n": n})
@@ -19,7 +19,7 @@ def test_each_subscriber_gets_every_message_in_order():
 
 
 def test_laggard_is_dropped_without_blocking_the_publisher():
-    broker = Broker(max_pending=5)
+    broker = LocalBroker(max_pending=5)
     slow, fast = broker.subscribe("t"), broker.subscribe("t")
     for n in range(10):
         broker.publish("t", n)
@@ -32,7 +32,7 @@ def test_laggard_is_dropped_without_blocking_the_publisher():
 
 
 def test_close_all_wakes_waiting_readers():
-    broker = Broker()
+    broker = LocalBroker()
     sub = broker.subscribe("t")
     waiter = gevent.spawn(sub.get, 30)
     gevent.sleep(0)
@@ -48,7 +48,7 @@ def test_format_record():
 def test_every_stream_sends_the_bytes_the_first_one_rendered():
     """One message object published to many streams is rendered once; another object,
     or the same one under another id, is rendered anew."""
-    broker = Broker()
+    broker = LocalBroker()
     subs = [broker.subscribe("t") for _ in range(3)]
     streams = [_records([], sub, lambda m: m["seq"], 0, 60, "/t") for sub in subs]
     for stream in streams:
@@ -69,7 +69,7 @@ def test_records_skip_duplicates_and_keep_a_fixed_keepalive_schedule():
     while events flow more often than the interval (a timer reset by each event
     would never fire), and never come early. No upper bound on when they come: that
     would measure the machine, not the helper."""
-    broker = Broker()
+    broker = LocalBroker()
     sub = broker.subscribe("t")
     interval = 0.3
     stream = _records([{"seq": 1}, {"seq": 2}], sub, lambda m: m["seq"], 0, interval, "/t")
@@ -104,7 +104,7 @@ def test_records_skip_duplicates_and_keep_a_fixed_keepalive_schedule():
 
 
 def test_subscriptions_made_after_close_all_are_closed_at_once():
-    broker = Broker()
+    broker = LocalBroker()
     broker.close_all("server is stopping")
     late = broker.subscribe("t")
     broker.publish("t", "never delivered")
@@ -124,7 +124,7 @@ def _wait_until(condition, what, timeout=10):
 
 
 def test_one_publish_wakes_every_waiting_reader_once():
-    broker = Broker()
+    broker = LocalBroker()
     subs = [broker.subscribe("t") for _ in range(50)]
     readers = [gevent.spawn(sub.get) for sub in subs]
     gevent.sleep(0)  # every reader is waiting
@@ -135,7 +135,7 @@ def test_one_publish_wakes_every_waiting_reader_once():
 
 
 def test_interrupt_returns_none_after_the_messages_already_there():
-    broker = Broker()
+    broker = LocalBroker()
     sub = broker.subscribe("t")
     waiter = gevent.spawn(sub.get)
     gevent.sleep(0)
@@ -150,7 +150,7 @@ def test_interrupt_returns_none_after_the_messages_already_there():
 
 
 def test_close_all_ends_every_waiting_reader_promptly():
-    broker = Broker()
+    broker = LocalBroker()
     subs = [broker.subscribe(f"t{n % 3}") for n in range(30)]
     readers = [gevent.spawn(sub.get) for sub in subs]  # no time-out: only the close ends them
     gevent.sleep(0)
@@ -162,7 +162,7 @@ def test_close_all_ends_every_waiting_reader_promptly():
 
 
 def test_a_reader_closed_from_elsewhere_wakes_and_the_others_go_on_waiting():
-    broker = Broker()
+    broker = LocalBroker()
     gone, other = broker.subscribe("t"), broker.subscribe("t")
     readers = [gevent.spawn(gone.get), gevent.spawn(other.get)]
     gevent.sleep(0)
@@ -178,7 +178,7 @@ def test_a_topic_keeps_only_what_its_slowest_reader_has_not_read():
     """The messages are stored once per topic; what every reader has read is dropped
     (within a small batch), however many messages go through."""
     from app.common.broker import SCAN_AT_LEAST
-    broker = Broker(max_pending=100)
+    broker = LocalBroker(max_pending=100)
     fast, slow = broker.subscribe("t"), broker.subscribe("t")
     for n in range(500):
         broker.publish("t", n)
@@ -194,7 +194,7 @@ def test_a_topic_keeps_only_what_its_slowest_reader_has_not_read():
 def test_a_slow_stream_is_ended_with_the_reason_after_what_it_was_owed():
     """A stream whose client does not read falls behind; it is ended (its subscription
     forgotten at once), sends what it was owed, then says why it ends."""
-    broker = Broker(max_pending=5)
+    broker = LocalBroker(max_pending=5)
     stream = _records([], broker.subscribe("t"), lambda m: m["seq"], 0, 60, "/t")
     assert next(stream) == b": stream open\n\n"
     for seq in range(1, 10):
@@ -209,7 +209,7 @@ def test_the_one_ticker_sends_keepalives_on_idle_streams():
     """Idle streams get their keepalives from the process's one ticker (no timer of
     their own), each on its own fixed schedule, and an ended stream leaves it."""
     from app.common import ticker
-    broker = Broker()
+    broker = LocalBroker()
     before = ticker.current().pending()
     streams = [_records([], broker.subscribe("t"), None, None, 0.05, "/t") for _ in range(20)]
     for stream in streams:

@@ -13,7 +13,7 @@ import gevent
 import pytest
 import redis
 
-from app.common.broker import Broker, ProcessBroker, RedisBroker, SubscriptionClosed
+from app.common.broker import LocalBroker, ProcessBroker, RedisBroker, SubscriptionClosed
 from app.common.redis_client import connection_name
 from devtools.services import ROOT, free_port
 from devtools.waiting import wait_for
@@ -54,9 +54,9 @@ def test_close_all_ends_the_subscriptions_and_the_reader(redis_server):
 def test_the_process_broker_is_chosen_by_redis_url_at_first_use(monkeypatch, redis_server):
     monkeypatch.delenv("REDIS_URL", raising=False)
     embedded = ProcessBroker()
-    assert isinstance(embedded.backend(), Broker) and not embedded.shared
+    assert isinstance(embedded.backend(), LocalBroker) and not embedded.shared
     monkeypatch.setenv("REDIS_URL", redis_server.new_url())
-    assert isinstance(embedded.backend(), Broker)  # chosen once, at first use
+    assert isinstance(embedded.backend(), LocalBroker)  # chosen once, at first use
     shared = ProcessBroker()
     assert isinstance(shared.backend(), RedisBroker) and shared.shared
 
