@@ -1,26 +1,43 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the bundle needs on this machine, when missing.
-# Needs root for apt-get; as another user it names the command to run instead.
+# Installs the Debian packages of one layer, when missing:
+#   system-deps.sh run    what running the bundle needs (`make run`): python3-venv, nginx,
+#                         espeak-ng (the audio service's speech engine)
+#   system-deps.sh test   that and the test laboratory (`make test`): Chromium, debootstrap,
+#                         systemd-nspawn, PostgreSQL, Redis, LemonLDAP::NG, pebble, sshd, wrk ...
+# Needs root for apt-get; as another user it prints the `sudo apt-get install` line to run
+# and stops (nothing is needed when every package is present).
 set -euo pipefail
+layer=${1:-test}
 # command -> Debian package
-declare -A PACKAGES=([nginx]=nginx-light [openssl]=openssl [espeak-ng]=espeak-ng [chromium]=chromium [debootstrap]=debootstrap [systemd-nspawn]=systemd-container [systemd-analyze]=systemd [node]=nodejs [redis-server]=redis-server [wrk]=wrk [nft]=nftables [ip]=iproute2 [pebble]=pebble [sshd]=openssh-server [ssh]=openssh-client)
+declare -A PACKAGES=([nginx]=nginx-light [espeak-ng]=espeak-ng)
+case "$layer" in
+  run) ;;
+  test)
+    PACKAGES+=([openssl]=openssl [chromium]=chromium [debootstrap]=debootstrap [systemd-nspawn]=systemd-container
+               [systemd-analyze]=systemd [node]=nodejs [redis-server]=redis-server [wrk]=wrk [nft]=nftables
+               [ip]=iproute2 [pebble]=pebble [sshd]=openssh-server [ssh]=openssh-client) ;;
+  *) echo "usage: $0 run|test" >&2; exit 2 ;;
+esac
 missing=()
 for cmd in "${!PACKAGES[@]}"; do
   command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || missing+=("${PACKAGES[$cmd]}")
 done
 python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
-# PostgreSQL's server programs live outside PATH, under its version's folder.
-compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
-# The two-host staging's front balances TCP with nginx's stream module.
-[ -f /usr/lib/nginx/modules/ngx_stream_module.so ] || missing+=(libnginx-mod-stream)
-# LemonLDAP::NG, the real OpenID provider of the single sign-on tests, with the Perl
-# modules its portal loads at start that Debian only recommends (the captcha's images).
-[ -x /usr/sbin/llng-fastcgi-server ] || missing+=(liblemonldap-ng-portal-perl lemonldap-ng-fastcgi-server)
-perl -MGD::SecurityImage -MImage::Magick -MString::Random -MIO::String -e1 2>/dev/null ||
-  missing+=(libgd-securityimage-perl libimage-magick-perl libstring-random-perl libio-string-perl)
+if [ "$layer" = test ]; then
+  # PostgreSQL's server programs live outside PATH, under its version's folder.
+  compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
+  # The two-host staging's front balances TCP with nginx's stream module.
+  [ -f /usr/lib/nginx/modules/ngx_stream_module.so ] || missing+=(libnginx-mod-stream)
+  # LemonLDAP::NG, the real OpenID provider of the single sign-on tests, with the Perl
+  # modules its portal loads at start that Debian only recommends (the captcha's images).
+  [ -x /usr/sbin/llng-fastcgi-server ] || missing+=(liblemonldap-ng-portal-perl lemonldap-ng-fastcgi-server)
+  perl -MGD::SecurityImage -MImage::Magick -MString::Random -MIO::String -e1 2>/dev/null ||
+    missing+=(libgd-securityimage-perl libimage-magick-perl libstring-random-perl libio-string-perl)
+fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
-  echo "missing Debian packages: ${missing[*]}; run: sudo apt-get install -y ${missing[*]}" >&2
+  echo "missing Debian packages (make $layer needs them): ${missing[*]}" >&2
+  echo "run: sudo apt-get install -y --no-install-recommends ${missing[*]}" >&2
   exit 1
 fi
 echo "installing Debian packages: ${missing[*]}" >&2

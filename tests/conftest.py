@@ -1,5 +1,18 @@
 """Fixtures shared by every test: services started exactly as production starts
-them (gunicorn, gevent worker, real files), and the Flask app for unit tests."""
+them (gunicorn, gevent worker, real files), and the Flask app for unit tests.
+
+Each test's tier follows from its folder (`pytest_collection_modifyitems` below), so
+no module names its own:
+- tests/unit/<area>/: `unit`, needs no process besides pytest's own (pure functions,
+  apps in process through tests.support.inprocess or Flask's test client); the
+  modules there are `in_process` as well. `make check` runs these.
+- tests/ops, tests/acceptance, tests/browser: `system` (staging containers, Chromium).
+- every other folder: `service` (real gunicorn, nginx, PostgreSQL, Redis, subprocesses).
+A unit-tier test that a parameter puts on PostgreSQL (`db_backend`) needs its server,
+so it is a `service` test where it stands. `make test` runs every tier.
+"""
+from pathlib import Path
+
 import pytest
 import requests
 
@@ -11,6 +24,42 @@ from tests.support.shared import DatabaseBackend, ServiceStarter
 from tests.support.wizard import FORWARD_AUTH_PASSWORD
 from tests.support.workspace import AgentProcess
 from tests.support.workspace_app import LocalApp
+
+TESTS = Path(__file__).resolve().parent
+SYSTEM_FOLDERS = {"ops", "acceptance", "browser"}
+# Parameters (fixture -> values) under which a test needs a server of its own.
+NEEDS_A_SERVER = {"db_backend": {"postgresql"}}
+# Fixtures that start processes: a test that uses one has no place in tests/unit.
+STARTS_PROCESSES = {"start_service", "postgres_server", "redis_server", "start_agent", "nginx_for"}
+
+
+def tier_of(item):
+    """`unit`, `service` or `system`, from the test's folder below tests/ (and, for the
+    unit folder, from the parameters that put it on a server)."""
+    path = Path(item.path).resolve()
+    folder = path.relative_to(TESTS).parts[0] if path.is_relative_to(TESTS) else None
+    if folder in SYSTEM_FOLDERS:
+        return "system"
+    if folder != "unit":
+        return "service"
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if any(params.get(name) in values for name, values in NEEDS_A_SERVER.items()):
+        return "service"
+    return "unit"
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        tier = tier_of(item)
+        starts = STARTS_PROCESSES.intersection(getattr(item, "fixturenames", ()))
+        if tier == "unit" and starts:
+            raise pytest.UsageError(f"{item.nodeid} uses {', '.join(sorted(starts))}: a test that starts "
+                                    "processes belongs in tests/<area>/, not in tests/unit/")
+        item.add_marker(tier)
+        module = item.getparent(pytest.Module)
+        in_unit = module is not None and Path(module.path).resolve().is_relative_to(TESTS / "unit")
+        if in_unit and not module.get_closest_marker("in_process"):
+            module.add_marker("in_process")
 
 
 @pytest.fixture
@@ -24,8 +73,8 @@ def start_service(tmp_path_factory):
 def start_module_service(request, tmp_path_factory):
     """Like start_service, for services shared by the tests of a module that
     leave no trace (read-only requests, rejected inputs). In a module marked
-    `in_process`, the services are apps in the test's own process
-    (tests.support.inprocess) instead of gunicorn servers."""
+    `in_process` (every module of tests/unit), the services are apps in the test's
+    own process (tests.support.inprocess) instead of gunicorn servers."""
     in_process = request.node.get_closest_marker("in_process") is not None
     starter = (InProcessStarter if in_process else ServiceStarter)(tmp_path_factory)
     yield starter

@@ -8,8 +8,9 @@ workers, signals, nginx) keeps running on a real gunicorn: `start_service`.
 The test clients (tests.support.*) speak `requests`. While an app is in process,
 requests sends what is addressed to its `http://<service>-<n>.in-process` base URL
 to the app, and everything else to the network; so one client class and one test
-serve both tiers, and a module moves from gunicorn to the in-process tier with its
-`pytestmark = pytest.mark.in_process` alone.
+serve both tiers. Every module of tests/unit/ is in process (tests/conftest.py marks
+it `in_process`), so a module moves from gunicorn to the in-process tier by moving
+from tests/<area>/ to tests/unit/<area>/ alone.
 """
 import http.client
 import io

@@ -6,8 +6,6 @@ import re
 import pytest
 from PIL import Image
 
-pytestmark = pytest.mark.in_process
-
 CANONICAL_UUID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 
 

@@ -1,10 +1,7 @@
 """The workspaces API: create, list, get, delete; validation; who sees what."""
-import pytest
 import requests
 
 from tests.support.workspace import create_workspace
-
-pytestmark = pytest.mark.in_process
 
 OTHER = {"email": "bo@example.com", "username": "bo", "password": "second good passphrase"}
 
