@@ -2,7 +2,7 @@
 import pytest
 import requests
 
-from app.workspace.pages import safe_redirect
+from app.workspace.routes.pages import safe_redirect
 from tests.support.workspace import OWNER, run_cli
 
 
