@@ -1,6 +1,6 @@
 """The workspace agent program and the relay client: what runs inside a workspace
 (or on a user's machine). Python's standard library only, on asyncio; the platform
-hands it out as one zipapp file (app/workspace/agent_files.py builds it):
+hands it out as one zipapp file (app/workspace/routes/agent_files.py builds it):
 
     python3 workspace-agent.pyz agent --url https://workspace.example.org     # the agent
     python3 workspace-agent.pyz relay --url ... --agent <id> app <slug> <path>  # a relay client

@@ -47,7 +47,7 @@ a PONG close the connection. The agent reconnects when nothing at all arrives fo
 intervals and a second.
 
 This module keeps each end's state (`Connection`, `StreamState`) and turns received
-messages into events; the drivers (app/workspace/mux.py on gevent, the agent's on
+messages into events; the drivers (app/workspace/transport/mux.py on gevent, the agent's on
 asyncio) do the waiting, the reading and the writing.
 """
 from __future__ import annotations

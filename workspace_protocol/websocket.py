@@ -11,7 +11,7 @@
 A frame that breaks the rules raises Violation(code, why): the caller closes with
 that code. A client masks what it sends with a fresh random key per frame and
 expects unmasked frames; a server the other way round. The platform's own workers
-(app/workspace/mesh.py) speak these frames unmasked both ways: masking guards
+(app/workspace/transport/mesh.py) speak these frames unmasked both ways: masking guards
 proxies in between, and there are none there.
 
 UNMASKED_HEADER: an agent asks the platform, in its upgrade request, to exchange

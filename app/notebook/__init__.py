@@ -3,9 +3,10 @@ jobs (extraction, chunking, embeddings), notes, commands, full-text and vector
 search, and interactive documentation. Modelled on Open Notebook: every route is
 served at the spec's path and again under /api.
 
-The routes are in the modules that register on `app.notebook.blueprint.bp`; the job
-worker's modules (processing, jobs, and the Flask-free ones they use) import no Flask
-and no route module (an import contract in pyproject.toml checks it)."""
+Layers, each importing only those below it (import contracts in pyproject.toml):
+routes/ (each route module defines its blueprint; init_app registers them), worker/
+(the job worker: no Flask, no route module), core/ (data and shared logic), llm/
+(providers), ingest/ (extraction, chunking, uploads, the SSRF guard)."""
 import logging
 
 log = logging.getLogger("bundle.notebook")
@@ -22,7 +23,9 @@ def error_body(status, message, extra):
 
 def init_app(app):
     from app.common.db import bind_to_requests
-    from app.notebook import (  # noqa: F401  (importing a route module registers its routes)
+    from app.notebook.core.migrations import open_database
+    from app.notebook.core.models import database
+    from app.notebook.routes import (
         ask,
         chat,
         commands,
@@ -38,11 +41,8 @@ def init_app(app):
         transformations,
         web,
     )
-    from app.notebook.blueprint import bp
-    from app.notebook.jobs import JobQueue
-    from app.notebook.models import database
-    from app.notebook.schema import open_database
     from app.notebook.settings import NotebookSettings
+    from app.notebook.worker.jobs import JobQueue
 
     settings = NotebookSettings.from_env(app.config["DATA_DIR"])
     app.config["NOTEBOOK"] = settings
@@ -54,7 +54,10 @@ def init_app(app):
     web.register(app, settings)
     bind_to_requests(app, database)
 
-    app.register_blueprint(bp)
-    app.register_blueprint(bp, url_prefix="/api", name="notebook_api")
+    # Every route module's blueprint, at the spec's paths and again under /api.
+    for module in (ask, chat, commands, credentials, docs, model_config, notebooks, notes, podcasts, search,
+                   sources, system, transformations):
+        app.register_blueprint(module.bp)
+        app.register_blueprint(module.bp, url_prefix="/api", name=f"{module.bp.name}_api")
     if not settings.auth_enabled:
         log.warning("NOTEBOOK_PASSWORD is not set: the notebook answers every client (no authentication)")

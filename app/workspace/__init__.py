@@ -1,15 +1,17 @@
 """Workspace platform (spec 000, part A): accounts, session credentials, password
 sign-in and single sign-on through an external OIDC provider; workspaces, their
-agents' connections, the workspace apps proxy, the web terminal and the relay."""
-import logging
+agents' connections, the workspace apps proxy, the web terminal and the relay.
 
-from flask import Blueprint
+Layers, each importing only those below it (import contracts in pyproject.toml):
+routes/ (each route module defines its blueprint; init_app registers them), tunnel/
+(an agent's connection, app streams, proxied requests), access/ (accounts, sessions,
+OIDC, grants, limits, app-host tokens), transport/ (mux driver, websockets, mesh),
+core/ (models, migrations, request schemas)."""
+import logging
 
 from app.common.config import PROJECT_ROOT
 from app.common.db import bind_to_requests
 
-bp = Blueprint("workspace", __name__, template_folder="templates", static_folder="static",
-               static_url_path="/static")
 log = logging.getLogger("bundle.workspace")
 VERSION = (PROJECT_ROOT / "VERSION").read_text().strip()
 
@@ -30,23 +32,14 @@ def error_body(status, message, extra):
 
 
 def init_app(app):
-    # Importing the route modules registers their routes on bp.
     from app.common import redis_client
-    from app.workspace import (  # noqa: F401
-        agent_files,
-        agents,
-        api,
-        apps,
-        oidc,
-        pages,
-        relay,
-        terminal,
-        workspaces,
-    )
-    from app.workspace.mesh import mesh
-    from app.workspace.models import database
-    from app.workspace.schema import open_database
+    from app.workspace.access import oidc
+    from app.workspace.core.migrations import open_database
+    from app.workspace.core.models import database
+    from app.workspace.routes import agent_files, api, apps, pages, relay, terminal, workspaces
     from app.workspace.settings import WorkspaceSettings
+    from app.workspace.transport.mesh import mesh
+    from app.workspace.tunnel import agents
 
     settings = WorkspaceSettings.from_env(app.config["DATA_DIR"])
     app.config["WORKSPACE"] = settings
@@ -54,5 +47,7 @@ def init_app(app):
     mesh.configure(redis_client.client(), settings.mesh_secret, settings.mesh_address)
     bind_to_requests(app, database)
 
-    app.register_blueprint(bp)
+    # Every route module's blueprint; pages' also serves the templates and /static.
+    for module in (agent_files, agents, api, apps, oidc, pages, relay, terminal, workspaces):
+        app.register_blueprint(module.bp)
     apps.install_front(app)

@@ -24,11 +24,11 @@ from app.common import config
 from app.common.body import validated
 from app.common.cli import CommandLine, CopyPlan
 from app.common.failures import Failure
-from app.workspace import accounts, sessions
-from app.workspace.models import User, database
-from app.workspace.passwords import weakness
-from app.workspace.schema import HISTORY, open_database
-from app.workspace.schemas import FirstUserSchema
+from app.workspace.access import accounts, sessions
+from app.workspace.access.passwords import weakness
+from app.workspace.core.migrations import HISTORY, open_database
+from app.workspace.core.models import User, database
+from app.workspace.core.payloads import FirstUserSchema
 from app.workspace.settings import WorkspaceSettings
 
 

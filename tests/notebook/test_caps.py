@@ -9,7 +9,8 @@ import tracemalloc
 
 import pytest
 
-from app.notebook import extract, llm, ssrf
+from app.notebook import llm
+from app.notebook.ingest import extract, ssrf
 from tests.support import documents
 from tests.support.notebook import MAX_CHARS, MAX_TEXT
 

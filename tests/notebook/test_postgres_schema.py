@@ -9,14 +9,14 @@ import sys
 
 import psycopg
 
-from app.notebook.schema import HISTORY
+from app.notebook.core.migrations import HISTORY
 from tests.support.shared import ROOT
 
 SEARCH = """
 import json, sys
-from app.notebook.models import database
-from app.notebook.schema import open_database
-from app.notebook.search import _ranked
+from app.notebook.core.models import database
+from app.notebook.core.migrations import open_database
+from app.notebook.routes.search import _ranked
 open_database(sys.argv[1], pool=False)
 data = {"query": sys.argv[2], "limit": 10, "search_sources": True, "search_notes": True}
 with database.connection_context():

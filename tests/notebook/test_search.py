@@ -8,7 +8,7 @@ import pytest
 from tests.support.notebook import add_note, add_text_source
 
 HIT_FIELDS = {"id", "parent_id", "type", "title", "score", "relevance", "matches"}
-# Longer than one part of PostgreSQL's index (app.notebook.index.PART_CHARS): indexed
+# Longer than one part of PostgreSQL's index (app.notebook.core.index.PART_CHARS): indexed
 # in several rows, still one hit.
 LONG_WORDS = 30_000
 

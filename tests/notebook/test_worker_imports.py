@@ -8,9 +8,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 WORKER_IMPORTS = """
 import sys
-from app.notebook import cli, jobs, models, processing, schema, settings  # what `worker` loads
+from app.notebook import cli, settings  # what `worker` loads
+from app.notebook.core import migrations, models
+from app.notebook.worker import jobs, processing
 loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("flask", "werkzeug")
-                or m in ("app.notebook.blueprint", "app.notebook.http"))
+                or m == "app.notebook.routes" or m.startswith("app.notebook.routes."))
 print(" ".join(loaded))
 """
 

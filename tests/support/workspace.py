@@ -86,9 +86,9 @@ SYSTEM_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sy
 
 
 def agent_program():
-    """The agent's zipapp, as the platform hands it out (app/workspace/agent_files.py),
+    """The agent's zipapp, as the platform hands it out (app/workspace/routes/agent_files.py),
     written once to a file named by its digest: [python, -I, file]."""
-    from app.workspace.agent_files import agent_file
+    from app.workspace.routes.agent_files import agent_file
     built = agent_file()
     path = Path(tempfile.gettempdir()) / f"workspace-agent-{built.sha256[:16]}.pyz"
     if not path.exists():
@@ -156,7 +156,7 @@ def http_on(sock, method, path, headers=None, body=b"", host="127.0.0.1"):
 
 def websocket_on(sock, path, headers=None, host="127.0.0.1"):
     """Upgrade a kept-alive connection (a TLS one too) to a websocket: a client FrameTransport."""
-    from app.workspace.websocket import FrameTransport
+    from app.workspace.transport.websocket import FrameTransport
     from workspace_protocol.websocket import accept_value
     key = base64.b64encode(os.urandom(16)).decode()
     lines = [f"GET {path} HTTP/1.1", f"Host: {host}", "Upgrade: websocket", "Connection: Upgrade",

@@ -1,6 +1,6 @@
 """Agents on any worker: with REDIS_URL the platform runs several workers, and a
 request for an agent that reaches a worker not holding the agent's connection is
-carried to the one that does, over the workers' mesh (app/workspace/mesh.py)."""
+carried to the one that does, over the workers' mesh (app/workspace/transport/mesh.py)."""
 import contextlib
 import hashlib
 import json
@@ -105,7 +105,7 @@ def test_every_worker_serves_the_agent_it_does_not_hold(platform):
 
 
 def test_a_token_revoked_on_one_worker_is_refused_by_every_worker_at_once(platform):
-    """Each worker keeps the grant of a token it checked (app/workspace/grants.py);
+    """Each worker keeps the grant of a token it checked (app/workspace/access/grants.py);
     signing out through one worker drops it on all of them, through Redis."""
     token = platform.ws.login(OWNER["email"], OWNER["password"]).json()["session_token"]
     socks = [connect_to_worker(platform.service, pid) for pid in platform.service.worker_pids()]

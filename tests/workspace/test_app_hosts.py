@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, urljoin, urlsplit
 import pytest
 import requests
 
-from app.workspace.app_hosts import sealer
+from app.workspace.access.app_hosts import sealer
 from devtools import nginx, services
 from tests.support.proxy import ATTACKER_TOKEN, HostileApp
 from tests.support.workspace import (
@@ -444,7 +444,7 @@ def test_a_bad_wildcard_stops_the_start(monkeypatch, tmp_path, wildcard, problem
 
 
 def test_a_wildcard_with_a_port_gives_app_urls_with_it(monkeypatch, tmp_path):
-    from app.workspace.app_hosts import app_url
+    from app.workspace.access.app_hosts import app_url
     from app.workspace.settings import WorkspaceSettings
     monkeypatch.setenv("WORKSPACE_ACCESS_URL", "https://code.example.org")
     monkeypatch.setenv("WORKSPACE_WILDCARD_ACCESS_URL", "*.Apps.Example.org:8443")

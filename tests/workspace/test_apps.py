@@ -279,7 +279,7 @@ def test_a_revoked_session_token_is_refused_at_once(connected):
 
 def test_the_token_in_a_cookie_is_accepted_in_the_query_not(connected):
     """A token in a URL ends up in logs and histories: the query carries one on a
-    websocket upgrade only (app/workspace/sessions.py)."""
+    websocket upgrade only (app/workspace/access/sessions.py)."""
     by_cookie = requests.get(connected.app_url + "/hello", cookies={"workspace_session_token": connected.owner},
                              timeout=10)
     by_query = requests.get(connected.app_url + f"/hello?workspace_session_token={connected.owner}", timeout=10)

@@ -7,7 +7,7 @@ alive in one pool per (provider, base URL)."""
 import time
 
 from app.common import provider_http
-from app.notebook import ssrf
+from app.notebook.ingest import ssrf
 
 CHECK_TTL_S = 60.0  # how long a base URL's SSRF check holds (a name may resolve elsewhere later)
 

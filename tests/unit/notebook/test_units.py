@@ -4,9 +4,9 @@ import ipaddress
 
 import pytest
 
-from app.notebook import chunking, extract, ssrf
-from app.notebook.index import match_expression
-from app.notebook.uploads import safe_name
+from app.notebook.core.index import match_expression
+from app.notebook.ingest import chunking, extract, ssrf
+from app.notebook.ingest.uploads import safe_name
 
 
 @pytest.mark.parametrize("raw, expected", [
@@ -70,7 +70,7 @@ def test_a_model_stream_sends_keepalives_while_the_model_thinks():
     from gevent.event import Event
 
     from app.common.sse import _records, format_record
-    from app.notebook.streams import Feed, error_record
+    from app.notebook.routes.streams import Feed, error_record
 
     thought = Event()
 

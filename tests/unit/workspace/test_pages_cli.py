@@ -2,7 +2,7 @@
 themselves are tests/workspace/test_pages_cli.py."""
 import pytest
 
-from app.workspace.pages import safe_redirect
+from app.workspace.routes.pages import safe_redirect
 
 
 @pytest.mark.parametrize("value,expected", [

@@ -1,0 +1,2 @@
+"""The platform's data (models), its schema history (migrations) and request
+schemas (payloads)."""

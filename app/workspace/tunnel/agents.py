@@ -1,0 +1,362 @@
+"""Workspace agents: their tokens, their status, and their one live connection.
+
+`GET /api/v2/workspaceagents/me/rpc` is the agent's websocket (mux.py's protocol),
+authenticated by the agent token in `Workspace-Session-Token` before the upgrade.
+A process keeps the connections it holds in `connections`; a reconnecting agent
+replaces (and closes) its previous connection. Without REDIS_URL the platform runs
+one worker, which holds them all. With it, each worker records the agents it holds
+in Redis and a request for an agent held by another worker is carried there over
+the mesh between the workers (mesh.py): `open_stream`, `relay_invitation` and
+`disconnect` work whichever worker holds the agent.
+
+Status, as Coder derives it from the timestamps:
+  connecting    never connected, and created less than WORKSPACE_AGENT_CONNECTION_TIMEOUT ago
+  timeout       never connected, created longer ago than that
+  connected     last_connected_at (the upgrade, then every answered ping) is recent
+                (within 3 ping intervals) and after disconnected_at
+  disconnected  otherwise (closed, two pings missed, or the platform went away)
+"""
+import logging
+from datetime import timedelta
+
+import gevent
+from flask import Blueprint, current_app, request
+
+from app.common import lifecycle
+from app.common.broker import broker
+from app.common.failures import Failure, Invalid, Unauthenticated, Unavailable, UpstreamFailed
+from app.workspace.access import app_hosts, grants
+from app.workspace.access.sessions import HEADER, TOKEN_SHAPE, new_token, secret_matches
+from app.workspace.core import payloads
+from app.workspace.core.models import WorkspaceAgent, WorkspaceApp, database, now
+from app.workspace.transport import websocket
+from app.workspace.transport.mesh import Refused, Unreachable, mesh
+from app.workspace.transport.mux import Mux, StreamClosed, join
+from workspace_protocol.mux import MESSAGE_LIMIT, VERSION_REFUSED, version_mismatch
+
+bp = Blueprint("agents", __name__)
+
+log = logging.getLogger("bundle.workspace.agents")
+
+# agent id (str) -> AgentConnection, in this worker process
+connections: dict[str, "AgentConnection"] = {}
+# Set when the worker is told to stop: it still serves requests on open connections
+# meanwhile, and an agent reconnecting then would hold it until gunicorn's time-out.
+stopping = False
+
+
+def _settings():
+    return current_app.config["WORKSPACE"]
+
+
+# --------------------------------------------------------------------------- tokens
+
+def rotate_token(agent):
+    """A new token for `agent`; the old one stops working and its connection closes."""
+    token_id, token_hash, token = new_token()
+    WorkspaceAgent.update(token_id=token_id, token_hash=token_hash).where(WorkspaceAgent.id == agent.id).execute()
+    disconnect(agent.id, "the agent token was revoked")
+    return token
+
+
+def authenticate_agent(token):
+    """The agent whose token this is, else a 401 saying why (never which part failed)."""
+    if not token:
+        raise Unauthenticated("You must be signed in to do this.", detail="no agent token was given")
+    match = TOKEN_SHAPE.match(token)
+    agent = WorkspaceAgent.get_or_none(WorkspaceAgent.token_id == match.group(1)) if match else None
+    if agent is None or not secret_matches(agent.token_hash, match.group(2)):
+        raise Unauthenticated("You must be signed in to do this.", detail="the agent token is not valid")
+    return agent
+
+
+# --------------------------------------------------------------------------- status
+
+def status_of(agent, settings, at=None):
+    at = at or now()
+    if agent.first_connected_at is None:
+        waited = at - agent.created_at
+        return "timeout" if waited > timedelta(seconds=settings.agent_timeout_seconds) else "connecting"
+    last = agent.last_connected_at or agent.first_connected_at
+    if agent.disconnected_at is not None and agent.disconnected_at >= last:
+        return "disconnected"
+    if at - last > timedelta(seconds=3 * settings.agent_ping_seconds):
+        return "disconnected"
+    return "connected"
+
+
+def _stamp(value):
+    return value.isoformat(timespec="milliseconds") + "Z" if value else None
+
+
+def public(agent, settings, workspace=None, owner_name=None):
+    """The agent as the API shows it (never its token)."""
+    workspace = workspace or agent.workspace
+    owner_name = owner_name or workspace.owner.username
+    base = f"/@{owner_name}/{workspace.name}.{agent.name}"
+    apps = WorkspaceApp.select().where(WorkspaceApp.agent == agent.id).order_by(WorkspaceApp.slug)
+    return {"id": str(agent.id), "name": agent.name, "workspace_id": str(workspace.id),
+            "status": status_of(agent, settings), "created_at": _stamp(agent.created_at),
+            "first_connected_at": _stamp(agent.first_connected_at),
+            "last_connected_at": _stamp(agent.last_connected_at), "disconnected_at": _stamp(agent.disconnected_at),
+            "connection_timeout_seconds": settings.agent_timeout_seconds,
+            "terminal_url": base + "/terminal",
+            "apps": [{"slug": app.slug, "display_name": app.display_name, "url": app.url,
+                      "sharing_level": app.sharing_level, "path": f"{base}/apps/{app.slug}/",
+                      # Its own host (WORKSPACE_WILDCARD_ACCESS_URL), where browsers should open it; else null.
+                      "host_url": app_hosts.app_url(settings, app.slug, agent.name, workspace.name, owner_name)}
+                     for app in apps]}
+
+
+def status_topic(owner_id):
+    return f"workspace-agents:{owner_id}"
+
+
+def _publish(agent_id, owner_id):
+    """Tell the owner's dashboards that this agent's status changed."""
+    with database.connection_context():
+        agent = WorkspaceAgent.get_or_none(WorkspaceAgent.id == agent_id)
+        status = status_of(agent, _settings()) if agent else "deleted"
+    broker.publish(status_topic(owner_id), {"agent_id": str(agent_id), "status": status})
+
+
+# --------------------------------------------------------------------------- connections
+
+class AgentUnavailable(UpstreamFailed):
+    def __init__(self, detail):
+        super().__init__("The workspace agent is not connected.", detail=detail)
+
+
+class AgentConnection:
+    def __init__(self, agent_id, owner_id, mux):
+        self.agent_id, self.owner_id, self.mux = agent_id, owner_id, mux
+
+
+NOT_CONNECTED = "the agent has no open connection to the platform"
+
+
+def _holder(agent_id):
+    """The mesh address of the other worker holding the agent's connection; else 502."""
+    address = mesh.holder(agent_id)
+    if address is None or address == mesh.address:  # this worker's entry, of a connection just gone
+        raise AgentUnavailable(NOT_CONNECTED)
+    return address
+
+
+def _unreachable(agent_id, address, exc):
+    if isinstance(exc, Refused):  # a misconfigured worker (this one, perhaps) must not drop a good entry
+        return AgentUnavailable(f"the worker holding the agent's connection refused this one: {exc}")
+    mesh.forget(agent_id, address)
+    return AgentUnavailable(f"the worker holding the agent's connection does not answer ({exc})")
+
+
+def open_stream(agent_id, meta, data=b""):
+    """A new stream to the agent, its first `data` sent with the OPEN, through the
+    worker holding its connection (this one or another); or 502."""
+    connection = connections.get(str(agent_id))
+    if connection is not None:
+        try:
+            return connection.mux.open(meta, data)
+        except StreamClosed as exc:
+            raise AgentUnavailable(f"the agent's connection is closing: {exc}") from None
+    address = _holder(agent_id)
+    try:
+        return mesh.open(address, {"kind": "agent", "agent": str(agent_id), "meta": meta}, data)
+    except Unreachable as exc:
+        raise _unreachable(agent_id, address, exc) from None
+
+
+@mesh.serves("agent")
+def _serve_stream_for_another_worker(link):
+    """A stream to an agent held here, opened by another worker: joined to the agent's."""
+    connection = connections.get(str(link.meta.get("agent")))
+    if connection is None:
+        link.close(NOT_CONNECTED)
+        return
+    meta = link.meta.get("meta")
+    # What came with the OPEN goes with ours, unless a terminal was resized before
+    # this ran: then the size goes first, and what was typed after it.
+    resized = link.unheard_size
+    try:
+        stream = connection.mux.open(meta if isinstance(meta, dict) else {}, b"" if resized else link.take_buffered())
+    except StreamClosed as exc:
+        link.close(f"the agent's connection is closing: {exc}")
+        return
+    link.on_resize = stream.resize
+    try:
+        if resized:
+            stream.resize(*resized)
+        join(link, stream)
+    finally:
+        stream.close()
+
+
+def relay_invitation(agent_id, session):
+    """502 now if the agent is not connected; else a function that invites it (mux
+    RELAY, with its apps) to join relay `session`, through the worker holding its
+    connection, and says whether the invitation could be sent."""
+    key = str(agent_id)
+    address = None if key in connections else _holder(agent_id)
+    with database.connection_context():
+        apps = WorkspaceApp.select(WorkspaceApp.slug, WorkspaceApp.url).where(WorkspaceApp.agent == agent_id)
+        info = {"session": session, "apps": [{"slug": app.slug, "url": app.url} for app in apps]}
+
+    def invite():
+        if address is None:
+            return _invite_here(key, info)
+        try:
+            return mesh.call(address, {"kind": "invite", "agent": key, "info": info}) == b"1"
+        except Unreachable:
+            return False
+    return invite
+
+
+def _invite_here(key, info):
+    connection = connections.get(key)
+    return connection is not None and connection.mux.invite(info)
+
+
+@mesh.serves("invite")
+def _invite_for_another_worker(link):
+    info = link.meta.get("info")
+    mesh.answer(link, b"1" if _invite_here(str(link.meta.get("agent")), info if isinstance(info, dict) else {})
+                else b"0")
+
+
+def disconnect(agent_id, reason):
+    """Close the agent's connection, whichever worker holds it."""
+    connection = connections.get(str(agent_id))
+    if connection is not None:
+        connection.mux.close(reason)
+        return
+    try:
+        address = mesh.holder(agent_id)
+        if address is not None and address != mesh.address:
+            mesh.call(address, {"kind": "disconnect", "agent": str(agent_id), "reason": reason})
+    except Unreachable:
+        pass  # a worker gone took the connection with it
+    except Failure:
+        # Redis is down: the token is revoked all the same, and the connection,
+        # refused at its next upgrade, ends when the holder next loses it.
+        log.warning("agent %s: its connection could not be closed: %s", agent_id, reason)
+
+
+@mesh.serves("disconnect")
+def _disconnect_for_another_worker(link):
+    connection = connections.get(str(link.meta.get("agent")))
+    if connection is not None:
+        connection.mux.close(str(link.meta.get("reason") or "closed by the platform")[:200])
+    mesh.answer(link, b"1")
+
+
+def refuse_while_stopping():
+    if stopping:
+        raise Unavailable("The platform is stopping; connect again in a moment.", retry_after=1)
+
+
+def close_all():
+    global stopping
+    stopping = True
+    for connection in list(connections.values()):
+        connection.mux.close("the platform is stopping")
+
+
+lifecycle.on_stop(close_all)
+
+
+def _update(agent_id, **values):
+    with database.connection_context():
+        WorkspaceAgent.update(**values).where(WorkspaceAgent.id == agent_id).execute()
+
+
+def _record_apps(agent_id, info):
+    """Apps the agent reports (`--app slug=url`): a declared app's URL follows the
+    agent's; a new one is added, shared with its owner only."""
+    apps = info.get("apps")
+    if not isinstance(apps, list):
+        return
+    moved = False
+    with database.connection_context():
+        known = dict(WorkspaceApp.select(WorkspaceApp.slug, WorkspaceApp.url)
+                     .where(WorkspaceApp.agent == agent_id).tuples())
+        for app in apps[:32]:
+            slug, url = payloads.valid_app_report(app)  # the one place names and URLs are checked
+            if slug is None or known.get(slug) == url:
+                continue
+            if slug in known:
+                WorkspaceApp.update(url=url).where(
+                    (WorkspaceApp.agent == agent_id) & (WorkspaceApp.slug == slug)).execute()
+                moved = True
+            else:
+                WorkspaceApp.create(agent=agent_id, slug=slug, display_name=slug, url=url)
+            known[slug] = url
+    if moved:
+        grants.changed()  # requests kept going to the old address would reach another app
+
+
+@websocket.route(bp, "/api/v2/workspaceagents/me/rpc")
+def agent_rpc():
+    """The agent's websocket (authenticated by its token): the one connection the platform reaches the workspace
+    through."""
+    agent = authenticate_agent(request.headers.get(HEADER))
+    if not websocket.is_upgrade():
+        raise Invalid("This is the agent's websocket: send a websocket upgrade request.")
+    refuse_while_stopping()
+    owner_id = agent.workspace.owner_id
+    database.close()  # the connection lasts hours: it must not hold a pooled database connection
+    app = current_app._get_current_object()
+    return websocket.accept_frames(lambda transport: _serve_agent(app, agent.id, owner_id, transport),
+                                   max_message_size=MESSAGE_LIMIT)
+
+
+def _serve_agent(app, agent_id, owner_id, transport):
+    settings = app.config["WORKSPACE"]
+    key = str(agent_id)
+
+    def hello(info):
+        refused = version_mismatch(info, "agent", "platform")
+        if refused is not None:
+            log.warning("agent %s refused: %s", agent_id, refused)
+            mux.close(refused + "; update the agent", VERSION_REFUSED)
+            return
+        with app.app_context():
+            _record_apps(agent_id, info)
+        mux.hello({"ping_seconds": settings.agent_ping_seconds, "agent_id": key})
+
+    mux = Mux(transport, opens=True, on_hello=hello,
+              on_pong=lambda: _update(agent_id, last_connected_at=now()))
+    try:
+        holding = mesh.hold(key, on_lost=lambda: mux.close("replaced by a newer connection of the agent"))
+    except Failure as exc:
+        mux.close(exc.message, 1013)  # "try again later": the agent reconnects
+        return
+    connection = AgentConnection(agent_id, owner_id, mux)
+    previous, connections[key] = connections.get(key), connection
+    if previous is not None:
+        previous.mux.close("replaced by a new connection of the agent")
+    with app.app_context():
+        _connected(agent_id, owner_id)
+        pinger = gevent.spawn(mux.keepalive, settings.agent_ping_seconds)
+        try:
+            reason = mux.run()
+        finally:
+            pinger.kill()
+            # A newer connection, here or on another worker, keeps the agent connected.
+            if mesh.release(holding) and connections.get(key) is connection:
+                _update(agent_id, disconnected_at=now())
+                _publish(agent_id, owner_id)
+            if connections.get(key) is connection:
+                del connections[key]
+    log.info("agent %s disconnected: %s", agent_id, reason)
+
+
+def _connected(agent_id, owner_id):
+    at = now()
+    # One transaction: a status read between the two would see a first connection
+    # without a last one.
+    with database.connection_context(), database.atomic():
+        WorkspaceAgent.update(first_connected_at=at).where(
+            (WorkspaceAgent.id == agent_id) & WorkspaceAgent.first_connected_at.is_null()).execute()
+        WorkspaceAgent.update(last_connected_at=at).where(WorkspaceAgent.id == agent_id).execute()
+    _publish(agent_id, owner_id)
+    log.info("agent %s connected", agent_id)
