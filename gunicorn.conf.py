@@ -3,6 +3,7 @@
 Never import app code here: the gevent worker must monkey-patch before the app is
 imported. HOST and PORT are read here, by the server adapter, not by the app.
 """
+
 import json
 import os
 import resource
@@ -11,8 +12,9 @@ from pathlib import Path
 
 # The registry of the services (services.json, the one list that app.registry, the dev
 # runner, the tests and the playbook read too), read raw: no app code is imported here.
-REGISTRY = {entry["name"]: entry
-            for entry in json.loads((Path(__file__).resolve().parent / "services.json").read_text())}
+REGISTRY = {
+    entry["name"]: entry for entry in json.loads((Path(__file__).resolve().parent / "services.json").read_text())
+}
 # Each service's loopback port.
 DEFAULT_PORTS = {name: entry["port"] for name, entry in REGISTRY.items()}
 
@@ -31,8 +33,10 @@ workers = int(os.environ.get("WEB_CONCURRENCY", "1"))
 # through Redis once there are several; one worker keeps it in its own memory.
 NEEDS_REDIS_TO_SCALE = {name for name, entry in REGISTRY.items() if entry["needs_redis_to_scale"]}
 if workers > 1 and _service in NEEDS_REDIS_TO_SCALE and not os.environ.get("REDIS_URL", "").strip():
-    sys.exit(f"error: {_service} with WEB_CONCURRENCY={workers} needs REDIS_URL (redis://...) for the state its"
-             " workers share; set REDIS_URL or WEB_CONCURRENCY=1")
+    sys.exit(
+        f"error: {_service} with WEB_CONCURRENCY={workers} needs REDIS_URL (redis://...) for the state its"
+        " workers share; set REDIS_URL or WEB_CONCURRENCY=1"
+    )
 # Each open SSE or websocket stream holds one connection of the worker.
 worker_connections = int(os.environ.get("WORKER_CONNECTIONS", "4096"))
 # Well under systemd's 20 s stop time-out; streams end at once on SIGTERM anyway.

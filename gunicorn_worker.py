@@ -14,6 +14,7 @@ Also: a small answer's head and body go out in one send (OneSendResponse).
 Loaded by the arbiter before any worker forks: it imports gunicorn and gevent only
 (the worker monkey-patches after the fork), never app code.
 """
+
 import gevent
 from gunicorn.http import wsgi
 from gunicorn.workers.ggevent import GeventWorker
@@ -25,6 +26,7 @@ ONE_SEND_BYTES = 64 * 1024
 
 class _Held:
     """Stands in for the socket while gunicorn writes a head and a small body."""
+
     __slots__ = ("data",)
 
     def __init__(self):

@@ -1,7 +1,8 @@
 """The WSGI entry point: `SERVICE` names the service to serve.
 
-    SERVICE=decks .venv/bin/gunicorn -c gunicorn.conf.py wsgi:app
+SERVICE=decks .venv/bin/gunicorn -c gunicorn.conf.py wsgi:app
 """
+
 import os
 import sys
 

@@ -4,6 +4,7 @@
 `app.common`; each service is a package `app.<service>` that exposes
 `init_app(app)`.
 """
+
 import importlib
 import importlib.util
 
@@ -26,18 +27,18 @@ def built_services():
 def create_app(service, overrides=None):
     """Build the Flask app of `service`; `overrides` update its config (tests)."""
     if service not in SERVICES:
-        raise UnknownService(
-            f"unknown SERVICE {service!r}: expected one of {', '.join(SERVICES)}")
+        raise UnknownService(f"unknown SERVICE {service!r}: expected one of {', '.join(SERVICES)}")
     if service not in built_services():
         raise UnknownService(
-            f"SERVICE {service!r} is not built in this checkout: "
-            f"available are {', '.join(built_services())}")
+            f"SERVICE {service!r} is not built in this checkout: available are {', '.join(built_services())}"
+        )
     # Flask is imported here, not with the package: a job worker imports app.<service>
     # modules without it.
     from flask import Flask
 
     from app.common import errors, headers, redis_client, requestlog
-    redis_client.client()   # a malformed REDIS_URL stops the start here, with one line naming it
+
+    redis_client.client()  # a malformed REDIS_URL stops the start here, with one line naming it
     module = importlib.import_module(f"app.{service}")
     # Static files are served by each service's blueprint, not by the app itself.
     flask_app = Flask(module.__name__, static_folder=None)
@@ -47,6 +48,6 @@ def create_app(service, overrides=None):
     flask_app.config.update(overrides or {})
     errors.register(flask_app, module.error_body)
     requestlog.register(flask_app)
-    headers.register(flask_app)   # CSP, nosniff, framing and referrer rules on every answer
+    headers.register(flask_app)  # CSP, nosniff, framing and referrer rules on every answer
     module.init_app(flask_app)
     return flask_app

@@ -18,6 +18,7 @@ The order of the file is the order of every list of services (the dev runner's s
 the playbook's units). gunicorn.conf.py and the playbook read the JSON file themselves
 (gunicorn's config must import no app code); Python code reads it here.
 """
+
 from __future__ import annotations
 
 import json

@@ -6,6 +6,7 @@ The benches call gevent's monkey.patch_all() before they import this module, so
 everything here (sockets, sleeps) is cooperative; nothing here patches or needs
 to be imported before the patch.
 """
+
 import json
 import math
 import os
@@ -27,8 +28,8 @@ HOST = "127.0.0.1"  # the benches talk to this machine only
 CLK_TCK = os.sysconf("SC_CLK_TCK")  # /proc/<pid>/stat and /proc/stat count in these ticks
 
 # Bounds shared by every bench.
-REQUEST_TIMEOUT_S = 30.0     # one HTTP request
-STOP_TIMEOUT_S = 20.0        # systemd's stop time-out
+REQUEST_TIMEOUT_S = 30.0  # one HTTP request
+STOP_TIMEOUT_S = 20.0  # systemd's stop time-out
 NGINX_STOP_TIMEOUT_S = 10.0
 WORKER_START_TIMEOUT_S = 10.0  # gunicorn forking its workers
 
@@ -37,6 +38,7 @@ DISTURBED = 0.15
 
 
 # --------------------------------------------------------------------------- figures
+
 
 def percentile(values, p):
     """Nearest-rank percentile of `values` (None when empty)."""
@@ -63,11 +65,13 @@ def print_targets(rows):
     width = [max(len(r[i]) for r in rows) for i in range(3)]
     print(f"   {'target':<{width[0]}}  {'measured':<{width[1]}}  {'goal':<{width[2]}}  result")
     for name, measured, goal, ok in rows:
-        print(f"   {name:<{width[0]}}  {measured:<{width[1]}}  {goal:<{width[2]}}  "
-              f"{'-' if ok is None else verdict(ok)}")
+        print(
+            f"   {name:<{width[0]}}  {measured:<{width[1]}}  {goal:<{width[2]}}  {'-' if ok is None else verdict(ok)}"
+        )
 
 
 # --------------------------------------------------------------------------- CPU from /proc
+
 
 def proc_cpu(pid):
     """(own utime+stime of all its threads, waited-for children's cutime+cstime) of
@@ -154,8 +158,7 @@ class CpuMeter:
         self.client = self_cpu_seconds() - self.c0
         busy, steal = machine_busy_seconds()
         self.steal = steal - self.b0[1]
-        self.other = max(0.0, busy - self.b0[0] - self.steal - self.worker - self.engines - self.proxy
-                         - self.client)
+        self.other = max(0.0, busy - self.b0[0] - self.steal - self.worker - self.engines - self.proxy - self.client)
         return self
 
     def pct(self, value):
@@ -167,6 +170,7 @@ class CpuMeter:
 
 
 # --------------------------------------------------------------------------- HTTP client
+
 
 class HttpError(Exception):
     pass
@@ -203,7 +207,7 @@ def read_response(sock, buf, what):
             raise ConnectionError(f"{what}: the server closed the connection")
         buf += data
     lines = buf[:end].decode("latin-1").split("\r\n")
-    buf = buf[end + 4:]
+    buf = buf[end + 4 :]
     status = int(lines[0].split(" ", 2)[1])
     headers = {}
     for line in lines[1:]:
@@ -302,6 +306,7 @@ class KeepAliveClient:
 
 # --------------------------------------------------------------------------- the service under test
 
+
 class Service:
     """devtools.services.start with its output in a log file (read back for the
     service's own request times and shown when a bench fails); stop() is idempotent."""
@@ -312,8 +317,9 @@ class Service:
         self.running = None
         self.stop_seconds = None
         try:
-            self.running = services.start(name, data_dir, env=env, workers=workers,
-                                          stdout=self.log, stderr=subprocess.STDOUT)
+            self.running = services.start(
+                name, data_dir, env=env, workers=workers, stdout=self.log, stderr=subprocess.STDOUT
+            )
         except BaseException:
             self.log.close()
             raise
@@ -381,9 +387,11 @@ def log_tails(service, proxy=None):
 
 # --------------------------------------------------------------------------- the run
 
+
 def exit_on_sigterm():
     """SIGTERM raises SystemExit, which unwinds through the finally blocks that stop
     nginx and the service (the default action would leave them running)."""
+
     def on_term(signum, frame):
         raise SystemExit(128 + signum)
 
@@ -401,8 +409,10 @@ def raise_nofile():
 
 def run_header(what, quick):
     """The first line of a bench's report: what, when, on what."""
-    return (f"{what} ({'quick' if quick else 'full'} run), {time.strftime('%Y-%m-%d %H:%M:%S')}, "
-            f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}, gevent {gevent.__version__}")
+    return (
+        f"{what} ({'quick' if quick else 'full'} run), {time.strftime('%Y-%m-%d %H:%M:%S')}, "
+        f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}, gevent {gevent.__version__}"
+    )
 
 
 def merge_rounds(segments):
@@ -417,17 +427,25 @@ def merge_rounds(segments):
         statuses.update(s["statuses"])
         errors.update(s["errors"])
         bad.update(s.get("bad", {}))
-    cpu = {part: sum(getattr(s["cpu"], part) for s in segments)
-           for part in ("worker", "proxy", "client", "other", "steal")}
-    figure = {"count": count, "seconds": seconds, "rate": count / seconds if seconds else 0.0,
-              "p50": percentile(latencies, 50), "p99": percentile(latencies, 99),
-              "max": max(latencies) if latencies else None,
-              "mean": sum(latencies) / len(latencies) if latencies else None,
-              "statuses": statuses, "errors": errors, "bad": bad,
-              "all_ok": count > 0 and set(statuses) == {200} and not errors and not bad,
-              "rates": [s["rate"] for s in segments],
-              "disturbed_rounds": [i + 1 for i, s in enumerate(segments) if s["cpu"].disturbed()],
-              "stragglers": sum(s["stragglers"] for s in segments)}
+    cpu = {
+        part: sum(getattr(s["cpu"], part) for s in segments) for part in ("worker", "proxy", "client", "other", "steal")
+    }
+    figure = {
+        "count": count,
+        "seconds": seconds,
+        "rate": count / seconds if seconds else 0.0,
+        "p50": percentile(latencies, 50),
+        "p99": percentile(latencies, 99),
+        "max": max(latencies) if latencies else None,
+        "mean": sum(latencies) / len(latencies) if latencies else None,
+        "statuses": statuses,
+        "errors": errors,
+        "bad": bad,
+        "all_ok": count > 0 and set(statuses) == {200} and not errors and not bad,
+        "rates": [s["rate"] for s in segments],
+        "disturbed_rounds": [i + 1 for i, s in enumerate(segments) if s["cpu"].disturbed()],
+        "stragglers": sum(s["stragglers"] for s in segments),
+    }
     for part in ("worker", "proxy", "client"):
         figure[f"{part}_per_req"] = cpu[part] / count if count else None
     for part, used in cpu.items():
@@ -438,6 +456,7 @@ def merge_rounds(segments):
 class ChunkedBody:
     """HTTP/1.1 chunked transfer decoding of a body that arrives in pieces: feed() returns
     the body bytes the new data completes; `ended` once the last (empty) chunk came."""
+
     __slots__ = ("raw", "state", "need", "ended")
 
     def __init__(self):
@@ -460,7 +479,7 @@ class ChunkedBody:
                 take = min(self.need, len(raw) - pos)
                 if take <= 0:
                     break
-                body.append(raw[pos:pos + take])
+                body.append(raw[pos : pos + take])
                 pos += take
                 self.need -= take
                 if self.need == 0:

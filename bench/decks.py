@@ -31,6 +31,7 @@ The clients run in this process on gevent (one greenlet per stream or poster, ra
 sockets with a minimal HTTP/1.1 client), on the same machine as the service: they
 compete with it for the CPUs, which the report says.
 """
+
 from gevent import monkey
 
 monkey.patch_all()
@@ -90,12 +91,13 @@ TARGET_APPENDS_PER_S = 800.0
 TARGET_SEVERAL_WORKERS_DELTA_S = 0.050  # issue #16: 2-worker fan-out p99 within 50 ms of 1 worker's
 
 # Bounds: every wait below has one of these.
-OPEN_TIMEOUT_S = 30.0        # one stream: connect → ": stream open"
+OPEN_TIMEOUT_S = 30.0  # one stream: connect → ": stream open"
 OPEN_PHASE_TIMEOUT_S = 180.0  # all streams
-EVENT_TIMEOUT_S = 15.0       # one fan-out event reaching every stream
+EVENT_TIMEOUT_S = 15.0  # one fan-out event reaching every stream
 
 
 # --------------------------------------------------------------------------- helpers
+
 
 def filesystem_of(path):
     """(device, mount point, fs type) holding `path`."""
@@ -142,13 +144,30 @@ def client_on(port, pid, pids, attempts=200):
 
 # --------------------------------------------------------------------------- fan-out
 
+
 class StreamClient:
     """One SSE stream on a raw socket: HTTP/1.1 chunked transfer decoding, then
     `id:` / `data:` lines. Each complete record is handed to `on_record`."""
 
-    __slots__ = ("index", "bench", "sock", "chunks", "body", "rec_id",
-                 "rec_data", "opened", "last_seq", "received", "duplicates", "gaps",
-                 "closed_reason", "error", "ended", "worker", "greenlet")
+    __slots__ = (
+        "index",
+        "bench",
+        "sock",
+        "chunks",
+        "body",
+        "rec_id",
+        "rec_data",
+        "opened",
+        "last_seq",
+        "received",
+        "duplicates",
+        "gaps",
+        "closed_reason",
+        "error",
+        "ended",
+        "worker",
+        "greenlet",
+    )
 
     def __init__(self, index, bench):
         self.index, self.bench = index, bench
@@ -160,7 +179,7 @@ class StreamClient:
         self.received = self.duplicates = self.gaps = 0
         self.closed_reason = self.error = None
         self.ended = False
-        self.worker = None      # the pid of the worker serving it, once known
+        self.worker = None  # the pid of the worker serving it, once known
         self.greenlet = None
 
     def run(self):
@@ -193,8 +212,11 @@ class StreamClient:
     def _open(self):
         bench = self.bench
         self.sock = socket.create_connection((HOST, bench.port), timeout=OPEN_TIMEOUT_S)
-        self.sock.sendall((f"GET {bench.stream_path} HTTP/1.1\r\nHost: {HOST}:{bench.port}\r\n"
-                           "Accept: text/event-stream\r\n\r\n").encode())
+        self.sock.sendall(
+            (
+                f"GET {bench.stream_path} HTTP/1.1\r\nHost: {HOST}:{bench.port}\r\nAccept: text/event-stream\r\n\r\n"
+            ).encode()
+        )
         buf = b""
         while b"\r\n\r\n" not in buf:
             data = self.sock.recv(65536)
@@ -274,10 +296,10 @@ class FanOut:
         self.target_open = 0
         self.opened_count = 0
         self.failed = 0
-        self.dropped = 0        # closed by the bench to even the streams out over the workers
-        self.arrivals = {}      # seq -> [(perf_counter of a stream's receipt, that stream's worker)]
-        self.expected = {}      # seq -> number of streams live when it was posted
-        self.done = {}          # seq -> Event set when every expected stream has it
+        self.dropped = 0  # closed by the bench to even the streams out over the workers
+        self.arrivals = {}  # seq -> [(perf_counter of a stream's receipt, that stream's worker)]
+        self.expected = {}  # seq -> number of streams live when it was posted
+        self.done = {}  # seq -> Event set when every expected stream has it
         self.id_mismatches = 0
 
     def stream_opened(self, stream):
@@ -360,9 +382,12 @@ def post_many(port, path, count, concurrency=20):
         try:
             while left[0] > 0:
                 left[0] -= 1
-                client.json("POST", path, {"type": "note", "slide": 0,
-                                           "text": f"pre-fill from poster {index}: " + "lorem ipsum " * 5},
-                            expect=(201,))
+                client.json(
+                    "POST",
+                    path,
+                    {"type": "note", "slide": 0, "text": f"pre-fill from poster {index}: " + "lorem ipsum " * 5},
+                    expect=(201,),
+                )
         finally:
             client.close()
 
@@ -380,8 +405,7 @@ def run_fanout(args, root, workers=1):
     data_dir = root / f"fanout-{workers}w-data"
     data_dir.mkdir()
     import_body = copy_sample_deck(data_dir)
-    result = {"streams_wanted": args.streams, "events_wanted": args.events, "prefill": args.prefill,
-              "workers": workers}
+    result = {"streams_wanted": args.streams, "events_wanted": args.events, "prefill": args.prefill, "workers": workers}
     spread = "ONE gevent worker" if workers == 1 else f"{workers} gevent workers, the streams spread evenly"
     print(f"\n== Fan-out: {args.streams} SSE streams on one session, {spread} ==", flush=True)
     service = Service("decks", data_dir, root / f"fanout-{workers}w-service.log", workers=workers)
@@ -390,8 +414,10 @@ def run_fanout(args, root, workers=1):
         pids = service.worker_pids
         if len(pids) != workers:
             raise RuntimeError(f"wanted {workers} workers, the service runs {len(pids)}")
-        print(f"   service on {HOST}:{service.port}, arbiter pid {service.running.process.pid}, "
-              f"worker pid(s) {pids}", flush=True)
+        print(
+            f"   service on {HOST}:{service.port}, arbiter pid {service.running.process.pid}, worker pid(s) {pids}",
+            flush=True,
+        )
         api = KeepAliveClient(service.port)
         api.json("POST", "/api/decks/import", import_body)
         session = api.json("POST", "/api/sessions", {"deck_id": import_body["id"]})
@@ -414,8 +440,11 @@ def run_fanout(args, root, workers=1):
         if args.prefill:
             t = time.perf_counter()
             post_many(service.port, events_path, args.prefill)
-            print(f"   pre-filled the log with {args.prefill} events in {time.perf_counter() - t:.1f} s "
-                  f"({os.path.getsize(data_dir / 'sessions' / sid / 'events.jsonl') / 1e6:.1f} MB)", flush=True)
+            print(
+                f"   pre-filled the log with {args.prefill} events in {time.perf_counter() - t:.1f} s "
+                f"({os.path.getsize(data_dir / 'sessions' / sid / 'events.jsonl') / 1e6:.1f} MB)",
+                flush=True,
+            )
         gevent.sleep(1.0)
         after = api.json("GET", f"/api/sessions/{sid}")["last_seq"]
         rss_before = sum_kb(pids, "VmRSS")
@@ -428,15 +457,20 @@ def run_fanout(args, root, workers=1):
         open_seconds = time.perf_counter() - t_open
         cpu_open = sum(proc_cpu_seconds(pid) for pid in pids) - cpu_open
         opened_first = fan.opened_count
-        print(f"   opened {fan.opened_count}/{args.streams} streams in {open_seconds:.1f} s "
-              f"(failed: {fan.failed})", flush=True)
+        print(
+            f"   opened {fan.opened_count}/{args.streams} streams in {open_seconds:.1f} s (failed: {fan.failed})",
+            flush=True,
+        )
         for error, count in fan.errors().most_common(5):
             print(f"     {count} x {error}")
         by_worker = fan.spread(pids, args.streams)
         held = {pid: len(streams) for pid, streams in by_worker.items()}
         if workers > 1:
-            print(f"   streams per worker (told apart through /proc): {held}; {fan.dropped} surplus "
-                  f"streams closed to even them out", flush=True)
+            print(
+                f"   streams per worker (told apart through /proc): {held}; {fan.dropped} surplus "
+                f"streams closed to even them out",
+                flush=True,
+            )
             # The server notices the closed streams on its next writes: two posts, not timed.
             for i in range(2):
                 seq = api.json("POST", events_path, {"type": "note", "slide": 0, "text": f"spread {i}"})["seq"]
@@ -450,14 +484,17 @@ def run_fanout(args, root, workers=1):
         api.close()
 
         posts, latencies, lasts, per_event = [], [], [], []
-        local, remote = [], []   # receipts on the worker that took the POST, and on another
+        local, remote = [], []  # receipts on the worker that took the POST, and on another
         worker_cpu0, client_cpu0 = sum(proc_cpu_seconds(pid) for pid in pids), self_cpu_seconds()
         busy0, t_events = machine_busy_seconds()[0], time.perf_counter()
         for i in range(args.events):
             if fan.live == 0:
                 break
-            body = {"type": "note", "slide": 0,
-                    "text": f"fan-out probe {i + 1} of {args.events}: " + "lorem ipsum " * 4}
+            body = {
+                "type": "note",
+                "slide": 0,
+                "text": f"fan-out probe {i + 1} of {args.events}: " + "lorem ipsum " * 4,
+            }
             seq_expected = after + i + 1
             poster_pid = pids[i % len(pids)]  # the posts alternate over the workers
             poster = client_on(service.port, poster_pid, pids)  # a fresh connection, made before the clock starts
@@ -479,8 +516,16 @@ def run_fanout(args, root, workers=1):
             complete = len(got) >= fan.expected[seq_expected]
             if complete and got:
                 lasts.append(max(got))
-            per_event.append((seq_expected, len(got), fan.expected[seq_expected],
-                              percentile(got, 50), percentile(got, 99), max(got) if got else None))
+            per_event.append(
+                (
+                    seq_expected,
+                    len(got),
+                    fan.expected[seq_expected],
+                    percentile(got, 50),
+                    percentile(got, 99),
+                    max(got) if got else None,
+                )
+            )
             gevent.sleep(args.gap)
         events_worker_cpu = sum(proc_cpu_seconds(pid) for pid in pids) - worker_cpu0
         events_client_cpu = self_cpu_seconds() - client_cpu0
@@ -497,25 +542,49 @@ def run_fanout(args, root, workers=1):
         expected_total = sum(e[2] for e in per_event)
         received_total = sum(e[1] for e in per_event)
         result.update(
-            worker_pids=pids, held=held, dropped=fan.dropped, rss_before=rss_before, rss_open=rss_open,
-            rss_events=rss_events, hwm=hwm, live_at_rss=live_at_rss, opened=opened_first, failed=fan.failed,
-            open_seconds=open_seconds, open_p50=percentile(fan.open_times, 50),
-            open_p99=percentile(fan.open_times, 99), open_worker_cpu=cpu_open,
-            events=len(per_event), expected_total=expected_total, received_total=received_total,
-            duplicates=sum(s.duplicates for s in fan.streams), gaps=sum(s.gaps for s in fan.streams),
+            worker_pids=pids,
+            held=held,
+            dropped=fan.dropped,
+            rss_before=rss_before,
+            rss_open=rss_open,
+            rss_events=rss_events,
+            hwm=hwm,
+            live_at_rss=live_at_rss,
+            opened=opened_first,
+            failed=fan.failed,
+            open_seconds=open_seconds,
+            open_p50=percentile(fan.open_times, 50),
+            open_p99=percentile(fan.open_times, 99),
+            open_worker_cpu=cpu_open,
+            events=len(per_event),
+            expected_total=expected_total,
+            received_total=received_total,
+            duplicates=sum(s.duplicates for s in fan.streams),
+            gaps=sum(s.gaps for s in fan.streams),
             id_mismatches=fan.id_mismatches,
-            p50=percentile(latencies, 50), p99=percentile(latencies, 99),
+            p50=percentile(latencies, 50),
+            p99=percentile(latencies, 99),
             max=max(latencies) if latencies else None,
-            last_p50=percentile(lasts, 50), last_p99=percentile(lasts, 99),
-            last_max=max(lasts) if lasts else None, complete_events=len(lasts),
-            local_p50=percentile(local, 50), local_p99=percentile(local, 99),
-            remote_p50=percentile(remote, 50), remote_p99=percentile(remote, 99),
+            last_p50=percentile(lasts, 50),
+            last_p99=percentile(lasts, 99),
+            last_max=max(lasts) if lasts else None,
+            complete_events=len(lasts),
+            local_p50=percentile(local, 50),
+            local_p99=percentile(local, 99),
+            remote_p50=percentile(remote, 50),
+            remote_p99=percentile(remote, 99),
             worst_event_p99=max((e[4] for e in per_event if e[4] is not None), default=None),
-            post_p50=percentile(posts, 50), post_max=max(posts) if posts else None,
-            events_worker_cpu=events_worker_cpu, events_client_cpu=events_client_cpu,
-            events_seconds=events_seconds, events_other=max(0.0, events_other),
-            kb_per_stream=((rss_open - rss_before) / live_at_rss
-                           if rss_open is not None and rss_before is not None and live_at_rss else None),
+            post_p50=percentile(posts, 50),
+            post_max=max(posts) if posts else None,
+            events_worker_cpu=events_worker_cpu,
+            events_client_cpu=events_client_cpu,
+            events_seconds=events_seconds,
+            events_other=max(0.0, events_other),
+            kb_per_stream=(
+                (rss_open - rss_before) / live_at_rss
+                if rss_open is not None and rss_before is not None and live_at_rss
+                else None
+            ),
         )
 
         # Stop the service with the streams still open (and no idle keep-alive
@@ -525,8 +594,11 @@ def run_fanout(args, root, workers=1):
         deadline = time.monotonic() + 5
         while fan.live and time.monotonic() < deadline:
             gevent.sleep(0.05)
-        result.update(live_at_stop=live_at_stop, stop_seconds=stop_seconds,
-                      ended_cleanly=sum(1 for s in fan.streams if s.closed_reason))
+        result.update(
+            live_at_stop=live_at_stop,
+            stop_seconds=stop_seconds,
+            ended_cleanly=sum(1 for s in fan.streams if s.closed_reason),
+        )
         return result
     except BaseException:
         print("   --- service log tail ---\n" + service.log_tail(), file=sys.stderr)
@@ -542,48 +614,72 @@ def print_fanout(r, ncpu):
     print(f"\n-- Fan-out results, {workers} worker(s) (client and service share this {ncpu}-CPU machine) --")
     if r["prefill"]:
         print(f"   (the session's log was pre-filled with {r['prefill']} events before the streams opened)")
-    print(f"   streams opened:        {r['opened']}/{r['streams_wanted']} (failed {r['failed']}), "
-          f"in {r['open_seconds']:.1f} s; time to ': stream open' p50 {fmt_ms(r['open_p50'])}, "
-          f"p99 {fmt_ms(r['open_p99'])}; worker CPU for the opens {r['open_worker_cpu']:.2f} s")
+    print(
+        f"   streams opened:        {r['opened']}/{r['streams_wanted']} (failed {r['failed']}), "
+        f"in {r['open_seconds']:.1f} s; time to ': stream open' p50 {fmt_ms(r['open_p50'])}, "
+        f"p99 {fmt_ms(r['open_p99'])}; worker CPU for the opens {r['open_worker_cpu']:.2f} s"
+    )
     if workers > 1:
         print(f"   streams per worker:    {r['held']} ({r['dropped']} surplus closed to even them out)")
-    print(f"   events posted:         {r['events']}, each on a fresh connection to the worker(s) in turn "
-          f"(spaced {r['gap']:.2f} s after each full delivery)")
-    print(f"   deliveries:            {r['received_total']}/{r['expected_total']} "
-          f"(duplicates {r['duplicates']}, seq gaps {r['gaps']}, id/seq mismatches {r['id_mismatches']})")
-    print(f"   POST -> last receipt:  p50 {fmt_ms(r['last_p50'])}, p99 {fmt_ms(r['last_p99'])}, "
-          f"max {fmt_ms(r['last_max'])} (per event, {r['complete_events']} fully delivered)")
-    print(f"   POST -> each receipt:  p50 {fmt_ms(r['p50'])}, p99 {fmt_ms(r['p99'])}, "
-          f"max {fmt_ms(r['max'])}; worst single-event p99 {fmt_ms(r['worst_event_p99'])}")
+    print(
+        f"   events posted:         {r['events']}, each on a fresh connection to the worker(s) in turn "
+        f"(spaced {r['gap']:.2f} s after each full delivery)"
+    )
+    print(
+        f"   deliveries:            {r['received_total']}/{r['expected_total']} "
+        f"(duplicates {r['duplicates']}, seq gaps {r['gaps']}, id/seq mismatches {r['id_mismatches']})"
+    )
+    print(
+        f"   POST -> last receipt:  p50 {fmt_ms(r['last_p50'])}, p99 {fmt_ms(r['last_p99'])}, "
+        f"max {fmt_ms(r['last_max'])} (per event, {r['complete_events']} fully delivered)"
+    )
+    print(
+        f"   POST -> each receipt:  p50 {fmt_ms(r['p50'])}, p99 {fmt_ms(r['p99'])}, "
+        f"max {fmt_ms(r['max'])}; worst single-event p99 {fmt_ms(r['worst_event_p99'])}"
+    )
     if workers > 1:
-        print(f"   by where the stream is: on the worker that took the POST p50 {fmt_ms(r['local_p50'])}, "
-              f"p99 {fmt_ms(r['local_p99'])}; on another worker p50 {fmt_ms(r['remote_p50'])}, "
-              f"p99 {fmt_ms(r['remote_p99'])}")
+        print(
+            f"   by where the stream is: on the worker that took the POST p50 {fmt_ms(r['local_p50'])}, "
+            f"p99 {fmt_ms(r['local_p99'])}; on another worker p50 {fmt_ms(r['remote_p50'])}, "
+            f"p99 {fmt_ms(r['remote_p99'])}"
+        )
     print(f"   POST -> 201:           p50 {fmt_ms(r['post_p50'])}, max {fmt_ms(r['post_max'])}")
     if r["events"]:
-        print(f"   CPU per event:         workers {r['events_worker_cpu'] / r['events'] * 1000:.0f} ms, "
-              f"bench client {r['events_client_cpu'] / r['events'] * 1000:.0f} ms "
-              f"(incl. {r['gap']:.2f} s idle gaps); other processes on the machine meanwhile: "
-              f"{r['events_other'] / r['events_seconds'] * 100:.0f}% of one CPU")
+        print(
+            f"   CPU per event:         workers {r['events_worker_cpu'] / r['events'] * 1000:.0f} ms, "
+            f"bench client {r['events_client_cpu'] / r['events'] * 1000:.0f} ms "
+            f"(incl. {r['gap']:.2f} s idle gaps); other processes on the machine meanwhile: "
+            f"{r['events_other'] / r['events_seconds'] * 100:.0f}% of one CPU"
+        )
     label = "worker RSS (sum):" if workers > 1 else "worker RSS:"
-    print(f"   {label:<23}before {r['rss_before']} kB, with "
-          f"{r['live_at_rss']} streams {r['rss_open']} kB, after the events {r['rss_events']} kB "
-          f"(peak VmHWM {r['hwm']} kB)")
+    print(
+        f"   {label:<23}before {r['rss_before']} kB, with "
+        f"{r['live_at_rss']} streams {r['rss_open']} kB, after the events {r['rss_events']} kB "
+        f"(peak VmHWM {r['hwm']} kB)"
+    )
     if r["kb_per_stream"] is not None:
         print(f"   RSS growth per stream: {r['kb_per_stream']:.1f} kB")
     stop = r["stop_seconds"]
     stop_text = f"killed after {STOP_TIMEOUT_S:.0f} s" if stop == float("inf") else f"{stop:.2f} s"
-    print(f"   SIGTERM with {r['live_at_stop']} streams open: service exited in {stop_text}; "
-          f"{r['ended_cleanly']} streams got the ': closed' comment")
+    print(
+        f"   SIGTERM with {r['live_at_stop']} streams open: service exited in {stop_text}; "
+        f"{r['ended_cleanly']} streams got the ': closed' comment"
+    )
 
 
 # --------------------------------------------------------------------------- appends
 
+
 def raw_fsync_rate(directory, seconds):
     """Appends/s of one ~150-byte line + os.fdatasync, to a file in `directory`."""
     path = os.path.join(directory, "raw-fsync-probe.jsonl")
-    line = (json.dumps({"seq": 0, "ts": "2026-01-01T00:00:00.000Z", "type": "note", "slide": 0,
-                        "text": "x" * 70}, separators=(",", ":")) + "\n").encode()
+    line = (
+        json.dumps(
+            {"seq": 0, "ts": "2026-01-01T00:00:00.000Z", "type": "note", "slide": 0, "text": "x" * 70},
+            separators=(",", ":"),
+        )
+        + "\n"
+    ).encode()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     count = 0
     try:
@@ -606,8 +702,11 @@ def run_appends(args, root):
     data_dir = root / "appends-data"
     data_dir.mkdir()
     import_body = copy_sample_deck(data_dir)
-    print(f"\n== Durable appends: {args.posters} concurrent posters for {args.seconds:.0f} s, "
-          f"{args.workers} gunicorn worker(s) ==", flush=True)
+    print(
+        f"\n== Durable appends: {args.posters} concurrent posters for {args.seconds:.0f} s, "
+        f"{args.workers} gunicorn worker(s) ==",
+        flush=True,
+    )
     service = Service("decks", data_dir, root / "appends-service.log", workers=args.workers)
     clients = []
     try:
@@ -682,20 +781,44 @@ def run_appends(args, root):
         n_acked = len(acked_seqs)
         contiguous = file_seqs == list(range(1, len(file_seqs) + 1))
         acked_unique = len(set(acked_seqs)) == n_acked
-        log_ok = (not torn and bad_lines == 0 and contiguous and len(file_seqs) == n_acked
-                  and acked_unique and set(acked_seqs) == set(file_seqs))
+        log_ok = (
+            not torn
+            and bad_lines == 0
+            and contiguous
+            and len(file_seqs) == n_acked
+            and acked_unique
+            and set(acked_seqs) == set(file_seqs)
+        )
         fsync_rate = (fsync_before + fsync_after) / 2
         return {
-            "workers": args.workers, "pids": pids, "posters": args.posters, "seconds": elapsed,
-            "acked": n_acked, "rate": n_acked / elapsed if elapsed else 0.0,
-            "statuses": dict(statuses), "errors": errors, "bad_answers": bad_answers, "stragglers": stragglers,
-            "p50": percentile(latencies, 50), "p99": percentile(latencies, 99),
+            "workers": args.workers,
+            "pids": pids,
+            "posters": args.posters,
+            "seconds": elapsed,
+            "acked": n_acked,
+            "rate": n_acked / elapsed if elapsed else 0.0,
+            "statuses": dict(statuses),
+            "errors": errors,
+            "bad_answers": bad_answers,
+            "stragglers": stragglers,
+            "p50": percentile(latencies, 50),
+            "p99": percentile(latencies, 99),
             "max": max(latencies) if latencies else None,
-            "lines": len(file_seqs), "torn": torn, "bad_lines": bad_lines, "contiguous": contiguous,
-            "acked_unique": acked_unique, "log_ok": log_ok, "distinct_ts": len(stamps),
-            "fsync_before": fsync_before, "fsync_after": fsync_after, "fsync_rate": fsync_rate,
+            "lines": len(file_seqs),
+            "torn": torn,
+            "bad_lines": bad_lines,
+            "contiguous": contiguous,
+            "acked_unique": acked_unique,
+            "log_ok": log_ok,
+            "distinct_ts": len(stamps),
+            "fsync_before": fsync_before,
+            "fsync_after": fsync_after,
+            "fsync_rate": fsync_rate,
             "ratio": (n_acked / elapsed) / fsync_rate if elapsed and fsync_rate else None,
-            "cpu_workers": cpu_workers, "cpu_client": cpu_client, "cpu_other": cpu_other, "line_bytes": line_bytes,
+            "cpu_workers": cpu_workers,
+            "cpu_client": cpu_client,
+            "cpu_other": cpu_other,
+            "line_bytes": line_bytes,
         }
     except BaseException:
         print("   --- service log tail ---\n" + service.log_tail(), file=sys.stderr)
@@ -707,61 +830,87 @@ def run_appends(args, root):
 
 
 def print_appends(r, ncpu):
-    print(f"\n-- Durable append results ({r['workers']} gunicorn worker(s), pids {r['pids']}; "
-          f"client and service share this {ncpu}-CPU machine) --")
-    print(f"   acknowledged (201):    {r['acked']} in {r['seconds']:.2f} s -> {r['rate']:.0f} appends/s "
-          f"with {r['posters']} keep-alive posters")
+    print(
+        f"\n-- Durable append results ({r['workers']} gunicorn worker(s), pids {r['pids']}; "
+        f"client and service share this {ncpu}-CPU machine) --"
+    )
+    print(
+        f"   acknowledged (201):    {r['acked']} in {r['seconds']:.2f} s -> {r['rate']:.0f} appends/s "
+        f"with {r['posters']} keep-alive posters"
+    )
     others = {k: v for k, v in r["statuses"].items() if k != 201}
-    print(f"   other answers:         {others or 'none'}; transport errors: "
-          f"{sum(r['errors'].values())}; posters still running at the bound: {r['stragglers']}")
+    print(
+        f"   other answers:         {others or 'none'}; transport errors: "
+        f"{sum(r['errors'].values())}; posters still running at the bound: {r['stragglers']}"
+    )
     for error, count in (r["bad_answers"] + r["errors"]).most_common(5):
         print(f"     {count} x {error}")
     print(f"   POST -> 201 latency:   p50 {fmt_ms(r['p50'])}, p99 {fmt_ms(r['p99'])}, max {fmt_ms(r['max'])}")
-    print(f"   log check:             {r['lines']} lines for {r['acked']} acks; seqs 1..N without gap "
-          f"or repeat: {'yes' if r['contiguous'] else 'NO'}; acked seqs unique and equal to the log's: "
-          f"{'yes' if r['acked_unique'] and r['log_ok'] else 'NO'}; torn tail: {r['torn']}; "
-          f"unparsable lines: {r['bad_lines']} -> {'OK' if r['log_ok'] else 'FAILED'}")
+    print(
+        f"   log check:             {r['lines']} lines for {r['acked']} acks; seqs 1..N without gap "
+        f"or repeat: {'yes' if r['contiguous'] else 'NO'}; acked seqs unique and equal to the log's: "
+        f"{'yes' if r['acked_unique'] and r['log_ok'] else 'NO'}; torn tail: {r['torn']}; "
+        f"unparsable lines: {r['bad_lines']} -> {'OK' if r['log_ok'] else 'FAILED'}"
+    )
     if r["acked"]:
-        print(f"   group commit:          {r['distinct_ts']} distinct batch timestamps (ms resolution; "
-              f"a lower bound on commits) -> at most {r['acked'] / max(1, r['distinct_ts']):.1f} events/commit")
-    print(f"   raw append+fdatasync:  {r['fsync_before']:.0f}/s before, {r['fsync_after']:.0f}/s after "
-          f"({r['line_bytes']} B lines, same DATA_DIR)")
+        print(
+            f"   group commit:          {r['distinct_ts']} distinct batch timestamps (ms resolution; "
+            f"a lower bound on commits) -> at most {r['acked'] / max(1, r['distinct_ts']):.1f} events/commit"
+        )
+    print(
+        f"   raw append+fdatasync:  {r['fsync_before']:.0f}/s before, {r['fsync_after']:.0f}/s after "
+        f"({r['line_bytes']} B lines, same DATA_DIR)"
+    )
     if r["ratio"] is not None:
         print(f"   appends/s / raw fsync: {r['ratio']:.2f}")
-    print(f"   CPU during the run:    workers {r['cpu_workers'] / r['seconds'] * 100:.0f}% of one CPU "
-          f"({r['cpu_workers'] / max(1, r['acked']) * 1e6:.0f} us per append), bench client "
-          f"{r['cpu_client'] / r['seconds'] * 100:.0f}% of one CPU, other processes "
-          f"{r['cpu_other'] / r['seconds'] * 100:.0f}% of one CPU")
+    print(
+        f"   CPU during the run:    workers {r['cpu_workers'] / r['seconds'] * 100:.0f}% of one CPU "
+        f"({r['cpu_workers'] / max(1, r['acked']) * 1e6:.0f} us per append), bench client "
+        f"{r['cpu_client'] / r['seconds'] * 100:.0f}% of one CPU, other processes "
+        f"{r['cpu_other'] / r['seconds'] * 100:.0f}% of one CPU"
+    )
 
 
 # --------------------------------------------------------------------------- main
 
+
 def parse_args(argv):
     p = argparse.ArgumentParser(
         prog="python -m bench.decks",
-        description="Deck review service benchmark: SSE fan-out and durable appends. "
-                    "Prints figures; asserts nothing.")
+        description="Deck review service benchmark: SSE fan-out and durable appends. Prints figures; asserts nothing.",
+    )
     p.add_argument("--streams", type=int, default=2000, help="SSE streams to open (default 2000)")
     p.add_argument("--events", type=int, default=50, help="fan-out events to time per run (default 50)")
-    p.add_argument("--gap", type=float, default=0.25,
-                   help="seconds between a fan-out event's full delivery and the next POST (default 0.25)")
-    p.add_argument("--open-concurrency", type=int, default=100,
-                   help="streams being opened at once (default 100)")
-    p.add_argument("--prefill", type=int, default=0,
-                   help="events to post to the fan-out session before the streams open (default 0): "
-                        "shows what a long log costs each stream open")
+    p.add_argument(
+        "--gap",
+        type=float,
+        default=0.25,
+        help="seconds between a fan-out event's full delivery and the next POST (default 0.25)",
+    )
+    p.add_argument("--open-concurrency", type=int, default=100, help="streams being opened at once (default 100)")
+    p.add_argument(
+        "--prefill",
+        type=int,
+        default=0,
+        help="events to post to the fan-out session before the streams open (default 0): "
+        "shows what a long log costs each stream open",
+    )
     p.add_argument("--seconds", type=float, default=10.0, help="duration of the append run (default 10)")
     p.add_argument("--posters", type=int, default=50, help="concurrent posters (default 50)")
-    p.add_argument("--workers", type=int, default=1,
-                   help="gunicorn workers for the append run (default 1)")
-    p.add_argument("--fanout-workers", default="1,2",
-                   help="worker counts of the fan-out runs, one run each, in this order (default 1,2: "
-                        "the 2-worker figures beside the 1-worker reference of the same run)")
-    p.add_argument("--fsync-seconds", type=float, default=3.0,
-                   help="duration of each raw fdatasync measurement (default 3)")
+    p.add_argument("--workers", type=int, default=1, help="gunicorn workers for the append run (default 1)")
+    p.add_argument(
+        "--fanout-workers",
+        default="1,2",
+        help="worker counts of the fan-out runs, one run each, in this order (default 1,2: "
+        "the 2-worker figures beside the 1-worker reference of the same run)",
+    )
+    p.add_argument(
+        "--fsync-seconds", type=float, default=3.0, help="duration of each raw fdatasync measurement (default 3)"
+    )
     p.add_argument("--only", choices=("fanout", "appends"), help="run one phase only")
-    p.add_argument("--quick", action="store_true",
-                   help="smoke run: 200 streams, 5 events, 3 s of appends, 1 s fsync probes")
+    p.add_argument(
+        "--quick", action="store_true", help="smoke run: 200 streams, 5 events, 3 s of appends, 1 s fsync probes"
+    )
     p.add_argument("--tmp-dir", help="parent of the temporary DATA_DIRs (default: the system's, /tmp)")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory (data and service logs)")
     p.add_argument("-v", "--verbose", action="store_true", help="print a line per fan-out event")
@@ -798,10 +947,14 @@ def main(argv=None):
     root = Path(tempfile.mkdtemp(prefix="bench-decks-", dir=args.tmp_dir))
     data_fs, work_fs = filesystem_of(root), filesystem_of(ROOT)
     print(run_header("deck service benchmark", args.quick))
-    print(f"temporary DATA_DIRs under {root} (filesystem {data_fs[0]} on {data_fs[1]}, {data_fs[2]}; "
-          f"{'same' if data_fs[0] == work_fs[0] else 'NOT the same'} filesystem as {ROOT})")
-    print(f"bench client: gevent, one greenlet per stream/poster, raw sockets, RLIMIT_NOFILE {soft}/{hard}; "
-          f"it runs on the same {ncpu} CPUs as the service")
+    print(
+        f"temporary DATA_DIRs under {root} (filesystem {data_fs[0]} on {data_fs[1]}, {data_fs[2]}; "
+        f"{'same' if data_fs[0] == work_fs[0] else 'NOT the same'} filesystem as {ROOT})"
+    )
+    print(
+        f"bench client: gevent, one greenlet per stream/poster, raw sockets, RLIMIT_NOFILE {soft}/{hard}; "
+        f"it runs on the same {ncpu} CPUs as the service"
+    )
     fans, app = {}, None
     try:
         if args.only in (None, "fanout"):
@@ -827,43 +980,68 @@ def main(argv=None):
         p99_ok = fan["p99"] is not None and fan["p99"] <= TARGET_P99_S and complete
         kb_ok = fan["kb_per_stream"] is not None and fan["kb_per_stream"] <= TARGET_KB_PER_STREAM
         rows += [
-            ("SSE streams held by 1 worker", f"{fan['opened']}/{fan['streams_wanted']}",
-             f">= {TARGET_STREAMS}", held),
-            ("fan-out p99 POST->receipt", f"{fmt_ms(fan['p99'])} ({fan['received_total']}/"
-             f"{fan['expected_total']} delivered)", f"<= {TARGET_P99_S:.0f} s, all delivered", p99_ok),
-            ("worker RSS growth per stream", f"{fan['kb_per_stream']:.1f} kB" if fan["kb_per_stream"]
-             is not None else "-", f"<= {TARGET_KB_PER_STREAM:.0f} kB", kb_ok),
+            ("SSE streams held by 1 worker", f"{fan['opened']}/{fan['streams_wanted']}", f">= {TARGET_STREAMS}", held),
+            (
+                "fan-out p99 POST->receipt",
+                f"{fmt_ms(fan['p99'])} ({fan['received_total']}/{fan['expected_total']} delivered)",
+                f"<= {TARGET_P99_S:.0f} s, all delivered",
+                p99_ok,
+            ),
+            (
+                "worker RSS growth per stream",
+                f"{fan['kb_per_stream']:.1f} kB" if fan["kb_per_stream"] is not None else "-",
+                f"<= {TARGET_KB_PER_STREAM:.0f} kB",
+                kb_ok,
+            ),
         ]
     several = {n: r for n, r in fans.items() if n > 1}
     if fan and several:
         for n, r in several.items():
             complete = r["received_total"] == r["expected_total"] and r["expected_total"] > 0
-            delta = (r["last_p99"] - fan["last_p99"]
-                     if r["last_p99"] is not None and fan["last_p99"] is not None else None)
+            delta = (
+                r["last_p99"] - fan["last_p99"] if r["last_p99"] is not None and fan["last_p99"] is not None else None
+            )
             r["several_ok"] = delta is not None and delta <= TARGET_SEVERAL_WORKERS_DELTA_S and complete
-            rows.append((f"fan-out p99 POST->last receipt, {n} workers",
-                         f"{fmt_ms(r['last_p99'])} vs {fmt_ms(fan['last_p99'])} with 1 worker: "
-                         f"{'-' if delta is None else f'{delta * 1000:+.1f} ms'} "
-                         f"({r['received_total']}/{r['expected_total']} delivered)",
-                         f"<= 1-worker p99 + {TARGET_SEVERAL_WORKERS_DELTA_S * 1000:.0f} ms, all delivered",
-                         r["several_ok"]))
+            rows.append(
+                (
+                    f"fan-out p99 POST->last receipt, {n} workers",
+                    f"{fmt_ms(r['last_p99'])} vs {fmt_ms(fan['last_p99'])} with 1 worker: "
+                    f"{'-' if delta is None else f'{delta * 1000:+.1f} ms'} "
+                    f"({r['received_total']}/{r['expected_total']} delivered)",
+                    f"<= 1-worker p99 + {TARGET_SEVERAL_WORKERS_DELTA_S * 1000:.0f} ms, all delivered",
+                    r["several_ok"],
+                )
+            )
     if app:
-        rate_ok = app["rate"] >= TARGET_APPENDS_PER_S and app["log_ok"] and \
-            set(app["statuses"]) == {201} and not app["errors"]
-        rows.append((f"durable appends/s ({app['workers']} worker(s))",
-                     f"{app['rate']:.0f}/s (raw fsync {app['fsync_rate']:.0f}/s, "
-                     f"ratio {app['ratio']:.2f}; log {'OK' if app['log_ok'] else 'FAILED'})",
-                     f">= {TARGET_APPENDS_PER_S:.0f}/s, all 201, log exact", rate_ok))
+        rate_ok = (
+            app["rate"] >= TARGET_APPENDS_PER_S
+            and app["log_ok"]
+            and set(app["statuses"]) == {201}
+            and not app["errors"]
+        )
+        rows.append(
+            (
+                f"durable appends/s ({app['workers']} worker(s))",
+                f"{app['rate']:.0f}/s (raw fsync {app['fsync_rate']:.0f}/s, "
+                f"ratio {app['ratio']:.2f}; log {'OK' if app['log_ok'] else 'FAILED'})",
+                f">= {TARGET_APPENDS_PER_S:.0f}/s, all 201, log exact",
+                rate_ok,
+            )
+        )
     print_targets(rows)
     if fan:
         ok = held and p99_ok and kb_ok
-        print(f"TARGET 1 fan-out (2,000 streams, p99 <= 1 s, <= 100 kB/stream): {verdict(ok)}"
-              + (" (quick run: stream count below the target)" if args.quick and not held else ""))
+        print(
+            f"TARGET 1 fan-out (2,000 streams, p99 <= 1 s, <= 100 kB/stream): {verdict(ok)}"
+            + (" (quick run: stream count below the target)" if args.quick and not held else "")
+        )
     for n, r in several.items():
         if fan:
-            print(f"TARGET 3 fan-out across {n} workers (p99 POST -> last receipt within "
-                  f"{TARGET_SEVERAL_WORKERS_DELTA_S * 1000:.0f} ms of 1 worker's, same run): "
-                  f"{verdict(r['several_ok'])}")
+            print(
+                f"TARGET 3 fan-out across {n} workers (p99 POST -> last receipt within "
+                f"{TARGET_SEVERAL_WORKERS_DELTA_S * 1000:.0f} ms of 1 worker's, same run): "
+                f"{verdict(r['several_ok'])}"
+            )
     if app:
         print(f"TARGET 2 durable appends (>= 800/s, 201 after fsync, exact log): {verdict(rate_ok)}")
 

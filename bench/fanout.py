@@ -26,6 +26,7 @@ issue's: p99 <= 1.3 x the floor's and below Starlette's, <= 25 kB per stream.
 The clients run in this process on gevent (a greenlet and a raw socket per stream),
 on the same 2 CPUs as the target: compare the ratios, not the times.
 """
+
 from gevent import monkey
 
 monkey.patch_all()
@@ -67,13 +68,14 @@ from devtools.waiting import wait_for  # noqa: E402
 from tests.support.decks import copy_sample_deck  # noqa: E402
 
 TARGETS = ("floor", "starlette", "decks", "wizard")
-OPEN_TIMEOUT_S = 60.0      # every stream connected and told ': stream open'
+OPEN_TIMEOUT_S = 60.0  # every stream connected and told ': stream open'
 DELIVERY_TIMEOUT_S = 30.0  # one write reaching every stream
 START_TIMEOUT_S = 30.0
 VENV_BIN = Path(sys.executable).parent
 
 
 # --------------------------------------------------------------------------- targets
+
 
 class Reference:
     """floor or starlette: a broadcaster of bench/fanout_apps.py in a process of its own."""
@@ -83,20 +85,45 @@ class Reference:
         self.stream_path, self.host, self.identity = "/stream", f"{HOST}:{self.port}", ""
         if name == "floor":
             # -c /dev/null: not the services' gunicorn.conf.py, which this directory holds
-            command = [str(VENV_BIN / "gunicorn"), "-c", "/dev/null", "-k", "gevent", "-w", "1",
-                       "--worker-connections", str(streams + 1000), "--graceful-timeout", "2",
-                       "-b", f"{HOST}:{self.port}", "bench.fanout_apps:floor"]
+            command = [
+                str(VENV_BIN / "gunicorn"),
+                "-c",
+                "/dev/null",
+                "-k",
+                "gevent",
+                "-w",
+                "1",
+                "--worker-connections",
+                str(streams + 1000),
+                "--graceful-timeout",
+                "2",
+                "-b",
+                f"{HOST}:{self.port}",
+                "bench.fanout_apps:floor",
+            ]
         else:
-            command = [str(VENV_BIN / "uvicorn"), "bench.fanout_apps:starlette_app", "--host", HOST,
-                       "--port", str(self.port), "--log-level", "warning", "--no-access-log"]
+            command = [
+                str(VENV_BIN / "uvicorn"),
+                "bench.fanout_apps:starlette_app",
+                "--host",
+                HOST,
+                "--port",
+                str(self.port),
+                "--log-level",
+                "warning",
+                "--no-access-log",
+            ]
         self.log = open(root / f"{name}.log", "wb")
         self.process = subprocess.Popen(command, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
         self.api = KeepAliveClient(self.port)
         try:
             wait_for(self._accepts, f"{name} to listen", START_TIMEOUT_S)
             # gunicorn: the arbiter's one child is the worker; uvicorn serves in its own process.
-            self.worker_pid = (wait_for(lambda: child_pids(self.process.pid), "the worker", START_TIMEOUT_S)[0]
-                               if name == "floor" else self.process.pid)
+            self.worker_pid = (
+                wait_for(lambda: child_pids(self.process.pid), "the worker", START_TIMEOUT_S)[0]
+                if name == "floor"
+                else self.process.pid
+            )
         except BaseException:
             self.stop()
             raise
@@ -123,8 +150,7 @@ class Ours:
         data_dir = root / f"{name}-data"
         data_dir.mkdir()
         body = copy_sample_deck(data_dir) if name == "decks" else None
-        self.service = Service(name, data_dir, root / f"{name}.log",
-                               env={"WORKER_CONNECTIONS": str(streams + 1000)})
+        self.service = Service(name, data_dir, root / f"{name}.log", env={"WORKER_CONNECTIONS": str(streams + 1000)})
         self.port, self.worker_pid = self.service.port, self.service.worker_pid
         self.host = f"{HOST}:{self.port}"
         # The wizard's identity: the proxy's trusted header, which a loopback caller may send.
@@ -161,6 +187,7 @@ class Ours:
 
 
 # --------------------------------------------------------------------------- streams
+
 
 class Stream:
     """One SSE stream on a raw socket; counts the `data:` lines it reads."""
@@ -205,8 +232,10 @@ class Stream:
 class FanOut:
     def __init__(self, target, streams, open_concurrency):
         self.target, self.wanted = target, streams
-        self.request = (f"GET {target.stream_path} HTTP/1.1\r\nHost: {target.host}\r\n{target.identity}"
-                        "Accept: text/event-stream\r\n\r\n").encode("latin-1")
+        self.request = (
+            f"GET {target.stream_path} HTTP/1.1\r\nHost: {target.host}\r\n{target.identity}"
+            "Accept: text/event-stream\r\n\r\n"
+        ).encode("latin-1")
         self.open_slots = BoundedSemaphore(open_concurrency)
         self.streams = [Stream(self) for _ in range(streams)]
         self.settled, self.all_settled = 0, Event()
@@ -278,13 +307,20 @@ def measure(name, args, root):
             worst = p99 if worst is None or (p99 or 0) > worst else worst
             gevent.sleep(args.gap)
         meter.stop()
-        return {"name": name, "live": live, "wanted": args.streams,
-                "kb_per_stream": (rss1 - rss0) / live if live and rss0 and rss1 else None,
-                "p50": percentile(latencies, 50), "p99": percentile(latencies, 99),
-                "max": max(latencies) if latencies else None, "worst_p99": worst,
-                "delivered": delivered, "expected": expected,
-                "cpu_per_write": meter.worker / args.writes,
-                "errors": sorted({s.error for s in fan.streams if s.error})[:3]}
+        return {
+            "name": name,
+            "live": live,
+            "wanted": args.streams,
+            "kb_per_stream": (rss1 - rss0) / live if live and rss0 and rss1 else None,
+            "p50": percentile(latencies, 50),
+            "p99": percentile(latencies, 99),
+            "max": max(latencies) if latencies else None,
+            "worst_p99": worst,
+            "delivered": delivered,
+            "expected": expected,
+            "cpu_per_write": meter.worker / args.writes,
+            "errors": sorted({s.error for s in fan.streams if s.error})[:3],
+        }
     finally:
         if fan is not None:
             fan.close()
@@ -293,13 +329,17 @@ def measure(name, args, root):
 
 def report(results, args):
     print(f"\n-- {args.streams} streams on one worker, {args.writes} writes {args.gap:g} s apart --")
-    print(f"   {'target':10} {'streams':>8} {'p50':>10} {'p99':>10} {'max':>10} {'worst p99':>10} "
-          f"{'kB/stream':>10} {'CPU/write':>10}  delivered")
+    print(
+        f"   {'target':10} {'streams':>8} {'p50':>10} {'p99':>10} {'max':>10} {'worst p99':>10} "
+        f"{'kB/stream':>10} {'CPU/write':>10}  delivered"
+    )
     for r in results.values():
         kb = "-" if r["kb_per_stream"] is None else f"{r['kb_per_stream']:.1f}"
-        print(f"   {r['name']:10} {r['live']:>8} {fmt_ms(r['p50']):>10} {fmt_ms(r['p99']):>10} "
-              f"{fmt_ms(r['max']):>10} {fmt_ms(r['worst_p99']):>10} {kb:>10} "
-              f"{r['cpu_per_write'] * 1000:>7.0f} ms  {r['delivered']}/{r['expected']}")
+        print(
+            f"   {r['name']:10} {r['live']:>8} {fmt_ms(r['p50']):>10} {fmt_ms(r['p99']):>10} "
+            f"{fmt_ms(r['max']):>10} {fmt_ms(r['worst_p99']):>10} {kb:>10} "
+            f"{r['cpu_per_write'] * 1000:>7.0f} ms  {r['delivered']}/{r['expected']}"
+        )
         for error in r["errors"]:
             print(f"      error: {error}")
     floor, starlette = results.get("floor"), results.get("starlette")
@@ -312,12 +352,25 @@ def report(results, args):
         below = starlette is None or not starlette["p99"] or r["p99"] < starlette["p99"]
         small = r["kb_per_stream"] is not None and r["kb_per_stream"] <= 25
         complete = r["delivered"] == r["expected"] and r["expected"] > 0
-        rows.append((f"{name}: p99 vs floor" + (", vs Starlette" if starlette else ""),
-                     f"{ratio:.2f} x floor ({fmt_ms(r['p99'])} / {fmt_ms(floor['p99'])})"
-                     + (f", Starlette {fmt_ms(starlette['p99'])}" if starlette else ""),
-                     "<= 1.3 x, below Starlette", ratio <= 1.3 and below and complete))
-        rows.append((f"{name}: memory per stream", "-" if r["kb_per_stream"] is None
-                     else f"{r['kb_per_stream']:.1f} kB (floor {floor['kb_per_stream'] or 0:.1f})", "<= 25 kB", small))
+        rows.append(
+            (
+                f"{name}: p99 vs floor" + (", vs Starlette" if starlette else ""),
+                f"{ratio:.2f} x floor ({fmt_ms(r['p99'])} / {fmt_ms(floor['p99'])})"
+                + (f", Starlette {fmt_ms(starlette['p99'])}" if starlette else ""),
+                "<= 1.3 x, below Starlette",
+                ratio <= 1.3 and below and complete,
+            )
+        )
+        rows.append(
+            (
+                f"{name}: memory per stream",
+                "-"
+                if r["kb_per_stream"] is None
+                else f"{r['kb_per_stream']:.1f} kB (floor {floor['kb_per_stream'] or 0:.1f})",
+                "<= 25 kB",
+                small,
+            )
+        )
     print_targets(rows)
 
 

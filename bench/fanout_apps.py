@@ -10,6 +10,7 @@ and `POST /publish` hands its body (one JSON object) to every open stream.
 
 Never imported by the services; the bench starts each in a process of its own.
 """
+
 import asyncio
 import json
 
@@ -79,5 +80,6 @@ async def starlette_publish(request):
     return PlainTextResponse(json.dumps({"streams": len(_starlette_queues)}), media_type="application/json")
 
 
-starlette_app = Starlette(routes=[Route("/stream", starlette_stream),
-                                  Route("/publish", starlette_publish, methods=["POST"])])
+starlette_app = Starlette(
+    routes=[Route("/stream", starlette_stream), Route("/publish", starlette_publish, methods=["POST"])]
+)

@@ -28,6 +28,7 @@ client, sequential, each answer a 200: p50/p99 latency of POST /search for text
 model into the web worker, is timed apart). Targets (issue): text search p99
 <= 50 ms and vector search p99 <= 200 ms at 1000 sources.
 """
+
 from gevent import monkey
 
 monkey.patch_all()
@@ -72,8 +73,8 @@ TARGET_TEXT_P99_S = 0.050
 TARGET_VECTOR_P99_S = 0.200
 
 # Bounds: every wait below has one.
-INGEST_DEADLINE_S = 3600.0    # all commands completed
-WORKER_READY_S = 180.0        # the worker's model loaded (vector phase)
+INGEST_DEADLINE_S = 3600.0  # all commands completed
+WORKER_READY_S = 180.0  # the worker's model loaded (vector phase)
 POLL_S = 0.5
 
 
@@ -104,9 +105,13 @@ class Stack:
         if not embed:  # no model load beside the text phase's ingest
             env["NOTEBOOK_EMBEDDING_PROVIDER"] = "none"
         self.worker_log = open(root / f"{name}-worker.log", "wb")
-        self.worker = subprocess.Popen([sys.executable, "-m", "app.notebook", "worker"], cwd=ROOT,
-                                       env={**os.environ, **env}, stdout=self.worker_log,
-                                       stderr=subprocess.STDOUT)
+        self.worker = subprocess.Popen(
+            [sys.executable, "-m", "app.notebook", "worker"],
+            cwd=ROOT,
+            env={**os.environ, **env},
+            stdout=self.worker_log,
+            stderr=subprocess.STDOUT,
+        )
         try:
             self.service = Service("notebook", self.data_dir, root / f"{name}-service.log", env=env)
         except BaseException:
@@ -162,8 +167,14 @@ def ingest(stack, texts, embed, clients):
         try:
             while queue:
                 i, text = queue.pop()
-                body = {"type": "text", "notebook_id": notebook, "title": f"source {i}", "content": text,
-                        "async_processing": True, "embed": embed}
+                body = {
+                    "type": "text",
+                    "notebook_id": notebook,
+                    "title": f"source {i}",
+                    "content": text,
+                    "async_processing": True,
+                    "embed": embed,
+                }
                 t0 = time.perf_counter()
                 try:
                     client.json("POST", "/sources", body, headers=AUTH, expect=(202,))
@@ -183,17 +194,27 @@ def ingest(stack, texts, embed, clients):
         if done + failed >= len(post_latencies):
             break
         if done // 100 != last // 100:
-            print(f"   … {done}/{len(post_latencies)} completed after {time.perf_counter() - started:.0f} s",
-                  flush=True)
+            print(
+                f"   … {done}/{len(post_latencies)} completed after {time.perf_counter() - started:.0f} s", flush=True
+            )
         last = done
         gevent.sleep(POLL_S)
     elapsed = time.perf_counter() - started
     meter.stop()
     setup.close()
-    return {"sources": len(texts), "completed": done, "failed": failed, "errors": errors, "posted_s": posted,
-            "elapsed_s": elapsed, "rate": done / elapsed if elapsed else 0.0,
-            "post_p50": percentile(post_latencies, 50), "post_p99": percentile(post_latencies, 99),
-            "meter": meter, "notebook": notebook}
+    return {
+        "sources": len(texts),
+        "completed": done,
+        "failed": failed,
+        "errors": errors,
+        "posted_s": posted,
+        "elapsed_s": elapsed,
+        "rate": done / elapsed if elapsed else 0.0,
+        "post_p50": percentile(post_latencies, 50),
+        "post_p99": percentile(post_latencies, 99),
+        "meter": meter,
+        "notebook": notebook,
+    }
 
 
 def search_latency(stack, kind, queries):
@@ -206,32 +227,49 @@ def search_latency(stack, kind, queries):
                 t0 = time.perf_counter()
                 client.json("GET", "/notebooks?archived=true", headers=AUTH)
                 latencies.append(time.perf_counter() - t0)
-            return {"p50": percentile(latencies, 50), "p99": percentile(latencies, 99), "max": max(latencies),
-                    "n": len(latencies), "mean_hits": 0.0, "first": None}
+            return {
+                "p50": percentile(latencies, 50),
+                "p99": percentile(latencies, 99),
+                "max": max(latencies),
+                "n": len(latencies),
+                "mean_hits": 0.0,
+                "first": None,
+            }
         if kind == "vector":  # the web worker loads the model on its first vector query
             t0 = time.perf_counter()
             client.json("POST", "/search", {"query": queries[0], "type": "vector", "limit": 10}, headers=AUTH)
             first = time.perf_counter() - t0
         for query in queries:
             t0 = time.perf_counter()
-            answer = client.json("POST", "/search", {"query": query, "type": kind, "limit": 10,
-                                                     "minimum_score": 0.0}, headers=AUTH)
+            answer = client.json(
+                "POST", "/search", {"query": query, "type": kind, "limit": 10, "minimum_score": 0.0}, headers=AUTH
+            )
             latencies.append(time.perf_counter() - t0)
             hits += answer["total_count"]
     finally:
         client.close()
-    return {"p50": percentile(latencies, 50), "p99": percentile(latencies, 99), "max": max(latencies),
-            "n": len(latencies), "mean_hits": hits / len(latencies), "first": first}
+    return {
+        "p50": percentile(latencies, 50),
+        "p99": percentile(latencies, 99),
+        "max": max(latencies),
+        "n": len(latencies),
+        "mean_hits": hits / len(latencies),
+        "first": first,
+    }
 
 
 def print_ingest(label, result):
     meter = result["meter"]
-    print(f"   {label}: {result['completed']}/{result['sources']} completed ({result['failed']} failed, "
-          f"{sum(result['errors'].values())} POST errors) in {result['elapsed_s']:.1f} s = "
-          f"{result['rate']:.1f} sources/s; POSTs took {result['posted_s']:.1f} s "
-          f"(p50 {fmt_ms(result['post_p50'])}, p99 {fmt_ms(result['post_p99'])})")
-    print(f"   CPU: web + job worker {meter.pct(meter.worker)}, client {meter.pct(meter.client)}, "
-          f"other {meter.pct(meter.other)}, stolen {meter.pct(meter.steal)}")
+    print(
+        f"   {label}: {result['completed']}/{result['sources']} completed ({result['failed']} failed, "
+        f"{sum(result['errors'].values())} POST errors) in {result['elapsed_s']:.1f} s = "
+        f"{result['rate']:.1f} sources/s; POSTs took {result['posted_s']:.1f} s "
+        f"(p50 {fmt_ms(result['post_p50'])}, p99 {fmt_ms(result['post_p99'])})"
+    )
+    print(
+        f"   CPU: web + job worker {meter.pct(meter.worker)}, client {meter.pct(meter.client)}, "
+        f"other {meter.pct(meter.other)}, stolen {meter.pct(meter.steal)}"
+    )
     for error, n in result["errors"].most_common(3):
         print(f"   error x{n}: {error}")
 
@@ -243,16 +281,17 @@ def run_phase(root, name, texts, embed, queries, args):
             stack.wait_model()
         result = ingest(stack, texts, embed, args.clients)
         print_ingest(f"ingest ({'embed=true' if embed else 'embed=false'})", result)
-        searches = {"floor": search_latency(stack, "health", queries),
-                    "text": search_latency(stack, "text", queries)}
+        searches = {"floor": search_latency(stack, "health", queries), "text": search_latency(stack, "text", queries)}
         if embed:
             searches["vector"] = search_latency(stack, "vector", queries)
         for kind, figures in searches.items():
             extra = f", first query (model load) {figures['first']:.1f} s" if figures["first"] else ""
             label = "floor (GET /notebooks, no search)" if kind == "floor" else f"{kind} search"
-            print(f"   {label} over {len(texts)} sources: {figures['n']} queries, p50 {fmt_ms(figures['p50'])}, "
-                  f"p99 {fmt_ms(figures['p99'])}, max {fmt_ms(figures['max'])}, "
-                  f"{figures['mean_hits']:.1f} hits/query{extra}")
+            print(
+                f"   {label} over {len(texts)} sources: {figures['n']} queries, p50 {fmt_ms(figures['p50'])}, "
+                f"p99 {fmt_ms(figures['p99'])}, max {fmt_ms(figures['max'])}, "
+                f"{figures['mean_hits']:.1f} hits/query{extra}"
+            )
         return result, searches
     finally:
         stack.stop()
@@ -280,30 +319,51 @@ def main(argv=None):
     words = vocabulary(4000, rng)
     cumulative = list(itertools.accumulate(1.0 / (rank + 1) for rank in range(len(words))))
     texts = [make_text(words, cumulative, rng) for _ in range(args.sources)]
-    queries = [" ".join(rng.choices(words, cum_weights=cumulative, k=rng.randint(1, 3)))
-               for _ in range(args.queries)]
+    queries = [" ".join(rng.choices(words, cum_weights=cumulative, k=rng.randint(1, 3))) for _ in range(args.queries)]
     root = Path(tempfile.mkdtemp(prefix="bench-notebook-"))
     print(run_header("research notebook benchmark", args.quick))
-    print(f"{args.sources} text sources of {SOURCE_BYTES} bytes per phase, {args.clients} posting clients, "
-          f"{args.queries} search queries; data under {root}")
+    print(
+        f"{args.sources} text sources of {SOURCE_BYTES} bytes per phase, {args.clients} posting clients, "
+        f"{args.queries} search queries; data under {root}"
+    )
     rows = []
     try:
         if args.only in (None, "text"):
             print("\n== Phase text: ingest without embeddings, text search ==")
             result, searches = run_phase(root, "text", texts, False, queries, args)
-            rows.append((f"ingest, embed=false ({args.sources} x 5 KB)", f"{result['rate']:.1f} sources/s",
-                         "figure", None))
-            rows.append(("text search p99", fmt_ms(searches["text"]["p99"]), "<= 50 ms",
-                         searches["text"]["p99"] <= TARGET_TEXT_P99_S))
+            rows.append(
+                (f"ingest, embed=false ({args.sources} x 5 KB)", f"{result['rate']:.1f} sources/s", "figure", None)
+            )
+            rows.append(
+                (
+                    "text search p99",
+                    fmt_ms(searches["text"]["p99"]),
+                    "<= 50 ms",
+                    searches["text"]["p99"] <= TARGET_TEXT_P99_S,
+                )
+            )
         if args.only in (None, "vector"):
             print("\n== Phase vector: ingest with embeddings (local MiniLM), text and vector search ==")
             result, searches = run_phase(root, "vector", texts, True, queries, args)
-            rows.append((f"ingest, embed=true ({args.sources} x 5 KB)", f"{result['rate']:.2f} sources/s",
-                         "figure", None))
-            rows.append(("text search p99 (same corpus)", fmt_ms(searches["text"]["p99"]), "<= 50 ms",
-                         searches["text"]["p99"] <= TARGET_TEXT_P99_S))
-            rows.append(("vector search p99", fmt_ms(searches["vector"]["p99"]), "<= 200 ms",
-                         searches["vector"]["p99"] <= TARGET_VECTOR_P99_S))
+            rows.append(
+                (f"ingest, embed=true ({args.sources} x 5 KB)", f"{result['rate']:.2f} sources/s", "figure", None)
+            )
+            rows.append(
+                (
+                    "text search p99 (same corpus)",
+                    fmt_ms(searches["text"]["p99"]),
+                    "<= 50 ms",
+                    searches["text"]["p99"] <= TARGET_TEXT_P99_S,
+                )
+            )
+            rows.append(
+                (
+                    "vector search p99",
+                    fmt_ms(searches["vector"]["p99"]),
+                    "<= 200 ms",
+                    searches["vector"]["p99"] <= TARGET_VECTOR_P99_S,
+                )
+            )
     finally:
         if args.keep:
             print(f"\nkept {root}")

@@ -32,6 +32,7 @@ What to expect: burst cannot meet the target on one worker (N asks' intake and
 work arrive at once, so the last strategy answer waits behind the others' CPU);
 open meets it while the worker is not saturated by the answers' rate.
 """
+
 from gevent import monkey
 
 monkey.patch_all()
@@ -82,17 +83,39 @@ class Stack:
     def __init__(self, root):
         self.fake_port = free_port()
         self.fake_log = open(root / "fake.log", "wb")
-        self.fake = subprocess.Popen([sys.executable, "-m", "devtools.fake_providers", "serve", "--host",
-                                      PROVIDER_HOST, "--port", str(self.fake_port)], cwd=ROOT,
-                                     stdout=self.fake_log, stderr=subprocess.STDOUT)
+        self.fake = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "devtools.fake_providers",
+                "serve",
+                "--host",
+                PROVIDER_HOST,
+                "--port",
+                str(self.fake_port),
+            ],
+            cwd=ROOT,
+            stdout=self.fake_log,
+            stderr=subprocess.STDOUT,
+        )
         self.fake_url = f"http://{PROVIDER_HOST}:{self.fake_port}"
         data_dir = root / "data"
         data_dir.mkdir()
-        env = {"NOTEBOOK_PASSWORD": PASSWORD, "DATA_DIR": str(data_dir), "NOTEBOOK_EMBEDDING_PROVIDER": "none",
-               "NOTEBOOK_ENCRYPTION_KEY": ENCRYPTION_KEY, "NOTEBOOK_MODEL_HOST_ALLOWLIST": f"{PROVIDER_HOST}/32"}
+        env = {
+            "NOTEBOOK_PASSWORD": PASSWORD,
+            "DATA_DIR": str(data_dir),
+            "NOTEBOOK_EMBEDDING_PROVIDER": "none",
+            "NOTEBOOK_ENCRYPTION_KEY": ENCRYPTION_KEY,
+            "NOTEBOOK_MODEL_HOST_ALLOWLIST": f"{PROVIDER_HOST}/32",
+        }
         self.worker_log = open(root / "worker.log", "wb")
-        self.worker = subprocess.Popen([sys.executable, "-m", "app.notebook", "worker"], cwd=ROOT,
-                                       env={**os.environ, **env}, stdout=self.worker_log, stderr=subprocess.STDOUT)
+        self.worker = subprocess.Popen(
+            [sys.executable, "-m", "app.notebook", "worker"],
+            cwd=ROOT,
+            env={**os.environ, **env},
+            stdout=self.worker_log,
+            stderr=subprocess.STDOUT,
+        )
         self.service = Service("notebook", data_dir, root / "service.log", env=env)
         self.url = f"http://127.0.0.1:{self.service.port}"
         wait_healthy(self.fake_url + "/_seen", timeout=10)
@@ -113,14 +136,27 @@ class Stack:
 
 
 def prepare(stack):
-    credential = stack.call("POST", "/credentials", json={"name": "fake", "provider": "openai_compatible",
-                                                          "base_url": stack.fake_url + "/v1"})
-    model = stack.call("POST", "/models", json={"name": "fake-chat", "provider": "openai_compatible",
-                                                "type": "language", "credential": credential["id"]})
+    credential = stack.call(
+        "POST",
+        "/credentials",
+        json={"name": "fake", "provider": "openai_compatible", "base_url": stack.fake_url + "/v1"},
+    )
+    model = stack.call(
+        "POST",
+        "/models",
+        json={"name": "fake-chat", "provider": "openai_compatible", "type": "language", "credential": credential["id"]},
+    )
     stack.call("POST", "/models/config", json={"default_chat_model": model["id"]})
     notebook = stack.call("POST", "/notebooks", json={"name": "bench", "description": ""})["id"]
-    stack.call("POST", "/sources", json={"type": "text", "notebook_id": notebook,
-                                         "content": "Glaciers carve valleys. Moraines mark where they ended."})
+    stack.call(
+        "POST",
+        "/sources",
+        json={
+            "type": "text",
+            "notebook_id": notebook,
+            "content": "Glaciers carve valleys. Moraines mark where they ended.",
+        },
+    )
     return notebook
 
 
@@ -129,8 +165,10 @@ def one_stream(stack, notebook, question, out):
     timing when the first `data:` record arrives: a lean client, so that its own
     parsing is not what the figure measures."""
     body = json.dumps({"question": question, "notebook_id": notebook}).encode()
-    head = (f"POST /ask HTTP/1.0\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {PASSWORD}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+    head = (
+        f"POST /ask HTTP/1.0\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {PASSWORD}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
     started, first, received = time.time(), None, bytearray()
     try:
         with socket.create_connection(("127.0.0.1", stack.service.port), timeout=STREAM_TIMEOUT_S) as sock:
@@ -172,33 +210,49 @@ def run_round(stack, notebook, streams, number, scenario, lead, spread):
     out, answering = {}, {}
     meter = CpuMeter(stack.service.worker_pids).start()
     if scenario == "open":  # the worker's CPU from the first answer on
-        gevent.spawn_later(max(0.0, begin - time.time()), lambda: answering.update(
-            cpu=proc_cpu_seconds(stack.service.worker_pid), at=time.perf_counter()))
-    gevent.joinall([gevent.spawn(one_stream, stack, notebook, q, out) for q in questions],
-                   timeout=STREAM_TIMEOUT_S + 10)
+        gevent.spawn_later(
+            max(0.0, begin - time.time()),
+            lambda: answering.update(cpu=proc_cpu_seconds(stack.service.worker_pid), at=time.perf_counter()),
+        )
+    gevent.joinall(
+        [gevent.spawn(one_stream, stack, notebook, q, out) for q in questions], timeout=STREAM_TIMEOUT_S + 10
+    )
     meter.stop()
     if answering:
-        answering["busy"] = ((proc_cpu_seconds(stack.service.worker_pid) - answering["cpu"])
-                             / (time.perf_counter() - answering["at"]))
+        answering["busy"] = (proc_cpu_seconds(stack.service.worker_pid) - answering["cpu"]) / (
+            time.perf_counter() - answering["at"]
+        )
     calls = strategy_calls(stack)
-    overheads = [out[q]["first"] - calls[q][1] for q in questions
-                 if q in calls and out.get(q, {}).get("first") and calls[q][1]]
+    overheads = [
+        out[q]["first"] - calls[q][1] for q in questions if q in calls and out.get(q, {}).get("first") and calls[q][1]
+    ]
     complete = [o for o in out.values() if o.get("kinds", [])[-1:] == ["complete"]]
     failures = [o.get("error") or o.get("kinds") for o in out.values() if o not in complete]
     answered = [c[1] for c in calls.values() if c[1]]
     # open: were all N streams waiting on their strategy call before the first answer began?
     all_waiting = len(calls) == streams and bool(answered) and max(c[0] for c in calls.values()) < min(answered)
-    return {"overheads": overheads, "seconds": [o["seconds"] for o in complete], "complete": len(complete),
-            "failures": failures + ["no answer"] * (streams - len(out)), "cpu": meter, "all_waiting": all_waiting,
-            "busy_answering": answering.get("busy"),
-            "records": sorted({len(o["kinds"]) for o in complete})}
+    return {
+        "overheads": overheads,
+        "seconds": [o["seconds"] for o in complete],
+        "complete": len(complete),
+        "failures": failures + ["no answer"] * (streams - len(out)),
+        "cpu": meter,
+        "all_waiting": all_waiting,
+        "busy_answering": answering.get("busy"),
+        "records": sorted({len(o["kinds"]) for o in complete}),
+    }
 
 
 def run_scenario(stack, notebook, args, scenario):
-    print(f"   scenario {scenario}: " + (
-        f"{args.streams} streams started at the same instant, the provider answering at once" if scenario == "burst"
-        else f"{args.streams} streams connected and waiting, the provider's answers beginning from "
-             f"{args.lead:g} s on, spread over {args.spread:g} s"))
+    print(
+        f"   scenario {scenario}: "
+        + (
+            f"{args.streams} streams started at the same instant, the provider answering at once"
+            if scenario == "burst"
+            else f"{args.streams} streams connected and waiting, the provider's answers beginning from "
+            f"{args.lead:g} s on, spread over {args.spread:g} s"
+        )
+    )
     figures = {"overheads": [], "seconds": [], "failures": [], "p99s": [], "cpu_per_ask": [], "waiting": True}
     for number in range(1, args.rounds + 1):
         result = run_round(stack, notebook, args.streams, number, scenario, args.lead, args.spread)
@@ -212,19 +266,26 @@ def run_scenario(stack, notebook, args, scenario):
         figures["cpu_per_ask"].append(per_ask)
         if scenario == "open":
             figures["waiting"] = figures["waiting"] and result["all_waiting"]
-        print(f"     round {number}: {result['complete']}/{args.streams} complete in {cpu.seconds:.2f} s, "
-              f"records per stream {result['records']}, overhead p50 "
-              f"{fmt_ms(percentile(result['overheads'], 50))} p99 {fmt_ms(p99)} max "
-              f"{fmt_ms(max(result['overheads'], default=None))}, worker CPU {cpu.pct(cpu.worker)} "
-              f"({per_ask * 1000:.1f} ms per /ask), other {cpu.pct(cpu.other)}"
-              f"{' (disturbed)' if cpu.disturbed() else ''}"
-              + ("" if scenario == "burst" else
-                 f", worker busy {result['busy_answering'] * 100:.0f}% from the first answer on"
-                 f", all streams waiting before the first answer: {'yes' if result['all_waiting'] else 'NO'}"))
+        print(
+            f"     round {number}: {result['complete']}/{args.streams} complete in {cpu.seconds:.2f} s, "
+            f"records per stream {result['records']}, overhead p50 "
+            f"{fmt_ms(percentile(result['overheads'], 50))} p99 {fmt_ms(p99)} max "
+            f"{fmt_ms(max(result['overheads'], default=None))}, worker CPU {cpu.pct(cpu.worker)} "
+            f"({per_ask * 1000:.1f} ms per /ask), other {cpu.pct(cpu.other)}"
+            f"{' (disturbed)' if cpu.disturbed() else ''}"
+            + (
+                ""
+                if scenario == "burst"
+                else f", worker busy {result['busy_answering'] * 100:.0f}% from the first answer on"
+                f", all streams waiting before the first answer: {'yes' if result['all_waiting'] else 'NO'}"
+            )
+        )
     figures["p99"] = percentile(figures["overheads"], 99)
-    print(f"     streams: {len(figures['seconds'])} complete, {len(figures['failures'])} failed "
-          f"{figures['failures'][:3] if figures['failures'] else ''}; whole stream p50 "
-          f"{fmt_ms(percentile(figures['seconds'], 50))}, p99 {fmt_ms(percentile(figures['seconds'], 99))}")
+    print(
+        f"     streams: {len(figures['seconds'])} complete, {len(figures['failures'])} failed "
+        f"{figures['failures'][:3] if figures['failures'] else ''}; whole stream p50 "
+        f"{fmt_ms(percentile(figures['seconds'], 50))}, p99 {fmt_ms(percentile(figures['seconds'], 99))}"
+    )
     return figures
 
 
@@ -254,12 +315,23 @@ def main(argv=None):
     for scenario, figures in results.items():
         p99 = figures["p99"]
         valid = not figures["failures"] and figures["waiting"]
-        rows.append((f"{scenario}: overhead per stream p99 (provider's first byte -> first record)",
-                     f"{fmt_ms(p99)} (rounds {', '.join(fmt_ms(r) for r in figures['p99s'])})",
-                     f"<= {fmt_ms(TARGET_OVERHEAD_P99_S)}", p99 is not None and p99 <= TARGET_OVERHEAD_P99_S and valid))
-        rows.append((f"{scenario}: worker CPU per /ask",
-                     f"{percentile(figures['cpu_per_ask'], 50) * 1000:.1f} ms (rounds "
-                     f"{', '.join(f'{c * 1000:.1f}' for c in figures['cpu_per_ask'])})", "-", None))
+        rows.append(
+            (
+                f"{scenario}: overhead per stream p99 (provider's first byte -> first record)",
+                f"{fmt_ms(p99)} (rounds {', '.join(fmt_ms(r) for r in figures['p99s'])})",
+                f"<= {fmt_ms(TARGET_OVERHEAD_P99_S)}",
+                p99 is not None and p99 <= TARGET_OVERHEAD_P99_S and valid,
+            )
+        )
+        rows.append(
+            (
+                f"{scenario}: worker CPU per /ask",
+                f"{percentile(figures['cpu_per_ask'], 50) * 1000:.1f} ms (rounds "
+                f"{', '.join(f'{c * 1000:.1f}' for c in figures['cpu_per_ask'])})",
+                "-",
+                None,
+            )
+        )
     print_targets(rows)
     return 0 if all(f["p99"] is not None and not f["failures"] for f in results.values()) else 1
 

@@ -27,6 +27,7 @@ rounds), with the CPU of the worker, nginx and this client. The goal: changed <=
 The clients run in this process on gevent, on the same CPUs as nginx and the service.
 Prints figures; asserts nothing; never collected as a test.
 """
+
 from gevent import monkey
 
 monkey.patch_all()
@@ -67,8 +68,8 @@ from bench.wizard import LIST, BodyClient, FanOut, Stack, StreamClient, blueprin
 COLLECTION = "blueprints"
 TARGET_PAGES = 1000
 TARGET_RATIO = 2.0
-SEGMENT_TIMEOUT_S = 60.0   # one segment: every page done
-PAGE_IDLE_S = 60.0         # a page's connection is reused while idle (nginx keeps it 65 s)
+SEGMENT_TIMEOUT_S = 60.0  # one segment: every page done
+PAGE_IDLE_S = 60.0  # a page's connection is reused while idle (nginx keeps it 65 s)
 
 
 class Page(StreamClient):
@@ -105,7 +106,7 @@ class Page(StreamClient):
             return
         self.last_write = fan.current
         self.received += 1
-        self.read_list()   # in this stream's greenlet: the next events wait in the socket
+        self.read_list()  # in this stream's greenlet: the next events wait in the socket
         fan.arrived(time.perf_counter())
 
 
@@ -143,7 +144,7 @@ def timed_static(pages, raw, size):
             bad[(status, length)] += 1
 
     greenlets = [gevent.spawn(one, page) for page in pages]
-    gevent.sleep(0.1)   # every greenlet waits on `start`
+    gevent.sleep(0.1)  # every greenlet waits on `start`
     t0 = time.perf_counter()
     start.set()
     gevent.joinall(greenlets, timeout=SEGMENT_TIMEOUT_S)
@@ -174,8 +175,7 @@ def run(args, root):
     author = KeepAliveClient(stack.service.port)
     rng = random.Random(18)
     try:
-        print(f"   {stack.describe()}; lists sent by {'the service' if args.lists_by_service else 'nginx'}",
-              flush=True)
+        print(f"   {stack.describe()}; lists sent by {'the service' if args.lists_by_service else 'nginx'}", flush=True)
         seed_rows(stack.service.port, args.rows)
         status, _, body = public.request("GET", LIST)
         if status != 200:
@@ -197,8 +197,13 @@ def run(args, root):
             public.json("POST", LIST, {**blueprint(rng.randrange(10**6), rng), "is_public": True}, expect=(201,))
 
         def post_private():
-            author.json("POST", LIST, {**blueprint(rng.randrange(10**6), rng), "is_public": False},
-                        headers={"Remote-User": "ada"}, expect=(201,))
+            author.json(
+                "POST",
+                LIST,
+                {**blueprint(rng.randrange(10**6), rng), "is_public": False},
+                headers={"Remote-User": "ada"},
+                expect=(201,),
+            )
 
         rounds, write_index = [], 0
         for number in range(1, args.rounds + 1):
@@ -211,13 +216,17 @@ def run(args, root):
                 else:
                     write_index += 1
                     seconds, outcome, got, expected = timed_write(
-                        fan, write_index, post_public if segment == "changed" else post_private)
+                        fan, write_index, post_public if segment == "changed" else post_private
+                    )
                     done = f"{got}/{expected} pages, answers {dict(outcome)}"
                 meter.stop()
                 figures[segment] = (seconds, meter)
-                print(f"   round {number} {segment:9}: {fmt_ms(seconds)} ({done}); CPU worker "
-                      f"{meter.worker * 1000:.0f} ms, nginx {meter.proxy * 1000:.0f} ms, client "
-                      f"{meter.client * 1000:.0f} ms" + ("  DISTURBED" if meter.disturbed() else ""), flush=True)
+                print(
+                    f"   round {number} {segment:9}: {fmt_ms(seconds)} ({done}); CPU worker "
+                    f"{meter.worker * 1000:.0f} ms, nginx {meter.proxy * 1000:.0f} ms, client "
+                    f"{meter.client * 1000:.0f} ms" + ("  DISTURBED" if meter.disturbed() else ""),
+                    flush=True,
+                )
             rounds.append(figures)
         for error, count in fan.errors().most_common(5):
             print(f"   {count} page(s) failed: {error}")
@@ -240,8 +249,7 @@ def ratio(figures, segment):
 
 def summarize(result, args):
     rounds = result["rounds"]
-    print(f"\n== Summary: {result['pages']} pages, a list of {result['size'] / 1024:.0f} kB, "
-          f"{len(rounds)} rounds ==")
+    print(f"\n== Summary: {result['pages']} pages, a list of {result['size'] / 1024:.0f} kB, {len(rounds)} rounds ==")
     rows = []
     for segment in ("changed", "unchanged"):
         ratios = [r for r in (ratio(figures, segment) for figures in rounds) if r is not None]
@@ -249,8 +257,14 @@ def summarize(result, args):
         times = ", ".join(f"{fmt_ms(f[segment][0])} / {fmt_ms(f['static'][0])}" for f in rounds)
         goal = f"<= {TARGET_RATIO:g} x static" if segment == "changed" else "(figure)"
         ok = (median is not None and median <= TARGET_RATIO) if segment == "changed" else None
-        rows.append((f"write -> last page holds the list, view {segment}",
-                     f"median {median:.2f} x static ({times})" if median else f"incomplete ({times})", goal, ok))
+        rows.append(
+            (
+                f"write -> last page holds the list, view {segment}",
+                f"median {median:.2f} x static ({times})" if median else f"incomplete ({times})",
+                goal,
+                ok,
+            )
+        )
     print_targets(rows)
     if args.quick:
         print("(quick smoke run: fewer pages and rows than the target)")
@@ -262,8 +276,11 @@ def parse_args(argv):
     p.add_argument("--rows", type=int, default=1000, help="public blueprints in the list (default 1000)")
     p.add_argument("--rounds", type=int, default=3, help="rounds of the three segments (default 3)")
     p.add_argument("--open-concurrency", type=int, default=100, help="streams being opened at once (default 100)")
-    p.add_argument("--lists-by-service", action="store_true",
-                   help="the site without wizard_lists_dir: the service sends each list itself")
+    p.add_argument(
+        "--lists-by-service",
+        action="store_true",
+        help="the site without wizard_lists_dir: the service sends each list itself",
+    )
     p.add_argument("--quick", action="store_true", help="smoke run: 100 pages, 200 rows, 2 rounds")
     p.add_argument("--tmp-dir", help="parent of the temporary DATA_DIR (default: the system's)")
     args = p.parse_args(argv)
@@ -282,8 +299,11 @@ def main(argv=None):
     if soft < 4 * args.pages + 200:
         sys.exit(f"RLIMIT_NOFILE is {soft}: too low for {args.pages} pages (each holds two connections)")
     root = Path(tempfile.mkdtemp(prefix="bench-refresh-", dir=args.tmp_dir))
-    print(f"{run_header('refresh after an event', args.quick)}; {args.pages} pages, {args.rows} rows, "
-          f"{args.rounds} rounds", flush=True)
+    print(
+        f"{run_header('refresh after an event', args.quick)}; {args.pages} pages, {args.rows} rows, "
+        f"{args.rounds} rounds",
+        flush=True,
+    )
     try:
         summarize(run(args, root), args)
     finally:

@@ -25,6 +25,7 @@ worker and then with 4 workers on Redis, in the same run; prints both p50/p99.
 It asserts nothing and is never
 collected as a test.
 """
+
 from gevent import monkey
 
 monkey.patch_all()
@@ -56,8 +57,9 @@ class Target:
         self.name, self.workers = name, workers
         folder = Path(tempfile.mkdtemp(prefix=f"{name}-{workers}w-", dir=root))
         self.log = open(folder / "service.log", "wb")
-        self.service = services.start(name, folder / "data", env=env, workers=workers,
-                                      stdout=self.log, stderr=subprocess.STDOUT)
+        self.service = services.start(
+            name, folder / "data", env=env, workers=workers, stdout=self.log, stderr=subprocess.STDOUT
+        )
         self.url = self.service.base_url
         if name == "wizard":
             self.path, self.headers = "/api/collections/wizards", {"Remote-User": "public"}
@@ -77,8 +79,9 @@ def wrk(target, seconds, connections):
     command = ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--timeout", "10s", "--latency"]
     for name, value in target.headers.items():
         command += ["-H", f"{name}: {value}"]
-    done = subprocess.run(command + [target.url + target.path], capture_output=True, text=True,
-                          timeout=round(seconds) + 60)
+    done = subprocess.run(
+        command + [target.url + target.path], capture_output=True, text=True, timeout=round(seconds) + 60
+    )
     if done.returncode != 0 or "Non-2xx" in done.stdout or "Socket errors" in done.stdout:
         raise RuntimeError(f"wrk against {target.name}: {done.stdout}{done.stderr}")
     return float(re.search(r"Requests/sec:\s+([\d.]+)", done.stdout).group(1))
@@ -90,7 +93,7 @@ def throughput(name, args, root, env_of):
     for workers in (1, 2, 2, 1):
         target = Target(name, root, workers, env_of())
         try:
-            wrk(target, args.seconds / 3, args.connections)   # warm-up
+            wrk(target, args.seconds / 3, args.connections)  # warm-up
             rates[workers].append(wrk(target, args.seconds, args.connections))
         finally:
             target.stop()
@@ -99,10 +102,14 @@ def throughput(name, args, root, env_of):
 
 
 def run_throughput(args, root, redis_server, postgres):
-    print(f"\n== Throughput: 1 and 2 workers, wrk with {args.connections} connections, {args.seconds:g} s "
-          f"segments, database {args.database} ==", flush=True)
+    print(
+        f"\n== Throughput: 1 and 2 workers, wrk with {args.connections} connections, {args.seconds:g} s "
+        f"segments, database {args.database} ==",
+        flush=True,
+    )
     results = {}
     for name in ("wizard", "workspace"):
+
         def env_of(name=name):
             env = {"REDIS_URL": redis_server.new_url()}
             if name == "workspace":  # its workers carry agents' requests to each other
@@ -110,6 +117,7 @@ def run_throughput(args, root, redis_server, postgres):
             if postgres is not None:
                 env["DATABASE_URL"] = postgres.new_database()
             return env
+
         rates = throughput(name, args, root, env_of)
         one, two = (sum(rates[w]) / len(rates[w]) for w in (1, 2))
         results[name] = (one, two)
@@ -119,8 +127,9 @@ def run_throughput(args, root, redis_server, postgres):
 def run_fanout(args, root, redis_server):
     results = {}
     for workers in (1, 4):
-        fan_args = argparse.Namespace(streams=args.streams, writes=args.writes, gap=args.gap, workers=workers,
-                                      open_concurrency=100)
+        fan_args = argparse.Namespace(
+            streams=args.streams, writes=args.writes, gap=args.gap, workers=workers, open_concurrency=100
+        )
         results[workers] = wizard_bench.run_fanout(fan_args, root, env={"REDIS_URL": redis_server.new_url()})
         wizard_bench.print_fanout(results[workers], fan_args, os.cpu_count())
     return results
@@ -133,8 +142,12 @@ def parse_args(argv):
     p.add_argument("--streams", type=int, default=2000, help="SSE streams in the fan-out (default 2000)")
     p.add_argument("--writes", type=int, default=5, help="timed writes in the fan-out (default 5)")
     p.add_argument("--gap", type=float, default=1.0, help="seconds between two writes (default 1)")
-    p.add_argument("--database", choices=("sqlite", "postgresql"), default="sqlite",
-                   help="the services' database in phase 1 (default sqlite; Redis either way)")
+    p.add_argument(
+        "--database",
+        choices=("sqlite", "postgresql"),
+        default="sqlite",
+        help="the services' database in phase 1 (default sqlite; Redis either way)",
+    )
     p.add_argument("--only", choices=("throughput", "fanout"))
     p.add_argument("--quick", action="store_true", help="smoke run: 2 s segments, 200 streams, 3 writes")
     args = p.parse_args(argv)
@@ -165,12 +178,16 @@ def main(argv=None):
     print("\n== Summary ==")
     for name, (one, two) in (tput or {}).items():
         ratio = two / one
-        print(f"   {name:<10} 1 worker {one:,.0f}/s, 2 workers {two:,.0f}/s: x{ratio:.2f} "
-              f"({'meets' if ratio >= 1.6 else 'below'} the 1.6 goal)")
+        print(
+            f"   {name:<10} 1 worker {one:,.0f}/s, 2 workers {two:,.0f}/s: x{ratio:.2f} "
+            f"({'meets' if ratio >= 1.6 else 'below'} the 1.6 goal)"
+        )
     if fan:
         for workers, r in fan.items():
-            print(f"   fan-out to {r['opened']} streams, {workers} worker(s): p50 {fmt_ms(r['p50'])}, "
-                  f"p99 {fmt_ms(r['p99'])} (deliveries {r['received']}/{r['expected']})")
+            print(
+                f"   fan-out to {r['opened']} streams, {workers} worker(s): p50 {fmt_ms(r['p50'])}, "
+                f"p99 {fmt_ms(r['p99'])} (deliveries {r['received']}/{r['expected']})"
+            )
 
 
 if __name__ == "__main__":

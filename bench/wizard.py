@@ -50,6 +50,7 @@ same machine as nginx and the service: they compete for the CPUs, so the CPU of
 each is printed, and so is what other processes and the hypervisor took meanwhile
 (a segment where they took more than 15 % of one CPU is flagged DISTURBED).
 """
+
 from gevent import monkey
 
 monkey.patch_all()
@@ -115,16 +116,17 @@ TARGET_STREAMS = 1000
 TARGET_P99_S = 1.0
 
 # Bounds: every wait below has one of these.
-MAX_REQUESTS = 10_000_000    # per client and segment
-MAX_RECONNECTS = 20          # per client and segment
-SEED_TIMEOUT_S = 180.0       # posting the rows
-OPEN_TIMEOUT_S = 30.0        # one stream: connect -> ": stream open"
+MAX_REQUESTS = 10_000_000  # per client and segment
+MAX_RECONNECTS = 20  # per client and segment
+SEED_TIMEOUT_S = 180.0  # posting the rows
+OPEN_TIMEOUT_S = 30.0  # one stream: connect -> ": stream open"
 OPEN_PHASE_TIMEOUT_S = 180.0  # all streams
-DELIVERY_TIMEOUT_S = 15.0    # one write reaching every stream
-COLD_SAMPLES = 5             # list fetches right after a write
+DELIVERY_TIMEOUT_S = 15.0  # one write reaching every stream
+COLD_SAMPLES = 5  # list fetches right after a write
 
 
 # --------------------------------------------------------------------------- helpers
+
 
 def fmt_us(seconds):
     return "-" if seconds is None else f"{seconds * 1e6:.0f} us"
@@ -148,10 +150,17 @@ class Stack:
         self.service = Service("wizard", self.data_dir, root / f"{name}-service.log", workers=workers, env=env)
         lists = {"wizard_lists_dir": str(self.data_dir / "lists")} if lists_via_nginx else {}
         try:
-            self.proxy = devnginx.start(root / f"{name}-nginx", None, {"wizard": f"{HOST}:{self.service.port}"},
-                                        variables={**lists, "wizard_uploads_dir": str(self.uploads_dir),
-                                                   # Each stream holds two of nginx's connections (client, upstream).
-                                                   "nginx_worker_connections": nginx_connections})
+            self.proxy = devnginx.start(
+                root / f"{name}-nginx",
+                None,
+                {"wizard": f"{HOST}:{self.service.port}"},
+                variables={
+                    **lists,
+                    "wizard_uploads_dir": str(self.uploads_dir),
+                    # Each stream holds two of nginx's connections (client, upstream).
+                    "nginx_worker_connections": nginx_connections,
+                },
+            )
             self.proxy_pids = [self.proxy.process.pid, *child_pids(self.proxy.process.pid)]
         except BaseException:
             self.stop()
@@ -160,15 +169,19 @@ class Stack:
         self.host = self.proxy.host("wizard")
         # (port, Host header, identity headers) of each way in. Through nginx, nginx sets
         # Remote-User: public; straight to gunicorn, the trusted header says the same.
-        self.routes = {"nginx": (self.proxy.port, self.host, {}),
-                       "direct": (self.service.port, f"{HOST}:{self.service.port}", {"Remote-User": "public"})}
+        self.routes = {
+            "nginx": (self.proxy.port, self.host, {}),
+            "direct": (self.service.port, f"{HOST}:{self.service.port}", {"Remote-User": "public"}),
+        }
 
     def meter(self, via_nginx=True):
         return CpuMeter(self.worker_pids, self.proxy_pids if via_nginx else ())
 
     def describe(self):
-        return (f"service on {HOST}:{self.service.port} (worker pids {self.worker_pids}), nginx on "
-                f"{HOST}:{self.proxy.port} (pids {self.proxy_pids}), Host {self.host}")
+        return (
+            f"service on {HOST}:{self.service.port} (worker pids {self.worker_pids}), nginx on "
+            f"{HOST}:{self.proxy.port} (pids {self.proxy_pids}), Host {self.host}"
+        )
 
     def stop(self):
         try:
@@ -190,7 +203,7 @@ class BodyClient(KeepAliveClient):
     def __init__(self, port, timeout=REQUEST_TIMEOUT_S):
         super().__init__(port, timeout=timeout)
         self.scratch = memoryview(bytearray(256 * 1024))
-        self.etag = None   # of the last answer
+        self.etag = None  # of the last answer
 
     def send(self, raw):
         """(status, body length, first bytes of the body) of one request; its ETag in
@@ -223,10 +236,10 @@ class BodyClient(KeepAliveClient):
                     etag = value.strip()
             self.etag = etag
             if length is None and status in (204, 304):
-                length = 0   # no body, by definition
+                length = 0  # no body, by definition
             if length is None:
                 raise HttpError(f"response without Content-Length ({head[:200]!r})")
-            rest = buf[end + 4:]
+            rest = buf[end + 4 :]
             if len(rest) > length:
                 raise HttpError("more bytes than the response's length (the client never pipelines)")
             first = rest[:64]
@@ -248,12 +261,30 @@ class BodyClient(KeepAliveClient):
 
 # --------------------------------------------------------------------------- phase 1: list
 
+
 def blueprint(i, rng):
     """One realistic blueprint payload (the server adds id, created_at, user_id, likes_count)."""
-    words = ("storyboard", "moodboard", "portrait", "landscape", "product shot", "poster", "cinematic",
-             "watercolour", "isometric", "retro", "noir", "minimal", "neon", "pastel", "studio light")
-    description = (f"A {rng.choice(words)} {rng.choice(words)} blueprint: step-by-step prompts for the "
-                   f"subject, lighting, lens and palette, tuned for consistent results across a series.")
+    words = (
+        "storyboard",
+        "moodboard",
+        "portrait",
+        "landscape",
+        "product shot",
+        "poster",
+        "cinematic",
+        "watercolour",
+        "isometric",
+        "retro",
+        "noir",
+        "minimal",
+        "neon",
+        "pastel",
+        "studio light",
+    )
+    description = (
+        f"A {rng.choice(words)} {rng.choice(words)} blueprint: step-by-step prompts for the "
+        f"subject, lighting, lens and palette, tuned for consistent results across a series."
+    )
     return {
         "title": f"{rng.choice(words).title()} {rng.choice(words)} #{i + 1}",
         "description": description[:150].ljust(150, "."),
@@ -302,8 +333,9 @@ def run_clients(port, raw, expect_size, clients, seconds, meter):
 
     def worker(index, client):
         start.wait()
-        for status, length, first in timed_answers(client, lambda: client.send(raw), state["deadline"], latencies,
-                                                   errors, MAX_REQUESTS, MAX_RECONNECTS):
+        for status, length, first in timed_answers(
+            client, lambda: client.send(raw), state["deadline"], latencies, errors, MAX_REQUESTS, MAX_RECONNECTS
+        ):
             statuses[status] += 1
             per_client[index] += 1
             if (status != 200 or length != expect_size) and len(bad) < 20:
@@ -328,9 +360,18 @@ def run_clients(port, raw, expect_size, clients, seconds, meter):
         for client in pool:
             client.close()
     count = len(latencies)
-    return {"count": count, "seconds": meter.seconds, "rate": count / meter.seconds if meter.seconds else 0.0,
-            "latencies": latencies, "statuses": statuses, "errors": errors, "bad": bad, "cpu": meter,
-            "stragglers": stragglers, "per_client": per_client}
+    return {
+        "count": count,
+        "seconds": meter.seconds,
+        "rate": count / meter.seconds if meter.seconds else 0.0,
+        "latencies": latencies,
+        "statuses": statuses,
+        "errors": errors,
+        "bad": bad,
+        "cpu": meter,
+        "stragglers": stragglers,
+        "per_client": per_client,
+    }
 
 
 def merge(segments):
@@ -338,8 +379,7 @@ def merge(segments):
     figure = merge_rounds(segments)
     per_second = [n / s["seconds"] for s in segments for n in s["per_client"]] if figure["seconds"] else [0.0]
     # Fairness: answers per client per second, the least and the most served client.
-    figure.update(client_min=min(per_second), client_max=max(per_second),
-                  disturbed=figure["disturbed_rounds"])
+    figure.update(client_min=min(per_second), client_max=max(per_second), disturbed=figure["disturbed_rounds"])
     return figure
 
 
@@ -355,8 +395,13 @@ def cold_list(stack, rows):
     try:
         for i in range(COLD_SAMPLES):
             row = rows[i % len(rows)]
-            author.json("PATCH", f"{LIST}/{row['id']}", {"title": row["title"]},
-                        headers={"Remote-User": row["user_id"]}, expect=(200,))
+            author.json(
+                "PATCH",
+                f"{LIST}/{row['id']}",
+                {"title": row["title"]},
+                headers={"Remote-User": row["user_id"]},
+                expect=(200,),
+            )
             for into in (fresh, cached):
                 t0 = time.perf_counter()
                 status, _, body = api.send(raw)
@@ -367,13 +412,21 @@ def cold_list(stack, rows):
     finally:
         api.close()
         author.close()
-    return {"fresh_p50": percentile(fresh, 50), "fresh_max": max(fresh),
-            "cached_p50": percentile(cached, 50), "cached_max": max(cached), "sizes": sizes}
+    return {
+        "fresh_p50": percentile(fresh, 50),
+        "fresh_max": max(fresh),
+        "cached_p50": percentile(cached, 50),
+        "cached_max": max(cached),
+        "sizes": sizes,
+    }
 
 
 def run_list(args, root):
-    print(f"\n== List: {args.rows} public blueprints, {args.clients} keep-alive clients, {args.rounds} rounds x "
-          f"{args.seconds:g} s per route, {args.workers} gevent worker(s) ==", flush=True)
+    print(
+        f"\n== List: {args.rows} public blueprints, {args.clients} keep-alive clients, {args.rounds} rounds x "
+        f"{args.seconds:g} s per route, {args.workers} gevent worker(s) ==",
+        flush=True,
+    )
     stack = Stack(root, "list", args.workers, max(1024, 4 * args.clients + 256))
     try:
         print(f"   {stack.describe()}", flush=True)
@@ -396,12 +449,16 @@ def run_list(args, root):
         if len(rows) != args.rows:
             raise RuntimeError(f"the list through nginx has {len(rows)} rows, expected {args.rows}")
         if status_d != 200 or body_d != body:
-            raise RuntimeError(f"the list straight from gunicorn differs ({status_d}, {len(body_d)} bytes) from the "
-                               f"one through nginx ({len(body)} bytes)")
+            raise RuntimeError(
+                f"the list straight from gunicorn differs ({status_d}, {len(body_d)} bytes) from the "
+                f"one through nginx ({len(body)} bytes)"
+            )
         size = len(body)
-        print(f"   the list: {len(rows)} rows, {size} bytes ({size / len(rows):.0f} bytes per row), "
-              f"Content-Type {headers.get('content-type')}, Cache-Control {headers.get('cache-control')}",
-              flush=True)
+        print(
+            f"   the list: {len(rows)} rows, {size} bytes ({size / len(rows):.0f} bytes per row), "
+            f"Content-Type {headers.get('content-type')}, Cache-Control {headers.get('cache-control')}",
+            flush=True,
+        )
 
         # A file of exactly that size, which nginx serves from the uploads folder by itself.
         name = f"{uuid.uuid4().hex}.webp"
@@ -414,14 +471,20 @@ def run_list(args, root):
             probe.close()
         if status != 200 or len(content) != size:
             raise HttpError(f"GET {static} through nginx -> {status}, {len(content)} bytes (expected {size})")
-        print(f"   static file {static}: {size} bytes through nginx (Content-Type {headers.get('content-type')}, "
-              f"served from {stack.uploads_dir} by nginx itself)", flush=True)
+        print(
+            f"   static file {static}: {size} bytes through nginx (Content-Type {headers.get('content-type')}, "
+            f"served from {stack.uploads_dir} by nginx itself)",
+            flush=True,
+        )
 
         routes = {  # label -> (port, raw request, via nginx)
             "list via nginx": (stack.proxy.port, build_request("GET", LIST, stack.host), True),
             "static via nginx": (stack.proxy.port, build_request("GET", static, stack.host), True),
-            "list direct": (stack.service.port, build_request("GET", LIST, stack.routes["direct"][1],
-                                                              stack.routes["direct"][2]), False),
+            "list direct": (
+                stack.service.port,
+                build_request("GET", LIST, stack.routes["direct"][1], stack.routes["direct"][2]),
+                False,
+            ),
         }
         # Warm-up (not counted): connection pools, nginx's upstream keepalive, the list's cache entry.
         for port, raw, via in routes.values():
@@ -429,26 +492,36 @@ def run_list(args, root):
         segments = {label: [] for label in routes}
         order = list(routes)
         for r in range(args.rounds):
-            for label in (order if r % 2 == 0 else order[::-1]):
+            for label in order if r % 2 == 0 else order[::-1]:
                 port, raw, via = routes[label]
                 segment = run_clients(port, raw, size, args.clients, args.seconds, stack.meter(via))
                 segments[label].append(segment)
                 cpu = segment["cpu"]
-                print(f"   round {r + 1} {label:<17} {segment['rate']:7.0f} req/s  "
-                      f"p50 {fmt_ms(percentile(segment['latencies'], 50))}  "
-                      f"p99 {fmt_ms(percentile(segment['latencies'], 99))}  answers {dict(segment['statuses'])}"
-                      + (f"  errors {sum(segment['errors'].values())}" if segment["errors"] else "")
-                      + f"  [worker {cpu.pct(cpu.worker)}, nginx {cpu.pct(cpu.proxy)}, client "
-                        f"{cpu.pct(cpu.client)}, other {cpu.pct(cpu.other)}, steal {cpu.pct(cpu.steal)}]"
-                      + ("  DISTURBED" if cpu.disturbed() else ""), flush=True)
+                print(
+                    f"   round {r + 1} {label:<17} {segment['rate']:7.0f} req/s  "
+                    f"p50 {fmt_ms(percentile(segment['latencies'], 50))}  "
+                    f"p99 {fmt_ms(percentile(segment['latencies'], 99))}  answers {dict(segment['statuses'])}"
+                    + (f"  errors {sum(segment['errors'].values())}" if segment["errors"] else "")
+                    + f"  [worker {cpu.pct(cpu.worker)}, nginx {cpu.pct(cpu.proxy)}, client "
+                    f"{cpu.pct(cpu.client)}, other {cpu.pct(cpu.other)}, steal {cpu.pct(cpu.steal)}]"
+                    + ("  DISTURBED" if cpu.disturbed() else ""),
+                    flush=True,
+                )
         merged = {label: merge(s) for label, s in segments.items()}
         lst, sta = merged["list via nginx"], merged["static via nginx"]
         ratio = lst["rate"] / sta["rate"] if sta["rate"] else None
-        round_ratios = [a["rate"] / b["rate"] for a, b in zip(segments["list via nginx"], segments["static via nginx"])
-                        if b["rate"]]
+        round_ratios = [
+            a["rate"] / b["rate"] for a, b in zip(segments["list via nginx"], segments["static via nginx"]) if b["rate"]
+        ]
         cold = cold_list(stack, rows)
-        return {"size": size, "rows": len(rows), "routes": merged, "ratio": ratio, "round_ratios": round_ratios,
-                "cold": cold}
+        return {
+            "size": size,
+            "rows": len(rows),
+            "routes": merged,
+            "ratio": ratio,
+            "round_ratios": round_ratios,
+            "cold": cold,
+        }
     except BaseException:
         print(stack.log_tails(), file=sys.stderr)
         raise
@@ -457,54 +530,83 @@ def run_list(args, root):
 
 
 def print_route(label, r):
-    print(f"   {label:<18} {r['rate']:7.0f} req/s (rounds " + ", ".join(f"{x:.0f}" for x in r["rates"])
-          + f"), p50 {fmt_ms(r['p50'])}, mean {fmt_ms(r['mean'])}, p99 {fmt_ms(r['p99'])}, max {fmt_ms(r['max'])}; "
-          f"{r['count']} answers {dict(r['statuses'])}"
-          + (f", transport errors {sum(r['errors'].values())}" if r["errors"] else "")
-          + (f", clients still running at the bound {r['stragglers']}" if r["stragglers"] else "")
-          + (f"; DISTURBED in round(s) {r['disturbed']}" if r["disturbed"] else ""))
-    print(f"   {'':<18} answers per client and second: least served {r['client_min']:.1f}, most served "
-          f"{r['client_max']:.1f} (fairness of the scheduling)")
-    print(f"   {'':<18} CPU per request: worker {fmt_us(r['worker_per_req'])}"
-          + (f", nginx {fmt_us(r['proxy_per_req'])}" if r["proxy_share"] else "")
-          + f", bench client {fmt_us(r['client_per_req'])}; share of one CPU: worker {r['worker_share'] * 100:.0f}%"
-          + (f", nginx {r['proxy_share'] * 100:.0f}%" if r["proxy_share"] else "")
-          + f", client {r['client_share'] * 100:.0f}%, other {r['other_share'] * 100:.0f}%, "
-            f"steal {r['steal_share'] * 100:.0f}%")
+    print(
+        f"   {label:<18} {r['rate']:7.0f} req/s (rounds "
+        + ", ".join(f"{x:.0f}" for x in r["rates"])
+        + f"), p50 {fmt_ms(r['p50'])}, mean {fmt_ms(r['mean'])}, p99 {fmt_ms(r['p99'])}, max {fmt_ms(r['max'])}; "
+        f"{r['count']} answers {dict(r['statuses'])}"
+        + (f", transport errors {sum(r['errors'].values())}" if r["errors"] else "")
+        + (f", clients still running at the bound {r['stragglers']}" if r["stragglers"] else "")
+        + (f"; DISTURBED in round(s) {r['disturbed']}" if r["disturbed"] else "")
+    )
+    print(
+        f"   {'':<18} answers per client and second: least served {r['client_min']:.1f}, most served "
+        f"{r['client_max']:.1f} (fairness of the scheduling)"
+    )
+    print(
+        f"   {'':<18} CPU per request: worker {fmt_us(r['worker_per_req'])}"
+        + (f", nginx {fmt_us(r['proxy_per_req'])}" if r["proxy_share"] else "")
+        + f", bench client {fmt_us(r['client_per_req'])}; share of one CPU: worker {r['worker_share'] * 100:.0f}%"
+        + (f", nginx {r['proxy_share'] * 100:.0f}%" if r["proxy_share"] else "")
+        + f", client {r['client_share'] * 100:.0f}%, other {r['other_share'] * 100:.0f}%, "
+        f"steal {r['steal_share'] * 100:.0f}%"
+    )
     for what, count in (r["bad"] + r["errors"]).most_common(5):
         print(f"     {count} x {what}")
 
 
 def print_list(result, args, ncpu):
-    print(f"\n-- List results ({result['rows']} rows, {result['size']} bytes per answer; {args.clients} clients; "
-          f"client, nginx and service share this {ncpu}-CPU machine) --")
-    print("   steady state: the collection does not change while measured, so every list request is served from "
-          "the service's cache of the list's JSON text (app/wizard/cache.py)")
+    print(
+        f"\n-- List results ({result['rows']} rows, {result['size']} bytes per answer; {args.clients} clients; "
+        f"client, nginx and service share this {ncpu}-CPU machine) --"
+    )
+    print(
+        "   steady state: the collection does not change while measured, so every list request is served from "
+        "the service's cache of the list's JSON text (app/wizard/cache.py)"
+    )
     for label, r in result["routes"].items():
         print_route(label, r)
     if result["ratio"] is not None:
-        print(f"   {'ratio list/static':<18} {result['ratio']:.2f} through nginx (per round: "
-              + ", ".join(f"{x:.2f}" for x in result["round_ratios"]) + ")")
+        print(
+            f"   {'ratio list/static':<18} {result['ratio']:.2f} through nginx (per round: "
+            + ", ".join(f"{x:.2f}" for x in result["round_ratios"])
+            + ")"
+        )
     cold = result["cold"]
-    print(f"   {'list not cached':<18} built after a write, fetched alone straight from gunicorn: p50 "
-          f"{fmt_ms(cold['fresh_p50'])}, max {fmt_ms(cold['fresh_max'])}; the next fetch, from the cache: p50 "
-          f"{fmt_ms(cold['cached_p50'])}, max {fmt_ms(cold['cached_max'])} ({COLD_SAMPLES} samples)")
+    print(
+        f"   {'list not cached':<18} built after a write, fetched alone straight from gunicorn: p50 "
+        f"{fmt_ms(cold['fresh_p50'])}, max {fmt_ms(cold['fresh_max'])}; the next fetch, from the cache: p50 "
+        f"{fmt_ms(cold['cached_p50'])}, max {fmt_ms(cold['cached_max'])} ({COLD_SAMPLES} samples)"
+    )
 
 
 # --------------------------------------------------------------------------- phase 2: fan-out
+
 
 class StreamClient:
     """One SSE stream on a raw socket. Through nginx (sse.conf: chunked_transfer_encoding
     off) the body is the raw event stream; straight from gunicorn it is chunked: both
     are decoded. Each `data:` record is handed to the bench."""
 
-    __slots__ = ("fan", "sock", "chunks", "body", "rec_data", "opened",
-                 "last_write", "received", "duplicates", "others", "error", "ended")
+    __slots__ = (
+        "fan",
+        "sock",
+        "chunks",
+        "body",
+        "rec_data",
+        "opened",
+        "last_write",
+        "received",
+        "duplicates",
+        "others",
+        "error",
+        "ended",
+    )
 
     def __init__(self, fan):
         self.fan = fan
         self.sock = None
-        self.chunks = None   # a ChunkedBody when the answer is chunked
+        self.chunks = None  # a ChunkedBody when the answer is chunked
         self.body = b""
         self.rec_data = []
         self.opened = self.ended = False
@@ -606,15 +708,16 @@ class StreamClient:
 class FanOut:
     def __init__(self, port, host, open_concurrency):
         self.port = port
-        self.request = (f"GET {EVENTS} HTTP/1.1\r\nHost: {host}\r\nAccept: text/event-stream\r\n"
-                        "Cache-Control: no-cache\r\n\r\n").encode("latin-1")
+        self.request = (
+            f"GET {EVENTS} HTTP/1.1\r\nHost: {host}\r\nAccept: text/event-stream\r\nCache-Control: no-cache\r\n\r\n"
+        ).encode("latin-1")
         self.open_slots = BoundedSemaphore(open_concurrency)
         self.open_times = []
         self.streams, self.greenlets = [], []
         self.live = self.opened_count = self.failed = self.target_open = 0
         self.all_opened = Event()
-        self.current = None      # index of the write being timed
-        self.arrivals = []       # perf_counter of each stream's receipt of the current write
+        self.current = None  # index of the write being timed
+        self.arrivals = []  # perf_counter of each stream's receipt of the current write
         self.expected = 0
         self.done = Event()
 
@@ -663,8 +766,11 @@ class FanOut:
 
 def run_fanout(args, root, env=None):
     """`env`: more environment for the service (bench.scale gives REDIS_URL)."""
-    print(f"\n== Fan-out: {args.streams} SSE streams on {EVENTS} through nginx, {args.writes} writes "
-          f"(POST {WRITE} through nginx, {args.gap:g} s apart), {args.workers} gevent worker(s) ==", flush=True)
+    print(
+        f"\n== Fan-out: {args.streams} SSE streams on {EVENTS} through nginx, {args.writes} writes "
+        f"(POST {WRITE} through nginx, {args.gap:g} s apart), {args.workers} gevent worker(s) ==",
+        flush=True,
+    )
     stack = Stack(root, f"fanout-{args.workers}w", args.workers, max(1024, 2 * args.streams + 512), env=env)
     fan = warm = None
     api = KeepAliveClient(stack.proxy.port, stack.host)
@@ -672,9 +778,16 @@ def run_fanout(args, root, env=None):
         print(f"   {stack.describe()}", flush=True)
 
         def write(i):
-            return api.json("POST", WRITE, {"text": f"fan-out probe {i}: a saved prompt of a realistic length, "
-                                                    "lorem ipsum dolor sit amet " * 2,
-                                            "title": f"probe {i}", "tags": ["bench"]}, expect=(201,))
+            return api.json(
+                "POST",
+                WRITE,
+                {
+                    "text": f"fan-out probe {i}: a saved prompt of a realistic length, lorem ipsum dolor sit amet " * 2,
+                    "title": f"probe {i}",
+                    "tags": ["bench"],
+                },
+                expect=(201,),
+            )
 
         # Warm-up: a few streams opened, fed one write and closed (first-request costs, the watcher).
         warm = FanOut(stack.proxy.port, stack.host, 5)
@@ -693,10 +806,13 @@ def run_fanout(args, root, env=None):
         fan.open(args.streams)
         meter.stop()
         open_cpu = meter
-        print(f"   opened {fan.opened_count}/{args.streams} streams in {open_cpu.seconds:.1f} s "
-              f"(failed: {fan.failed}); time to ': stream open' p50 {fmt_ms(percentile(fan.open_times, 50))}, p99 "
-              f"{fmt_ms(percentile(fan.open_times, 99))}; CPU: worker {open_cpu.worker:.2f} s, nginx "
-              f"{open_cpu.proxy:.2f} s, client {open_cpu.client:.2f} s", flush=True)
+        print(
+            f"   opened {fan.opened_count}/{args.streams} streams in {open_cpu.seconds:.1f} s "
+            f"(failed: {fan.failed}); time to ': stream open' p50 {fmt_ms(percentile(fan.open_times, 50))}, p99 "
+            f"{fmt_ms(percentile(fan.open_times, 99))}; CPU: worker {open_cpu.worker:.2f} s, nginx "
+            f"{open_cpu.proxy:.2f} s, client {open_cpu.client:.2f} s",
+            flush=True,
+        )
         for error, count in fan.errors().most_common(5):
             print(f"     {count} x {error}")
 
@@ -712,26 +828,46 @@ def run_fanout(args, root, env=None):
             fan.done.wait(DELIVERY_TIMEOUT_S)
             got = [t - t0 for t in fan.arrivals]
             latencies.extend(got)
-            w = {"index": i + 1, "received": len(got), "expected": fan.expected, "p50": percentile(got, 50),
-                 "p99": percentile(got, 99), "max": max(got) if got else None, "post": posts[-1]}
+            w = {
+                "index": i + 1,
+                "received": len(got),
+                "expected": fan.expected,
+                "p50": percentile(got, 50),
+                "p99": percentile(got, 99),
+                "max": max(got) if got else None,
+                "post": posts[-1],
+            }
             per_write.append(w)
-            print(f"   write {i + 1}: {w['received']}/{w['expected']} streams, p50 {fmt_ms(w['p50'])}, p99 "
-                  f"{fmt_ms(w['p99'])}, max {fmt_ms(w['max'])}; POST -> 201 {fmt_ms(w['post'])}", flush=True)
+            print(
+                f"   write {i + 1}: {w['received']}/{w['expected']} streams, p50 {fmt_ms(w['p50'])}, p99 "
+                f"{fmt_ms(w['p99'])}, max {fmt_ms(w['max'])}; POST -> 201 {fmt_ms(w['post'])}",
+                flush=True,
+            )
             if i + 1 < args.writes:
                 gevent.sleep(args.gap)  # spacing between writes (the target is about one write at a time)
         fan.current = None
         meter.stop()
         result = {
-            "streams_wanted": args.streams, "opened": fan.opened_count, "failed": fan.failed,
-            "open_seconds": open_cpu.seconds, "open_p50": percentile(fan.open_times, 50),
-            "open_p99": percentile(fan.open_times, 99), "open_cpu": open_cpu,
-            "writes": per_write, "p50": percentile(latencies, 50), "p99": percentile(latencies, 99),
+            "streams_wanted": args.streams,
+            "opened": fan.opened_count,
+            "failed": fan.failed,
+            "open_seconds": open_cpu.seconds,
+            "open_p50": percentile(fan.open_times, 50),
+            "open_p99": percentile(fan.open_times, 99),
+            "open_cpu": open_cpu,
+            "writes": per_write,
+            "p50": percentile(latencies, 50),
+            "p99": percentile(latencies, 99),
             "max": max(latencies) if latencies else None,
             "worst_p99": max((w["p99"] for w in per_write if w["p99"] is not None), default=None),
-            "received": sum(w["received"] for w in per_write), "expected": sum(w["expected"] for w in per_write),
-            "duplicates": sum(s.duplicates for s in fan.streams), "others": sum(s.others for s in fan.streams),
+            "received": sum(w["received"] for w in per_write),
+            "expected": sum(w["expected"] for w in per_write),
+            "duplicates": sum(s.duplicates for s in fan.streams),
+            "others": sum(s.others for s in fan.streams),
             "ended_early": sum(1 for s in fan.streams if s.opened and (s.ended or s.error)),
-            "stream_errors": fan.errors(), "cpu": meter, "live_at_end": fan.live,
+            "stream_errors": fan.errors(),
+            "cpu": meter,
+            "live_at_end": fan.live,
         }
         return result
     except BaseException:
@@ -747,46 +883,61 @@ def run_fanout(args, root, env=None):
 
 def print_fanout(r, args, ncpu):
     print(f"\n-- Fan-out results (client, nginx and service share this {ncpu}-CPU machine) --")
-    print(f"   streams opened:       {r['opened']}/{r['streams_wanted']} (failed {r['failed']}) in "
-          f"{r['open_seconds']:.1f} s; time to ': stream open' p50 {fmt_ms(r['open_p50'])}, "
-          f"p99 {fmt_ms(r['open_p99'])}")
+    print(
+        f"   streams opened:       {r['opened']}/{r['streams_wanted']} (failed {r['failed']}) in "
+        f"{r['open_seconds']:.1f} s; time to ': stream open' p50 {fmt_ms(r['open_p50'])}, "
+        f"p99 {fmt_ms(r['open_p99'])}"
+    )
     print(f"   writes:               {len(r['writes'])} ({args.gap:g} s apart)")
-    print(f"   deliveries:           {r['received']}/{r['expected']} (duplicates {r['duplicates']}, records of "
-          f"other collections {r['others']}; streams that ended or failed after opening {r['ended_early']})")
-    print(f"   POST -> receipt:      p50 {fmt_ms(r['p50'])}, p99 {fmt_ms(r['p99'])}, max {fmt_ms(r['max'])} over all "
-          f"writes; worst single-write p99 {fmt_ms(r['worst_p99'])}")
+    print(
+        f"   deliveries:           {r['received']}/{r['expected']} (duplicates {r['duplicates']}, records of "
+        f"other collections {r['others']}; streams that ended or failed after opening {r['ended_early']})"
+    )
+    print(
+        f"   POST -> receipt:      p50 {fmt_ms(r['p50'])}, p99 {fmt_ms(r['p99'])}, max {fmt_ms(r['max'])} over all "
+        f"writes; worst single-write p99 {fmt_ms(r['worst_p99'])}"
+    )
     cpu = r["cpu"]
     n = max(1, len(r["writes"]))
-    print(f"   CPU per write:        worker {cpu.worker / n * 1000:.0f} ms, nginx {cpu.proxy / n * 1000:.0f} ms, "
-          f"bench client {cpu.client / n * 1000:.0f} ms (the {args.gap:g} s gaps included); other processes "
-          f"{cpu.pct(cpu.other)} of one CPU, steal {cpu.pct(cpu.steal)}"
-          + ("  DISTURBED" if cpu.disturbed() else ""))
+    print(
+        f"   CPU per write:        worker {cpu.worker / n * 1000:.0f} ms, nginx {cpu.proxy / n * 1000:.0f} ms, "
+        f"bench client {cpu.client / n * 1000:.0f} ms (the {args.gap:g} s gaps included); other processes "
+        f"{cpu.pct(cpu.other)} of one CPU, steal {cpu.pct(cpu.steal)}" + ("  DISTURBED" if cpu.disturbed() else "")
+    )
     for error, count in r["stream_errors"].most_common(5):
         print(f"     {count} x {error}")
 
 
 # --------------------------------------------------------------------------- main
 
+
 def parse_args(argv):
     p = argparse.ArgumentParser(
         prog="python -m bench.wizard",
         description="Prompt wizard benchmark: the 1,000-row blueprint list vs a static file of the same size "
-                    "through nginx, and one write's fan-out to 1,000 /api/events streams. Prints figures; "
-                    "asserts nothing.")
+        "through nginx, and one write's fan-out to 1,000 /api/events streams. Prints figures; "
+        "asserts nothing.",
+    )
     p.add_argument("--rows", type=int, default=TARGET_ROWS, help=f"blueprints in the list (default {TARGET_ROWS})")
-    p.add_argument("--clients", type=int, default=TARGET_CLIENTS,
-                   help=f"concurrent keep-alive clients in phase 1 (default {TARGET_CLIENTS})")
+    p.add_argument(
+        "--clients",
+        type=int,
+        default=TARGET_CLIENTS,
+        help=f"concurrent keep-alive clients in phase 1 (default {TARGET_CLIENTS})",
+    )
     p.add_argument("--seconds", type=float, default=5.0, help="seconds per route and round in phase 1 (default 5)")
     p.add_argument("--rounds", type=int, default=3, help="rounds of the routes in phase 1, ABBA (default 3)")
-    p.add_argument("--streams", type=int, default=TARGET_STREAMS,
-                   help=f"SSE streams in phase 2 (default {TARGET_STREAMS})")
+    p.add_argument(
+        "--streams", type=int, default=TARGET_STREAMS, help=f"SSE streams in phase 2 (default {TARGET_STREAMS})"
+    )
     p.add_argument("--writes", type=int, default=5, help="timed writes in phase 2 (default 5)")
     p.add_argument("--gap", type=float, default=1.0, help="seconds between two writes (default 1)")
     p.add_argument("--open-concurrency", type=int, default=100, help="streams being opened at once (default 100)")
     p.add_argument("--workers", type=int, default=1, help="gunicorn workers (default 1)")
     p.add_argument("--only", choices=("list", "fanout"), help="run one phase only")
-    p.add_argument("--quick", action="store_true",
-                   help="smoke run: 2 rounds of 1.5 s per route, 200 streams, 3 writes 0.5 s apart")
+    p.add_argument(
+        "--quick", action="store_true", help="smoke run: 2 rounds of 1.5 s per route, 200 streams, 3 writes 0.5 s apart"
+    )
     p.add_argument("--tmp-dir", help="parent of the temporary DATA_DIRs (default: the system's, /tmp)")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory (data, logs, nginx prefix)")
     args = p.parse_args(argv)
@@ -810,16 +961,19 @@ def main(argv=None):
         sys.exit(str(exc))
     ncpu = os.cpu_count()
     soft, hard = raise_nofile()  # before nginx starts: its workers inherit the limit
-    needed = args.streams * 3 + 4 * args.clients + 200   # this client's streams, nginx's two sides
+    needed = args.streams * 3 + 4 * args.clients + 200  # this client's streams, nginx's two sides
     if soft < needed:
         print(f"warning: RLIMIT_NOFILE is {soft}; capping --streams to {max(1, (soft - 4 * args.clients - 200) // 3)}")
         args.streams = max(1, (soft - 4 * args.clients - 200) // 3)
     root = Path(tempfile.mkdtemp(prefix="bench-wizard-", dir=args.tmp_dir))
-    nginx_version = subprocess.run([devnginx.nginx_binary(), "-v"], capture_output=True, text=True,
-                                   timeout=10).stderr.strip()
+    nginx_version = subprocess.run(
+        [devnginx.nginx_binary(), "-v"], capture_output=True, text=True, timeout=10
+    ).stderr.strip()
     print(f"{run_header('prompt wizard benchmark', args.quick)}, {nginx_version}")
-    print(f"temporary DATA_DIRs and nginx prefixes under {root}; bench client: gevent, raw sockets, "
-          f"RLIMIT_NOFILE {soft}/{hard}; it runs on the same {ncpu} CPUs as nginx and the service")
+    print(
+        f"temporary DATA_DIRs and nginx prefixes under {root}; bench client: gevent, raw sockets, "
+        f"RLIMIT_NOFILE {soft}/{hard}; it runs on the same {ncpu} CPUs as nginx and the service"
+    )
     lst = fan = None
     steal0, t_run = machine_busy_seconds()[1], time.perf_counter()
     try:
@@ -837,38 +991,60 @@ def main(argv=None):
 
     steal, t_run = machine_busy_seconds()[1] - steal0, time.perf_counter() - t_run
     print(f"\n== Summary ({'quick smoke run: fewer streams than the target' if args.quick else 'full run'}) ==")
-    print(f"   CPU stolen by the hypervisor over the whole run: {steal:.2f} s in {t_run:.0f} s "
-          f"({steal / t_run * 100 / ncpu:.1f}% of the {ncpu} CPUs)")
+    print(
+        f"   CPU stolen by the hypervisor over the whole run: {steal:.2f} s in {t_run:.0f} s "
+        f"({steal / t_run * 100 / ncpu:.1f}% of the {ncpu} CPUs)"
+    )
     rows, verdicts = [], []
     if lst:
         r, s, d = (lst["routes"][k] for k in ("list via nginx", "static via nginx", "list direct"))
         disturbed = r["disturbed"] or s["disturbed"]
         all_ok = r["all_ok"] and s["all_ok"]
-        rows.append((f"list / static req/s via nginx ({lst['rows']} rows, {fmt_kb(lst['size'])})",
-                     f"{r['rate']:.0f} / {s['rate']:.0f} = {lst['ratio'] or 0:.2f}; p99 {fmt_ms(r['p99'])} / "
-                     f"{fmt_ms(s['p99'])}; all 200: {'yes' if all_ok else 'NO'}"
-                     + ("; DISTURBED by other processes" if disturbed else ""),
-                     "ratio (figure)", None))
-        rows.append(("list req/s straight to gunicorn", f"{d['rate']:.0f}; p99 {fmt_ms(d['p99'])}; all 200: "
-                     f"{'yes' if d['all_ok'] else 'NO'}" + ("; DISTURBED" if d["disturbed"] else ""),
-                     "(figure)", None))
-        verdicts.append(f"TARGET 1 GET {LIST} ({lst['rows']} rows, {args.clients} clients, {args.workers} worker(s)) "
-                        f"through nginx: {r['rate']:.0f} req/s, {lst['ratio'] or 0:.2f} x nginx serving a static "
-                        f"file of the same size ({s['rate']:.0f} req/s); a figure, no threshold"
-                        + (" (DISTURBED run)" if disturbed else ""))
+        rows.append(
+            (
+                f"list / static req/s via nginx ({lst['rows']} rows, {fmt_kb(lst['size'])})",
+                f"{r['rate']:.0f} / {s['rate']:.0f} = {lst['ratio'] or 0:.2f}; p99 {fmt_ms(r['p99'])} / "
+                f"{fmt_ms(s['p99'])}; all 200: {'yes' if all_ok else 'NO'}"
+                + ("; DISTURBED by other processes" if disturbed else ""),
+                "ratio (figure)",
+                None,
+            )
+        )
+        rows.append(
+            (
+                "list req/s straight to gunicorn",
+                f"{d['rate']:.0f}; p99 {fmt_ms(d['p99'])}; all 200: "
+                f"{'yes' if d['all_ok'] else 'NO'}" + ("; DISTURBED" if d["disturbed"] else ""),
+                "(figure)",
+                None,
+            )
+        )
+        verdicts.append(
+            f"TARGET 1 GET {LIST} ({lst['rows']} rows, {args.clients} clients, {args.workers} worker(s)) "
+            f"through nginx: {r['rate']:.0f} req/s, {lst['ratio'] or 0:.2f} x nginx serving a static "
+            f"file of the same size ({s['rate']:.0f} req/s); a figure, no threshold"
+            + (" (DISTURBED run)" if disturbed else "")
+        )
     if fan:
         complete = fan["expected"] > 0 and fan["received"] == fan["expected"]
         held = fan["opened"] >= TARGET_STREAMS and fan["failed"] == 0
         ok = fan["worst_p99"] is not None and fan["worst_p99"] <= TARGET_P99_S and complete and held
         disturbed = fan["cpu"].disturbed()
-        rows.append((f"fan-out to {fan['opened']} streams, worst write p99",
-                     f"{fmt_ms(fan['worst_p99'])} (all writes: p99 {fmt_ms(fan['p99'])}, max {fmt_ms(fan['max'])}; "
-                     f"{fan['received']}/{fan['expected']} delivered)" + ("; DISTURBED" if disturbed else ""),
-                     f"<= {TARGET_P99_S:.0f} s, {TARGET_STREAMS} streams, all delivered", ok))
-        verdicts.append(f"TARGET 2 one write reaching {TARGET_STREAMS} open {EVENTS} streams through nginx, p99 <= "
-                        f"{TARGET_P99_S:.0f} s: {verdict(ok)} (worst write p99 {fmt_ms(fan['worst_p99'])}, "
-                        f"{fan['opened']} streams)"
-                        + (" (quick run: stream count below the target)" if args.quick and not held else ""))
+        rows.append(
+            (
+                f"fan-out to {fan['opened']} streams, worst write p99",
+                f"{fmt_ms(fan['worst_p99'])} (all writes: p99 {fmt_ms(fan['p99'])}, max {fmt_ms(fan['max'])}; "
+                f"{fan['received']}/{fan['expected']} delivered)" + ("; DISTURBED" if disturbed else ""),
+                f"<= {TARGET_P99_S:.0f} s, {TARGET_STREAMS} streams, all delivered",
+                ok,
+            )
+        )
+        verdicts.append(
+            f"TARGET 2 one write reaching {TARGET_STREAMS} open {EVENTS} streams through nginx, p99 <= "
+            f"{TARGET_P99_S:.0f} s: {verdict(ok)} (worst write p99 {fmt_ms(fan['worst_p99'])}, "
+            f"{fan['opened']} streams)"
+            + (" (quick run: stream count below the target)" if args.quick and not held else "")
+        )
     print_targets(rows)
     for line in verdicts:
         print(line)

@@ -46,6 +46,7 @@ the agent and the app (the bench client's CPU per request is printed: it is what
 path's processes could not use). Other work on the machine shows as "other"; a
 round where it is large is named as disturbed. Asserts nothing; never a test.
 """
+
 from gevent import monkey
 
 monkey.patch_all()
@@ -112,8 +113,9 @@ class Stack:
             self.token = create_first_user(self.service.port, f"{HOST}:{self.service.port}")
             agent = self._create_workspace()
             env = {**os.environ, "WORKSPACE_AGENT_TOKEN": agent["token"]}
-            self.agent_pid = self._spawn("agent", [*agent_program(), "agent", "--url",
-                                                   f"http://{HOST}:{self.service.port}"], root, env).pid
+            self.agent_pid = self._spawn(
+                "agent", [*agent_program(), "agent", "--url", f"http://{HOST}:{self.service.port}"], root, env
+            ).pid
             self._wait_connected(agent["id"])
             if ssh:
                 self.ssh = SshForward(root / "ssh", self.app_port).start()
@@ -131,10 +133,13 @@ class Stack:
     def _create_workspace(self):
         client = KeepAliveClient(self.service.port)
         try:
-            body = {"name": "dev", "agents": [{"name": "main", "apps": [
-                {"slug": "app", "url": f"http://{HOST}:{self.app_port}"}]}]}
-            return client.json("POST", "/api/v2/users/me/workspaces", body, {TOKEN_HEADER: self.token},
-                               expect=(201,))["agents"][0]
+            body = {
+                "name": "dev",
+                "agents": [{"name": "main", "apps": [{"slug": "app", "url": f"http://{HOST}:{self.app_port}"}]}],
+            }
+            return client.json("POST", "/api/v2/users/me/workspaces", body, {TOKEN_HEADER: self.token}, expect=(201,))[
+                "agents"
+            ][0]
         finally:
             client.close()
 
@@ -170,21 +175,27 @@ class Stack:
 
 # --------------------------------------------------------------------------- phase 1: small GETs
 
+
 def platform_request(port, token):
     return build_request("GET", APP_PREFIX + "/hello", f"{HOST}:{port}", {TOKEN_HEADER: token})
 
 
 def run_small(args, stack):
-    print(f"\n== Small GET: {args.clients} keep-alive clients, {args.rounds} rounds x {args.seconds:g} s ==",
-          flush=True)
-    ways = {"app": (stack.app_port, build_request("GET", "/hello", f"{HOST}:{stack.app_port}")),
-            "platform": (stack.service.port, platform_request(stack.service.port, stack.token)),
-            "ssh -L": (stack.ssh.port, build_request("GET", "/hello", f"{HOST}:{stack.app_port}"))}
+    print(
+        f"\n== Small GET: {args.clients} keep-alive clients, {args.rounds} rounds x {args.seconds:g} s ==", flush=True
+    )
+    ways = {
+        "app": (stack.app_port, build_request("GET", "/hello", f"{HOST}:{stack.app_port}")),
+        "platform": (stack.service.port, platform_request(stack.service.port, stack.token)),
+        "ssh -L": (stack.ssh.port, build_request("GET", "/hello", f"{HOST}:{stack.app_port}")),
+    }
     app_pid = stack.processes[0][0].pid
     # "worker" is the first hop (the process the bench's request reaches), "proxy" the rest.
-    meters = {"app": lambda: CpuMeter([app_pid]),
-              "platform": lambda: CpuMeter(stack.service.worker_pids, [stack.agent_pid, app_pid]),
-              "ssh -L": lambda: CpuMeter(stack.ssh.pids(), [app_pid])}
+    meters = {
+        "app": lambda: CpuMeter([app_pid]),
+        "platform": lambda: CpuMeter(stack.service.worker_pids, [stack.agent_pid, app_pid]),
+        "ssh -L": lambda: CpuMeter(stack.ssh.pids(), [app_pid]),
+    }
     return small_rounds(args, ways, meters)
 
 
@@ -207,24 +218,33 @@ def small_rounds(args, ways, meters):
             segment = run_clients(port, raw, args.clients, args.seconds, meters[way]())
             segments[way].append(segment)
             cpu, count = segment["cpu"], max(1, segment["count"])
-            print(f"   round {r + 1} {way:<9} {segment['rate']:7.0f} req/s  p99 "
-                  f"{fmt_ms(merge_rounds([segment])['p99'])}  answers {dict(segment['statuses'])}  "
-                  f"CPU/req {cpu.worker / count * 1e6:.0f} us + rest of path {cpu.proxy / count * 1e6:.0f} us, "
-                  f"client {cpu.client / count * 1e6:.0f} us, other {cpu.other / count * 1e6:.0f} us", flush=True)
+            print(
+                f"   round {r + 1} {way:<9} {segment['rate']:7.0f} req/s  p99 "
+                f"{fmt_ms(merge_rounds([segment])['p99'])}  answers {dict(segment['statuses'])}  "
+                f"CPU/req {cpu.worker / count * 1e6:.0f} us + rest of path {cpu.proxy / count * 1e6:.0f} us, "
+                f"client {cpu.client / count * 1e6:.0f} us, other {cpu.other / count * 1e6:.0f} us",
+                flush=True,
+            )
     figures = {way: merge_rounds(parts) for way, parts in segments.items()}
     for way, figure in figures.items():
         rates = figure["rates"]
-        print(f"   {way:<9} {figure['rate']:7.0f} req/s (rounds {min(rates):.0f}..{max(rates):.0f}), "
-              f"p50 {fmt_ms(figure['p50'])}, p99 {fmt_ms(figure['p99'])}; CPU per request: "
-              + (f"app {figure['worker_per_req'] * 1e6:.0f} us" if way == "app" else
-                 f"{'ssh and sshd' if way == 'ssh -L' else 'platform worker(s)'} "
-                 f"{figure['worker_per_req'] * 1e6:.0f} us, rest of the path {figure['proxy_per_req'] * 1e6:.0f} us")
-              + f"; bench client {figure['client_per_req'] * 1e6:.0f} us; answers {dict(figure['statuses'])}"
-              + (f"; disturbed rounds {figure['disturbed_rounds']}" if figure["disturbed_rounds"] else ""))
+        print(
+            f"   {way:<9} {figure['rate']:7.0f} req/s (rounds {min(rates):.0f}..{max(rates):.0f}), "
+            f"p50 {fmt_ms(figure['p50'])}, p99 {fmt_ms(figure['p99'])}; CPU per request: "
+            + (
+                f"app {figure['worker_per_req'] * 1e6:.0f} us"
+                if way == "app"
+                else f"{'ssh and sshd' if way == 'ssh -L' else 'platform worker(s)'} "
+                f"{figure['worker_per_req'] * 1e6:.0f} us, rest of the path {figure['proxy_per_req'] * 1e6:.0f} us"
+            )
+            + f"; bench client {figure['client_per_req'] * 1e6:.0f} us; answers {dict(figure['statuses'])}"
+            + (f"; disturbed rounds {figure['disturbed_rounds']}" if figure["disturbed_rounds"] else "")
+        )
     return figures
 
 
 # --------------------------------------------------------------------------- phase 2: bulk
+
 
 def download(port, path, headers):
     """Seconds to download `path` (Content-Length) into one reused buffer; checks the length."""
@@ -241,8 +261,9 @@ def download(port, path, headers):
             head += data
         head, body_start = head.split(b"\r\n\r\n", 1)
         status = int(head.split(b" ", 2)[1])
-        length = int(next(line.split(b":", 1)[1] for line in head.split(b"\r\n")
-                          if line.lower().startswith(b"content-length:")))
+        length = int(
+            next(line.split(b":", 1)[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))
+        )
         if status != 200 or length != BULK_BYTES:
             raise RuntimeError(f"answer {status} with {length} bytes")
         received, buffer = len(body_start), bytearray(1024 * 1024)
@@ -259,10 +280,15 @@ def download(port, path, headers):
 def run_bulk(args, stack):
     print(f"\n== Bulk: {BULK_BYTES // (1024 * 1024)} MB download x {args.downloads}, one client ==", flush=True)
     path = f"/bytes?count={BULK_BYTES}"
-    return bulk_rounds(args, {"app": (stack.app_port, path, None),
-                              "platform": (stack.service.port, APP_PREFIX + path, {TOKEN_HEADER: stack.token}),
-                              "ssh -L": (stack.ssh.port, path, None),
-                              "2 relays": (stack.relays.port, path, None)})
+    return bulk_rounds(
+        args,
+        {
+            "app": (stack.app_port, path, None),
+            "platform": (stack.service.port, APP_PREFIX + path, {TOKEN_HEADER: stack.token}),
+            "ssh -L": (stack.ssh.port, path, None),
+            "2 relays": (stack.relays.port, path, None),
+        },
+    )
 
 
 def bulk_rounds(args, ways):
@@ -277,21 +303,31 @@ def bulk_rounds(args, ways):
         runs.sort()
         median = runs[len(runs) // 2]
         speeds[way] = BULK_BYTES / median / 1e6
-        print(f"   {way:<9} median {median:.3f} s = {speeds[way]:.0f} MB/s (runs "
-              + ", ".join(f"{BULK_BYTES / t / 1e6:.0f}" for t in runs) + " MB/s)", flush=True)
+        print(
+            f"   {way:<9} median {median:.3f} s = {speeds[way]:.0f} MB/s (runs "
+            + ", ".join(f"{BULK_BYTES / t / 1e6:.0f}" for t in runs)
+            + " MB/s)",
+            flush=True,
+        )
     return speeds
 
 
 # --------------------------------------------------------------------------- phase 3: the hop between workers
 
+
 def run_hop(args, root):
-    print("\n== The extra hop: the worker holding the agent, and another worker that carries each request to it ==",
-          flush=True)
+    print(
+        "\n== The extra hop: the worker holding the agent, and another worker that carries each request to it ==",
+        flush=True,
+    )
     with RedisServer() as redis_server:
         hop_root = root / "hop"
         hop_root.mkdir()
-        env = {"REDIS_URL": redis_server.new_url(), "WORKSPACE_MESH_SECRET": "the bench's mesh secret",
-               "DATABASE_URL": f"sqlite:///{hop_root}/workspace.db"}
+        env = {
+            "REDIS_URL": redis_server.new_url(),
+            "WORKSPACE_MESH_SECRET": "the bench's mesh secret",
+            "DATABASE_URL": f"sqlite:///{hop_root}/workspace.db",
+        }
         stack = Stack(hop_root, env)
         other = None
         try:
@@ -301,9 +337,16 @@ def run_hop(args, root):
             app_pid = stack.processes[0][0].pid
             ports = {"holder": stack.service.port, "other": other.port}
             requests = {way: (port, platform_request(port, stack.token)) for way, port in ports.items()}
-            small = small_rounds(args, requests, {
-                "holder": lambda: CpuMeter(stack.service.worker_pids, [stack.agent_pid, app_pid]),
-                "other": lambda: CpuMeter(other.worker_pids, [*stack.service.worker_pids, stack.agent_pid, app_pid])})
+            small = small_rounds(
+                args,
+                requests,
+                {
+                    "holder": lambda: CpuMeter(stack.service.worker_pids, [stack.agent_pid, app_pid]),
+                    "other": lambda: CpuMeter(
+                        other.worker_pids, [*stack.service.worker_pids, stack.agent_pid, app_pid]
+                    ),
+                },
+            )
             path = APP_PREFIX + f"/bytes?count={BULK_BYTES}"
             bulk = bulk_rounds(args, {way: (port, path, {TOKEN_HEADER: stack.token}) for way, port in ports.items()})
         finally:
@@ -339,32 +382,79 @@ def main():
     of_floor = bulk["platform"] / bulk["2 relays"] if bulk["2 relays"] else 0.0
     hop_bulk_ratio = hop_bulk["other"] / hop_bulk["holder"] if hop_bulk["holder"] else 0.0
     print("\n== Summary ==")
-    print_targets([
-        ("small GET req/s, platform / app", f"{ratio:.2f} ({small['platform']['rate']:.0f} / "
-                                            f"{small['app']['rate']:.0f})",
-         f">= {TARGET_RATIO}", ratio >= TARGET_RATIO),
-        ("small GET req/s, ssh -L / app (the reference)", f"{ssh_ratio:.2f} ({small['ssh -L']['rate']:.0f} / "
-                                                          f"{small['app']['rate']:.0f})", "-", None),
-        ("small GET p99, platform / ssh -L / app", f"{fmt_ms(small['platform']['p99'])} / "
-                                                   f"{fmt_ms(small['ssh -L']['p99'])} / {fmt_ms(small['app']['p99'])}",
-         "-", None),
-        ("100 MB download, platform / app", f"{bulk_ratio:.2f} ({bulk['platform']:.0f} / {bulk['app']:.0f} MB/s)",
-         f">= {TARGET_BULK_RATIO}", bulk_ratio >= TARGET_BULK_RATIO),
-        ("100 MB download, ssh -L / app (the reference)", f"{ssh_bulk_ratio:.2f} ({bulk['ssh -L']:.0f} / "
-                                                          f"{bulk['app']:.0f} MB/s)", "-", None),
-        ("100 MB download, 2 plain relays / app (the floor)", f"{floor_ratio:.2f} ({bulk['2 relays']:.0f} / "
-                                                              f"{bulk['app']:.0f} MB/s)", "-", None),
-        ("100 MB download, platform / 2 plain relays", f"{of_floor:.2f} ({bulk['platform']:.0f} / "
-                                                       f"{bulk['2 relays']:.0f} MB/s)", "-", None),
-        ("small GET req/s, other worker / holder", f"{hop_small_ratio:.2f} ({hop_small['other']['rate']:.0f} / "
-                                                   f"{hop_small['holder']['rate']:.0f})", "-", None),
-        ("100 MB download, other worker / holder", f"{hop_bulk_ratio:.2f} ({hop_bulk['other']:.0f} / "
-                                                   f"{hop_bulk['holder']:.0f} MB/s)", "-", None),
-    ])
-    print(json.dumps({"small_ratio": round(ratio, 3), "bulk_ratio": round(bulk_ratio, 3),
-                      "ssh_small_ratio": round(ssh_ratio, 3), "ssh_bulk_ratio": round(ssh_bulk_ratio, 3),
-                      "relays_bulk_ratio": round(floor_ratio, 3), "bulk_of_relays": round(of_floor, 3),
-                      "hop_small_ratio": round(hop_small_ratio, 3), "hop_bulk_ratio": round(hop_bulk_ratio, 3)}))
+    print_targets(
+        [
+            (
+                "small GET req/s, platform / app",
+                f"{ratio:.2f} ({small['platform']['rate']:.0f} / {small['app']['rate']:.0f})",
+                f">= {TARGET_RATIO}",
+                ratio >= TARGET_RATIO,
+            ),
+            (
+                "small GET req/s, ssh -L / app (the reference)",
+                f"{ssh_ratio:.2f} ({small['ssh -L']['rate']:.0f} / {small['app']['rate']:.0f})",
+                "-",
+                None,
+            ),
+            (
+                "small GET p99, platform / ssh -L / app",
+                f"{fmt_ms(small['platform']['p99'])} / "
+                f"{fmt_ms(small['ssh -L']['p99'])} / {fmt_ms(small['app']['p99'])}",
+                "-",
+                None,
+            ),
+            (
+                "100 MB download, platform / app",
+                f"{bulk_ratio:.2f} ({bulk['platform']:.0f} / {bulk['app']:.0f} MB/s)",
+                f">= {TARGET_BULK_RATIO}",
+                bulk_ratio >= TARGET_BULK_RATIO,
+            ),
+            (
+                "100 MB download, ssh -L / app (the reference)",
+                f"{ssh_bulk_ratio:.2f} ({bulk['ssh -L']:.0f} / {bulk['app']:.0f} MB/s)",
+                "-",
+                None,
+            ),
+            (
+                "100 MB download, 2 plain relays / app (the floor)",
+                f"{floor_ratio:.2f} ({bulk['2 relays']:.0f} / {bulk['app']:.0f} MB/s)",
+                "-",
+                None,
+            ),
+            (
+                "100 MB download, platform / 2 plain relays",
+                f"{of_floor:.2f} ({bulk['platform']:.0f} / {bulk['2 relays']:.0f} MB/s)",
+                "-",
+                None,
+            ),
+            (
+                "small GET req/s, other worker / holder",
+                f"{hop_small_ratio:.2f} ({hop_small['other']['rate']:.0f} / {hop_small['holder']['rate']:.0f})",
+                "-",
+                None,
+            ),
+            (
+                "100 MB download, other worker / holder",
+                f"{hop_bulk_ratio:.2f} ({hop_bulk['other']:.0f} / {hop_bulk['holder']:.0f} MB/s)",
+                "-",
+                None,
+            ),
+        ]
+    )
+    print(
+        json.dumps(
+            {
+                "small_ratio": round(ratio, 3),
+                "bulk_ratio": round(bulk_ratio, 3),
+                "ssh_small_ratio": round(ssh_ratio, 3),
+                "ssh_bulk_ratio": round(ssh_bulk_ratio, 3),
+                "relays_bulk_ratio": round(floor_ratio, 3),
+                "bulk_of_relays": round(of_floor, 3),
+                "hop_small_ratio": round(hop_small_ratio, 3),
+                "hop_bulk_ratio": round(hop_bulk_ratio, 3),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

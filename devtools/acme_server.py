@@ -15,6 +15,7 @@ Certificates are valid for `validity_days` (20 by default: inside certbot's 30-d
 renewal window, so that certbot's own timer service renews them at once).
 Not app code.
 """
+
 import json
 import os
 import shutil
@@ -55,25 +56,76 @@ class AcmeServer:
     def __enter__(self):
         self.folder.mkdir(parents=True, exist_ok=True)
         key = self.folder / "pebble-tls.key"
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
-                        "/CN=pebble", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key),
-                        "-out", str(self.tls_ca_file)], check=True, capture_output=True)
+        subprocess.run(
+            [
+                "openssl",
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=pebble",
+                "-addext",
+                "subjectAltName=IP:127.0.0.1,DNS:localhost",
+                "-keyout",
+                str(key),
+                "-out",
+                str(self.tls_ca_file),
+            ],
+            check=True,
+            capture_output=True,
+        )
         config = self.folder / "pebble.json"
-        config.write_text(json.dumps({"pebble": {
-            "listenAddress": f"127.0.0.1:{self.port}", "managementListenAddress": f"127.0.0.1:{self.management_port}",
-            "certificate": str(self.tls_ca_file), "privateKey": str(key), "httpPort": self.http_port,
-            "tlsPort": free_port(), "ocspResponderURL": "", "externalAccountBindingRequired": False,
-            "certificateValidityPeriod": self.validity_days * 86400}}))
+        config.write_text(
+            json.dumps(
+                {
+                    "pebble": {
+                        "listenAddress": f"127.0.0.1:{self.port}",
+                        "managementListenAddress": f"127.0.0.1:{self.management_port}",
+                        "certificate": str(self.tls_ca_file),
+                        "privateKey": str(key),
+                        "httpPort": self.http_port,
+                        "tlsPort": free_port(),
+                        "ocspResponderURL": "",
+                        "externalAccountBindingRequired": False,
+                        "certificateValidityPeriod": self.validity_days * 86400,
+                    }
+                }
+            )
+        )
         log = open(self.folder / "pebble.log", "ab")
         try:
             # Only its DNS: A records of 127.0.0.1, no AAAA (the box listens on IPv4), and the
             # TXT records the hooks set.
-            self._start(["pebble-challtestsrv", "-dns01", f"127.0.0.1:{self.dns_port}", "-http01", "", "-https01",
-                         "", "-tlsalpn01", "", "-management", f"127.0.0.1:{self.challenge_port}",
-                         "-defaultIPv4", "127.0.0.1", "-defaultIPv6", ""], log)
+            self._start(
+                [
+                    "pebble-challtestsrv",
+                    "-dns01",
+                    f"127.0.0.1:{self.dns_port}",
+                    "-http01",
+                    "",
+                    "-https01",
+                    "",
+                    "-tlsalpn01",
+                    "",
+                    "-management",
+                    f"127.0.0.1:{self.challenge_port}",
+                    "-defaultIPv4",
+                    "127.0.0.1",
+                    "-defaultIPv6",
+                    "",
+                ],
+                log,
+            )
             # No random sleep before a validation, no nonce refused on purpose: a run's time is the box's.
-            self._start(["pebble", "-config", str(config), "-dnsserver", f"127.0.0.1:{self.dns_port}"], log,
-                        {"PEBBLE_VA_NOSLEEP": "1", "PEBBLE_WFE_NONCEREJECT": "0"})
+            self._start(
+                ["pebble", "-config", str(config), "-dnsserver", f"127.0.0.1:{self.dns_port}"],
+                log,
+                {"PEBBLE_VA_NOSLEEP": "1", "PEBBLE_WFE_NONCEREJECT": "0"},
+            )
             wait_for(self._answers, "pebble's directory", timeout=30)
         except BaseException:
             self.stop()
@@ -83,8 +135,15 @@ class AcmeServer:
         return self
 
     def _start(self, command, log, env=None):
-        self.processes.append(subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log,
-                                               stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}))
+        self.processes.append(
+            subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **(env or {})},
+            )
+        )
 
     def _get(self, url):
         context = ssl.create_default_context(cafile=str(self.tls_ca_file))

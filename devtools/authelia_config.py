@@ -9,6 +9,7 @@ the stand-in's format (plain passwords: test hosts only).
 
 Not app code: imports nothing from app/.
 """
+
 import argparse
 import json
 import os
@@ -18,12 +19,21 @@ import tempfile
 from devtools import oidc_provider
 
 # Authelia's key -> the stand-in's key (the stand-in checks every value itself).
-CLIENT_KEYS = {"client_id": "client_id", "id": "client_id", "client_name": "client_name",
-               "client_secret": "client_secret_digest", "public": "public",
-               "authorization_policy": "authorization_policy", "consent_mode": "consent_mode",
-               "pkce_challenge_method": "pkce_challenge_method", "redirect_uris": "redirect_uris",
-               "scopes": "scopes", "grant_types": "grant_types", "response_types": "response_types",
-               "token_endpoint_auth_method": "token_endpoint_auth_method"}
+CLIENT_KEYS = {
+    "client_id": "client_id",
+    "id": "client_id",
+    "client_name": "client_name",
+    "client_secret": "client_secret_digest",
+    "public": "public",
+    "authorization_policy": "authorization_policy",
+    "consent_mode": "consent_mode",
+    "pkce_challenge_method": "pkce_challenge_method",
+    "redirect_uris": "redirect_uris",
+    "scopes": "scopes",
+    "grant_types": "grant_types",
+    "response_types": "response_types",
+    "token_endpoint_auth_method": "token_endpoint_auth_method",
+}
 
 
 def convert_client(entry):
@@ -53,8 +63,11 @@ def load(authelia_config, users=None, issuer=None):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m devtools.authelia_config", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m devtools.authelia_config",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("command", choices=["serve", "convert"])
     parser.add_argument("--authelia-config", required=True, help="YAML with identity_providers.oidc.clients")
     parser.add_argument("--users", help="YAML with users: [{username, password, email, groups?}]")

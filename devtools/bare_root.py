@@ -12,6 +12,7 @@ added, run in systemd-nspawn.
 No --boot and no systemd inside: `command` runs as PID 2 under nspawn's stub init (which
 reaps zombies), in the host's network namespace like the staging box. Not app code.
 """
+
 import contextlib
 import fcntl
 import hashlib
@@ -50,8 +51,18 @@ def ensure_bare_root(log=print, suite=SUITE):
         build = Path(tempfile.mkdtemp(prefix="bare-build-", dir=CACHE))
         with open(CACHE / "lock", "w") as staging_lock:  # staging's builds write to debs too
             fcntl.flock(staging_lock, fcntl.LOCK_EX)
-            _run(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}",
-                  f"--cache-dir={debs}", suite, str(build), MIRROR], timeout=1800)
+            _run(
+                [
+                    "debootstrap",
+                    "--variant=minbase",
+                    f"--include={','.join(PACKAGES)}",
+                    f"--cache-dir={debs}",
+                    suite,
+                    str(build),
+                    MIRROR,
+                ],
+                timeout=1800,
+            )
         # minbase has no /etc/hosts (lines are appended per run) and copies the host's hostname.
         (build / "etc/hosts").write_text("127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n")
         (build / "etc/hostname").write_text("workspace\n")
@@ -61,8 +72,9 @@ def ensure_bare_root(log=print, suite=SUITE):
         build.chmod(0o755)
         build.rename(target)
         for other in CACHE.glob("bare-*"):  # this suite's older keys, killed builds, the unnamed format
-            stale = other.name.startswith(("bare-build-", f"bare-{suite}-")) or \
-                re.fullmatch(r"bare-[0-9a-f]{16}", other.name)
+            stale = other.name.startswith(("bare-build-", f"bare-{suite}-")) or re.fullmatch(
+                r"bare-[0-9a-f]{16}", other.name
+            )
             if other != target and stale:
                 shutil.rmtree(other, ignore_errors=True)
         log(f"bare root: built in {time.monotonic() - started:.0f} s")
@@ -101,13 +113,23 @@ class Workspace:
                 etc_hosts.writelines(f"\n{line}" for line in hosts)
             # --setenv puts values on nspawn's command line (visible in /proc, never logged).
             # A machine name of its own: nspawn keys its /run/systemd/nspawn/propagate/<name> on it.
-            options = ["--as-pid2", f"--machine={run_dir.name.replace('_', '-')}", "--hostname=workspace",
-                       "--chdir=/root", "--setenv=HOME=/root",
-                       *[f"--setenv={k}={v}" for k, v in (env or {}).items()]]
+            options = [
+                "--as-pid2",
+                f"--machine={run_dir.name.replace('_', '-')}",
+                "--hostname=workspace",
+                "--chdir=/root",
+                "--setenv=HOME=/root",
+                *[f"--setenv={k}={v}" for k, v in (env or {}).items()],
+            ]
             log_path = Path(log_path or run_dir / "workspace.log")
             with open(log_path, "wb") as log:
-                process = subprocess.Popen(_nspawn_command(copy, options, command), stdin=subprocess.DEVNULL,
-                                           stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                process = subprocess.Popen(
+                    _nspawn_command(copy, options, command),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
             workspace = cls(process, log_path)
             # Until its init is up, processes() and run() would find nothing to look at.
             wait_for(lambda: workspace.init_pid() or process.poll() is not None, "the workspace start", timeout)
@@ -138,9 +160,25 @@ class Workspace:
         pid = self.init_pid()
         if pid is None:
             raise StagingError(f"the workspace is not running:\n{self.log()[-4000:]}")
-        command = ["nsenter", "--target", str(pid), "--mount", "--uts", "--ipc", "--pid", "--root", "--wd",
-                   "env", "-i", "-C", "/root", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                   "HOME=/root", "LANG=C.UTF-8", *map(str, argv)]
+        command = [
+            "nsenter",
+            "--target",
+            str(pid),
+            "--mount",
+            "--uts",
+            "--ipc",
+            "--pid",
+            "--root",
+            "--wd",
+            "env",
+            "-i",
+            "-C",
+            "/root",
+            "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "HOME=/root",
+            "LANG=C.UTF-8",
+            *map(str, argv),
+        ]
         return subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
 
     def log(self):

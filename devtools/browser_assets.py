@@ -8,6 +8,7 @@ before anything is unpacked, and unpacked next to its place then renamed into it
 an interrupted run never leaves half a package. `make setup` and the playbook both
 run it; a package already at its version is left alone.
 """
+
 import base64
 import hashlib
 import json
@@ -23,15 +24,24 @@ REGISTRY = "https://registry.npmjs.org"
 
 # (package, version, sha512 integrity from the registry, folder below the checkout)
 PACKAGES = [
-    ("swagger-ui-dist", "5.35.0",
-     "sha512-U06rpMtW9V3XPGOBeamTUSr0Z09jMX4IJuANpE/EZbAhw0G8CgwrzU4YmXkn/h0wCDNsXdGarTNNHC3sU8yVUQ==",
-     "app/notebook/vendor/node_modules/swagger-ui-dist"),
-    ("@xterm/xterm", "6.0.0",
-     "sha512-TQwDdQGtwwDt+2cgKDLn0IRaSxYu1tSUjgKarSDkUM0ZNiSRXFpjxEsvc/Zgc5kq5omJ+V0a8/kIM2WD3sMOYg==",
-     "app/workspace/vendor/node_modules/@xterm/xterm"),
-    ("@xterm/addon-fit", "0.11.0",
-     "sha512-jYcgT6xtVYhnhgxh3QgYDnnNMYTcf8ElbxxFzX0IZo+vabQqSPAjC3c1wJrKB5E19VwQei89QCiZZP86DCPF7g==",
-     "app/workspace/vendor/node_modules/@xterm/addon-fit"),
+    (
+        "swagger-ui-dist",
+        "5.35.0",
+        "sha512-U06rpMtW9V3XPGOBeamTUSr0Z09jMX4IJuANpE/EZbAhw0G8CgwrzU4YmXkn/h0wCDNsXdGarTNNHC3sU8yVUQ==",
+        "app/notebook/vendor/node_modules/swagger-ui-dist",
+    ),
+    (
+        "@xterm/xterm",
+        "6.0.0",
+        "sha512-TQwDdQGtwwDt+2cgKDLn0IRaSxYu1tSUjgKarSDkUM0ZNiSRXFpjxEsvc/Zgc5kq5omJ+V0a8/kIM2WD3sMOYg==",
+        "app/workspace/vendor/node_modules/@xterm/xterm",
+    ),
+    (
+        "@xterm/addon-fit",
+        "0.11.0",
+        "sha512-jYcgT6xtVYhnhgxh3QgYDnnNMYTcf8ElbxxFzX0IZo+vabQqSPAjC3c1wJrKB5E19VwQei89QCiZZP86DCPF7g==",
+        "app/workspace/vendor/node_modules/@xterm/addon-fit",
+    ),
 ]
 
 

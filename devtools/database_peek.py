@@ -9,6 +9,7 @@ SQL with `?` placeholders runs on both (quote names that PostgreSQL reserves, su
 as "user"). Rows are tuples that also answer by column name, like sqlite3.Row.
 Timestamps and UUIDs come back as text in the form SQLite keeps them.
 """
+
 import sqlite3
 import uuid
 from contextlib import contextmanager
@@ -59,6 +60,7 @@ class _PostgresCursor:
 class _PostgresPeek:
     def __init__(self, url):
         import psycopg
+
         self._connection = psycopg.connect(url, autocommit=True)
 
     def execute(self, sql, params=()):

@@ -37,6 +37,7 @@ Knobs (plain attributes, change them at any time):
 - sounds: the catalogue, {id: sound}; add_sound(...) adds one, with `previews`
   to override its preview URLs (e.g. pointing to another host).
 """
+
 import json
 import socket
 import threading
@@ -57,6 +58,7 @@ def silent_mp3(seconds=0.2):
     global _mp3
     if _mp3 is None:
         import lameenc
+
         encoder = lameenc.Encoder()
         encoder.set_bit_rate(32)
         encoder.set_in_sample_rate(22050)
@@ -68,6 +70,7 @@ def silent_mp3(seconds=0.2):
 
 class FakeFreesound(BackgroundServer):
     """Started by `with FakeFreesound(...) as server:` (devtools.fake_server)."""
+
     thread_name = "fake-freesound"
 
     def __init__(self, key="test-key"):
@@ -109,12 +112,18 @@ class FakeFreesound(BackgroundServer):
 
     def add_sound(self, sound_id, name, tags, duration, license=CC0, previews=None):
         self.sounds[sound_id] = {
-            "id": sound_id, "name": name, "tags": list(tags), "duration": float(duration),
-            "license": license, "username": "fake-user",
+            "id": sound_id,
+            "name": name,
+            "tags": list(tags),
+            "duration": float(duration),
+            "license": license,
+            "username": "fake-user",
             "url": f"https://freesound.org/people/fake-user/sounds/{sound_id}/",
-            "previews": previews or {
+            "previews": previews
+            or {
                 kind: f"{self.base_url}/previews/{sound_id}-{kind.split('-')[1]}.{kind.split('-')[2]}"
-                for kind in ("preview-hq-mp3", "preview-lq-mp3", "preview-hq-ogg", "preview-lq-ogg")},
+                for kind in ("preview-hq-mp3", "preview-lq-mp3", "preview-hq-ogg", "preview-lq-ogg")
+            },
         }
         return self.sounds[sound_id]
 
@@ -138,7 +147,7 @@ class FakeFreesound(BackgroundServer):
             haystack = " ".join([sound["name"].lower()] + [t.lower() for t in sound["tags"]])
             if all(word in haystack for word in words):
                 found.append(sound)
-        chunk = found[(page - 1) * size: page * size]
+        chunk = found[(page - 1) * size : page * size]
 
         def page_url(number):
             args = {k: v[0] for k, v in query.items()}
@@ -165,7 +174,7 @@ class FakeFreesound(BackgroundServer):
         else:
             return None
         if self.preview_size is not None:
-            body = (body + bytes(max(0, self.preview_size - len(body))))[:self.preview_size]
+            body = (body + bytes(max(0, self.preview_size - len(body))))[: self.preview_size]
         return kind, body
 
 
@@ -202,15 +211,18 @@ def _handler_for(fake):
             if fake.drip > 0 and self._slow(kind):
                 step = max(1, fake.drip_bytes)
                 for i in range(0, len(data), step):
-                    self.wfile.write(data[i:i + step])
+                    self.wfile.write(data[i : i + step])
                     self.wfile.flush()
                     self._pause(fake.drip)
             else:
                 self.wfile.write(data)
 
         def _answer(self, status, body, content_type, kind, length=True, headers=()):
-            lines = [f"HTTP/1.1 {status} {self.responses.get(status, ('',))[0]}",
-                     f"Server: {self.server_version}", f"Content-Type: {content_type}"]
+            lines = [
+                f"HTTP/1.1 {status} {self.responses.get(status, ('',))[0]}",
+                f"Server: {self.server_version}",
+                f"Content-Type: {content_type}",
+            ]
             lines += [f"{k}: {v}" for k, v in headers]
             lines.append(f"Content-Length: {len(body)}" if length else "Transfer-Encoding: chunked")
             head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
@@ -224,7 +236,7 @@ def _handler_for(fake):
                 self._write(body, kind)
             else:
                 for i in range(0, len(body), 16 * 1024):
-                    piece = body[i:i + 16 * 1024]
+                    piece = body[i : i + 16 * 1024]
                     self._write(b"%x\r\n" % len(piece) + piece + b"\r\n", kind)
                 self._write(b"0\r\n\r\n", kind)
             self.wfile.flush()
@@ -270,7 +282,7 @@ def _handler_for(fake):
                 if path == "/apiv2/search/text/":
                     return self._json(200, fake._search(query, fake.api_url))
                 if path.startswith("/apiv2/sounds/") and path.endswith("/"):
-                    sound_id = path[len("/apiv2/sounds/"):-1]
+                    sound_id = path[len("/apiv2/sounds/") : -1]
                     sound = fake.sounds.get(int(sound_id)) if sound_id.isdigit() else None
                     if sound is None:
                         return self._json(404, {"detail": "Not found."})
@@ -278,12 +290,11 @@ def _handler_for(fake):
                     return self._json(200, {k: sound[k] for k in fields if k in sound})
                 return self._json(404, {"detail": "Not found."})
             if path.startswith("/previews/"):
-                found = fake._preview_body(path[len("/previews/"):])
+                found = fake._preview_body(path[len("/previews/") :])
                 if found is None:
                     return self._answer(404, b"Not found", "text/plain", kind)
                 content_type, body = found
-                return self._answer(200, body, content_type, kind,
-                                    length=fake.preview_content_length)
+                return self._answer(200, body, content_type, kind, length=fake.preview_content_length)
             if path == "/redirect":
                 target = query.get("to", [""])[0]
                 return self._answer(302, b"", "text/plain", kind, headers=[("Location", target)])

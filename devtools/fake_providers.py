@@ -71,6 +71,7 @@ non-streamed answer goes out in one write, and `first_byte` (time.time(), the sa
 clock as any other process's on this machine) is taken just before that write, so
 that it is in the log by the time the caller holds the answer.
 """
+
 import argparse
 import base64
 import hashlib
@@ -96,12 +97,32 @@ OPENAI_MODELS = ["fake-chat", "fake-embed", "fake-tts"]
 OLLAMA_MODELS = ["llama-fake:latest", "nomic-fake:latest"]
 ANTHROPIC_MODELS = ["claude-fake-1", "claude-fake-2"]
 
-TEXT_SCENARIOS = {"fake-text", "fake-valid-json", "fake-repairable", "fake-invalid-twice", "fake-prose-brackets",
-                  "fake-invalid-once", "fake-ideas-4", "fake-ideas-5", "fake-ideas-6",
-                  "fake-ideas-7", "fake-slow", "fake-error-500", "fake-malformed",
-                  "fake-no-model", "fake-reasoning"}
-IMAGE_SCENARIOS = {"fake-webp", "fake-png", "fake-url-png", "fake-no-image", "fake-bad-image",
-                   "fake-slow-image", "fake-error-500"}
+TEXT_SCENARIOS = {
+    "fake-text",
+    "fake-valid-json",
+    "fake-repairable",
+    "fake-invalid-twice",
+    "fake-prose-brackets",
+    "fake-invalid-once",
+    "fake-ideas-4",
+    "fake-ideas-5",
+    "fake-ideas-6",
+    "fake-ideas-7",
+    "fake-slow",
+    "fake-error-500",
+    "fake-malformed",
+    "fake-no-model",
+    "fake-reasoning",
+}
+IMAGE_SCENARIOS = {
+    "fake-webp",
+    "fake-png",
+    "fake-url-png",
+    "fake-no-image",
+    "fake-bad-image",
+    "fake-slow-image",
+    "fake-error-500",
+}
 PROSE = "I am sorry, but I would rather describe the answer in plain words today."
 PROSE_BRACKETS = "I would suggest [a calm palette] and {soft light, warm tones}, as in [1] and [2."
 VALID_JSON = {"ok": True, "words": ["alpha", "beta", "gamma"]}
@@ -116,10 +137,10 @@ class FakeProviders(BackgroundServer):
         self.keys = dict(keys or {})
         self.mode = None
         self.drip_seconds = drip_seconds
-        self.slow = slow              # the wait of the wizard's slow scenarios
+        self.slow = slow  # the wait of the wizard's slow scenarios
         self.seen = []
-        self.calls = Counter()        # wizard scenario: requests answered
-        self.requests = []            # (path, body) of each of those, in order
+        self.calls = Counter()  # wizard scenario: requests answered
+        self.requests = []  # (path, body) of each of those, in order
         self._lock = threading.Lock()
         self._files = {}
         self._server = QuietThreadingServer((host, port), _handler(self))
@@ -157,20 +178,30 @@ class FakeProviders(BackgroundServer):
 
 # --------------------------------------------------------------------------- what a "model" says
 
+
 def reply_text(model, messages):
     system = "\n".join(m.get("content", "") for m in messages if m.get("role") == "system")
     question = next((m.get("content", "") for m in reversed(messages) if m.get("role") == "user"), "")
     question = ANSWER_AT.sub("", question)
     if '"searches"' in system:
         words = list(dict.fromkeys(w.lower() for w in re.findall(r"[A-Za-z]{5,}", question)))[:3]
-        return json.dumps({"reasoning": f"I will look up {', '.join(words) or 'the question'}.",
-                           "searches": [{"term": w, "instructions": f"what the sources say about {w}"}
-                                        for w in words]})
+        return json.dumps(
+            {
+                "reasoning": f"I will look up {', '.join(words) or 'the question'}.",
+                "searches": [{"term": w, "instructions": f"what the sources say about {w}"} for w in words],
+            }
+        )
     if '"turns"' in system:
         found = re.search(r"Speaker names: ([^\n]+)", system)
         names = [n.strip() for n in found.group(1).split(",")] if found else ["Host"]
-        return json.dumps({"turns": [{"speaker": names[i % len(names)], "text": f"Line {i + 1} about the notes."}
-                                     for i in range(max(2, len(names)))]})
+        return json.dumps(
+            {
+                "turns": [
+                    {"speaker": names[i % len(names)], "text": f"Line {i + 1} about the notes."}
+                    for i in range(max(2, len(names)))
+                ]
+            }
+        )
     everything = "\n".join(m.get("content", "") for m in messages)
     cited = re.search(r"source:[a-z0-9]+", everything)
     citation = f" [{cited.group(0)}]" if cited else ""
@@ -186,13 +217,14 @@ def vector(text):
 
 
 def _pieces(text, size=8):
-    return [text[i:i + size] for i in range(0, len(text), size)] or [""]
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
 
 
 def _is_scenario(route, body):
     model = body.get("model") if isinstance(body, dict) else None
-    return ((route == "/chat/completions" and model in TEXT_SCENARIOS)
-            or (route == "/images/generations" and isinstance(model, str)))
+    return (route == "/chat/completions" and model in TEXT_SCENARIOS) or (
+        route == "/images/generations" and isinstance(model, str)
+    )
 
 
 def _scenario_content(model, nth):
@@ -206,8 +238,7 @@ def _scenario_content(model, nth):
         return PROSE_BRACKETS
     if model.startswith("fake-ideas-"):
         count = int(model.rsplit("-", 1)[1])
-        ideas = [{"title": f"Idea {i}", "description": f"What idea {i} is about."}
-                 for i in range(1, count + 1)]
+        ideas = [{"title": f"Idea {i}", "description": f"What idea {i} is about."} for i in range(1, count + 1)]
         return json.dumps({"ideas": ideas})
     if model == "fake-slow":
         return json.dumps({"slow": True})
@@ -215,8 +246,12 @@ def _scenario_content(model, nth):
 
 
 def _chunk(model, delta, finish_reason):
-    record = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": int(time.time()),
-              "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]}
+    record = {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+    }
     if model:
         record["model"] = model
     return record
@@ -237,10 +272,12 @@ def _image(size, kind):
 
 def _silence_mp3():
     from app.common.tts import encode
+
     return encode(b"\x00\x00" * 4410, 22050)
 
 
 # --------------------------------------------------------------------------- HTTP
+
 
 def _handler(fake):
     class Handler(BaseHTTPRequestHandler):
@@ -276,13 +313,23 @@ def _handler(fake):
             provider = next((p for p, prefix in PREFIXES.items() if self.path.startswith(prefix + "/")), None)
             if provider is None:
                 return self._json(404, {"error": "not found"})
-            route = self.path[len(PREFIXES[provider]):]
+            route = self.path[len(PREFIXES[provider]) :]
             # Logged before it is answered: a caller that has its answer finds its request in the log.
-            self.provider, self.entry = provider, {
-                "provider": provider, "path": self.path, "method": method, "body": body, "received": received,
-                "client_port": self.client_address[1],  # one port per connection: keep-alive shows
-                "authorization": self.headers.get("Authorization"), "x_api_key": self.headers.get("x-api-key"),
-                "anthropic_version": self.headers.get("anthropic-version"), "first_byte": None}
+            self.provider, self.entry = (
+                provider,
+                {
+                    "provider": provider,
+                    "path": self.path,
+                    "method": method,
+                    "body": body,
+                    "received": received,
+                    "client_port": self.client_address[1],  # one port per connection: keep-alive shows
+                    "authorization": self.headers.get("Authorization"),
+                    "x_api_key": self.headers.get("x-api-key"),
+                    "anthropic_version": self.headers.get("anthropic-version"),
+                    "first_byte": None,
+                },
+            )
             fake._record(self.entry)
             if provider == "openai" and method == "POST" and _is_scenario(route, body):
                 return self._scenario(route, body)
@@ -297,8 +344,9 @@ def _handler(fake):
             model = THINK_MODEL.search(str(body.get("model", "")))
             if model:
                 time.sleep(int(model.group(1)) / 1000.0)
-            texts = [str(body.get("system") or "")] + [str(m.get("content", "")) for m in body.get("messages") or []
-                                                       if isinstance(m, dict)]
+            texts = [str(body.get("system") or "")] + [
+                str(m.get("content", "")) for m in body.get("messages") or [] if isinstance(m, dict)
+            ]
             moment = next((float(found.group(1)) for found in map(ANSWER_AT.search, texts) if found), None)
             if moment is not None:
                 time.sleep(min(600.0, max(0.0, moment - time.time())))
@@ -325,15 +373,20 @@ def _handler(fake):
             if self.provider == "openai":
                 shown = self._sent_key()
                 # OpenAI's wording, partial key included: callers must not pass it on.
-                return self._openai_error(401, f"Incorrect API key provided: {shown[:3]}***{shown[-4:]}. You can "
-                                               "find your API key at https://platform.openai.com/account/api-keys.",
-                                          "invalid_api_key")
-            self._json(401, {"error": {"message": f"Incorrect API key provided: {self._sent_key()[:6]}…",
-                                       "type": "auth"}})
+                return self._openai_error(
+                    401,
+                    f"Incorrect API key provided: {shown[:3]}***{shown[-4:]}. You can "
+                    "find your API key at https://platform.openai.com/account/api-keys.",
+                    "invalid_api_key",
+                )
+            self._json(
+                401, {"error": {"message": f"Incorrect API key provided: {self._sent_key()[:6]}…", "type": "auth"}}
+            )
 
         def _openai_error(self, status, message, code=None):
-            self._json(status, {"error": {"message": message, "type": "invalid_request_error",
-                                          "param": None, "code": code}})
+            self._json(
+                status, {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": code}}
+            )
 
         def _sent_key(self):
             if self.provider == "anthropic":
@@ -367,16 +420,22 @@ def _handler(fake):
             content = _scenario_content(model, nth)
             reported = None if model == "fake-no-model" else f"{model}-resolved"
             if body.get("stream") is True:
-                deltas = [{"reasoning_content": part} for part in _pieces(REASONING, 7)] \
-                    if model == "fake-reasoning" else []
+                deltas = (
+                    [{"reasoning_content": part} for part in _pieces(REASONING, 7)] if model == "fake-reasoning" else []
+                )
                 deltas = [{"role": "assistant", "content": ""}] + deltas
                 deltas += [{"content": part} for part in _pieces(content, 7)]
                 records = [_chunk(reported, delta, None) for delta in deltas] + [_chunk(reported, {}, "stop")]
                 lines = [b"data: " + json.dumps(r).encode() + b"\n\n" for r in records] + [b"data: [DONE]\n\n"]
                 return self._stream("text/event-stream", lines)
-            answer = {"id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
-                      "choices": [{"index": 0, "finish_reason": "stop",
-                                   "message": {"role": "assistant", "content": content}}]}
+            answer = {
+                "id": "chatcmpl-fake",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "choices": [
+                    {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}
+                ],
+            }
             if reported:
                 answer["model"] = reported
             self._json(200, answer)
@@ -404,23 +463,41 @@ def _handler(fake):
         def openai_chat(self, body):
             text = reply_text(body.get("model"), body.get("messages") or [])
             if body.get("stream"):
-                records = [{"object": "chat.completion.chunk", "model": body.get("model"),
-                            "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
-                           for piece in _pieces(text)]
+                records = [
+                    {
+                        "object": "chat.completion.chunk",
+                        "model": body.get("model"),
+                        "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}],
+                    }
+                    for piece in _pieces(text)
+                ]
                 lines = [b"data: " + json.dumps(r).encode() + b"\n\n" for r in records] + [b"data: [DONE]\n\n"]
                 return self._stream("text/event-stream", lines)
-            self._json(200, {"id": "chatcmpl-fake", "object": "chat.completion", "model": body.get("model"),
-                             "choices": [{"index": 0, "finish_reason": "stop",
-                                          "message": {"role": "assistant", "content": text}}]})
+            self._json(
+                200,
+                {
+                    "id": "chatcmpl-fake",
+                    "object": "chat.completion",
+                    "model": body.get("model"),
+                    "choices": [
+                        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}
+                    ],
+                },
+            )
 
         def openai_models(self, body):
             self._json(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in OPENAI_MODELS]})
 
         def openai_embeddings(self, body):
             inputs = body.get("input") if isinstance(body.get("input"), list) else [body.get("input", "")]
-            self._json(200, {"object": "list", "model": body.get("model"),
-                             "data": [{"object": "embedding", "index": i, "embedding": vector(t)}
-                                      for i, t in enumerate(inputs)]})
+            self._json(
+                200,
+                {
+                    "object": "list",
+                    "model": body.get("model"),
+                    "data": [{"object": "embedding", "index": i, "embedding": vector(t)} for i, t in enumerate(inputs)],
+                },
+            )
 
         def openai_speech(self, body):
             self._send(200, _silence_mp3(), "audio/mpeg")
@@ -428,12 +505,18 @@ def _handler(fake):
         def ollama_chat(self, body):
             text = reply_text(body.get("model"), body.get("messages") or [])
             if body.get("stream", True):
-                lines = [json.dumps({"model": body.get("model"), "message": {"role": "assistant", "content": p},
-                                     "done": False}).encode() + b"\n" for p in _pieces(text)]
+                lines = [
+                    json.dumps(
+                        {"model": body.get("model"), "message": {"role": "assistant", "content": p}, "done": False}
+                    ).encode()
+                    + b"\n"
+                    for p in _pieces(text)
+                ]
                 lines.append(json.dumps({"model": body.get("model"), "done": True}).encode() + b"\n")
                 return self._stream("application/x-ndjson", lines)
-            self._json(200, {"model": body.get("model"), "message": {"role": "assistant", "content": text},
-                             "done": True})
+            self._json(
+                200, {"model": body.get("model"), "message": {"role": "assistant", "content": text}, "done": True}
+            )
 
         def ollama_tags(self, body):
             self._json(200, {"models": [{"name": m, "model": m, "size": 1} for m in OLLAMA_MODELS]})
@@ -448,23 +531,44 @@ def _handler(fake):
                 messages.insert(0, {"role": "system", "content": body["system"]})
             text = reply_text(body.get("model"), messages)
             if body.get("stream"):
-                events = [("message_start", {"type": "message_start", "message": {"id": "msg_fake", "content": []}}),
-                          ("content_block_start", {"type": "content_block_start", "index": 0,
-                                                   "content_block": {"type": "text", "text": ""}})]
-                events += [("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                                     "delta": {"type": "text_delta", "text": p}})
-                           for p in _pieces(text)]
-                events += [("content_block_stop", {"type": "content_block_stop", "index": 0}),
-                           ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"}}),
-                           ("message_stop", {"type": "message_stop"})]
+                events = [
+                    ("message_start", {"type": "message_start", "message": {"id": "msg_fake", "content": []}}),
+                    (
+                        "content_block_start",
+                        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+                    ),
+                ]
+                events += [
+                    (
+                        "content_block_delta",
+                        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": p}},
+                    )
+                    for p in _pieces(text)
+                ]
+                events += [
+                    ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+                    ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"}}),
+                    ("message_stop", {"type": "message_stop"}),
+                ]
                 lines = [f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events]
                 return self._stream("text/event-stream", lines)
-            self._json(200, {"id": "msg_fake", "type": "message", "role": "assistant", "model": body.get("model"),
-                             "content": [{"type": "text", "text": text}], "stop_reason": "end_turn"})
+            self._json(
+                200,
+                {
+                    "id": "msg_fake",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": body.get("model"),
+                    "content": [{"type": "text", "text": text}],
+                    "stop_reason": "end_turn",
+                },
+            )
 
         def anthropic_models(self, body):
-            self._json(200, {"data": [{"id": m, "type": "model", "display_name": m} for m in ANTHROPIC_MODELS],
-                             "has_more": False})
+            self._json(
+                200,
+                {"data": [{"id": m, "type": "model", "display_name": m} for m in ANTHROPIC_MODELS], "has_more": False},
+            )
 
         # -- wire ---------------------------------------------------------------------
 
@@ -517,23 +621,26 @@ def _handler(fake):
 
 
 def _routes():
-    return {("openai", "POST", "/chat/completions"): lambda h, b: h.openai_chat(b),
-            ("openai", "GET", "/models"): lambda h, b: h.openai_models(b),
-            ("openai", "POST", "/embeddings"): lambda h, b: h.openai_embeddings(b),
-            ("openai", "POST", "/audio/speech"): lambda h, b: h.openai_speech(b),
-            ("ollama", "POST", "/api/chat"): lambda h, b: h.ollama_chat(b),
-            ("ollama", "GET", "/api/tags"): lambda h, b: h.ollama_tags(b),
-            ("ollama", "POST", "/api/embed"): lambda h, b: h.ollama_embed(b),
-            ("anthropic", "POST", "/v1/messages"): lambda h, b: h.anthropic_messages(b),
-            ("anthropic", "GET", "/v1/models"): lambda h, b: h.anthropic_models(b)}
+    return {
+        ("openai", "POST", "/chat/completions"): lambda h, b: h.openai_chat(b),
+        ("openai", "GET", "/models"): lambda h, b: h.openai_models(b),
+        ("openai", "POST", "/embeddings"): lambda h, b: h.openai_embeddings(b),
+        ("openai", "POST", "/audio/speech"): lambda h, b: h.openai_speech(b),
+        ("ollama", "POST", "/api/chat"): lambda h, b: h.ollama_chat(b),
+        ("ollama", "GET", "/api/tags"): lambda h, b: h.ollama_tags(b),
+        ("ollama", "POST", "/api/embed"): lambda h, b: h.ollama_embed(b),
+        ("anthropic", "POST", "/v1/messages"): lambda h, b: h.anthropic_messages(b),
+        ("anthropic", "GET", "/v1/models"): lambda h, b: h.anthropic_models(b),
+    }
 
 
 ROUTES = _routes()
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m devtools.fake_providers",
-                                     description="Fake OpenAI, Ollama and Anthropic APIs.")
+    parser = argparse.ArgumentParser(
+        prog="python -m devtools.fake_providers", description="Fake OpenAI, Ollama and Anthropic APIs."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve until interrupted")
     serve.add_argument("--host", default="127.0.0.3")
@@ -541,10 +648,13 @@ def main(argv=None):
     serve.add_argument("--key", default=None, help="OpenAI's /v1 requires Authorization: Bearer KEY")
     serve.add_argument("--slow", type=float, default=0.5, help="delay of the wizard's slow scenarios (s)")
     args = parser.parse_args(argv)
-    fake = FakeProviders(host=args.host, port=args.port, keys={"openai": args.key} if args.key else None,
-                         slow=args.slow)
-    print(f"fake providers on {fake.base_url('openai')}, {fake.base_url('ollama')}, "
-          f"{fake.base_url('anthropic')}", flush=True)
+    fake = FakeProviders(
+        host=args.host, port=args.port, keys={"openai": args.key} if args.key else None, slow=args.slow
+    )
+    print(
+        f"fake providers on {fake.base_url('openai')}, {fake.base_url('ollama')}, {fake.base_url('anthropic')}",
+        flush=True,
+    )
     fake.serve_until_interrupted()
 
 

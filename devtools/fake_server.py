@@ -2,6 +2,7 @@
 devtools.fake_freesound) share: a threaded HTTP server on a loopback address, run
 in a daemon thread by the tests (`with Fake(...) as fake:`) or in the foreground
 by their `serve` command."""
+
 import sys
 import threading
 from http.server import ThreadingHTTPServer
@@ -30,6 +31,7 @@ def send_whole(handler, status, body, content_type, headers=()):
 
 class BackgroundServer:
     """A subclass sets `self._server` (a QuietThreadingServer) in its __init__."""
+
     thread_name = "fake-server"
 
     @property
@@ -38,8 +40,9 @@ class BackgroundServer:
 
     def start(self):
         # A short poll, so that stopping one (after every test that starts one) is quick.
-        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True,
-                         name=self.thread_name).start()
+        threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True, name=self.thread_name
+        ).start()
         return self
 
     def stop(self):

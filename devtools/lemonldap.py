@@ -24,6 +24,7 @@ PKCE `S256` required, exactly the redirect URIs given, scopes `openid profile em
 The FastCGI server refuses to run as root: as root it runs as www-data, and its folder
 sits outside pytest's (which only root may enter). Not app code.
 """
+
 import base64
 import html
 import json
@@ -59,8 +60,9 @@ FORWARDED_HEADERS = {"Remote-User": "$uid", "Remote-Groups": "$groups"}
 def unavailable():
     """Why the provider cannot run here, or None."""
     if not os.access(FASTCGI_SERVER, os.X_OK):
-        return "LemonLDAP::NG is not installed (apt-get install liblemonldap-ng-portal-perl " \
-               "lemonldap-ng-fastcgi-server)"
+        return (
+            "LemonLDAP::NG is not installed (apt-get install liblemonldap-ng-portal-perl lemonldap-ng-fastcgi-server)"
+        )
     return None
 
 
@@ -78,10 +80,14 @@ def basic_safe_secret():
 def _signing_key():
     """(private PEM, public PEM) of a new 2048-bit RSA key."""
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption()).decode()
-    public = key.public_key().public_bytes(serialization.Encoding.PEM,
-                                           serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    private = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    public = (
+        key.public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        .decode()
+    )
     return private, public
 
 
@@ -137,47 +143,72 @@ useRedirectOnError = 0
         """The portal's whole configuration (what its manager would write), numbered."""
         portal = f"http://127.0.0.1:{self.port}/"
         return {
-            "cfgNum": self.config_number, "cfgAuthor": "tests", "cfgDate": str(int(time.time())),
+            "cfgNum": self.config_number,
+            "cfgAuthor": "tests",
+            "cfgDate": str(int(time.time())),
             "cfgVersion": "2.16.1",
-            "authentication": "Demo", "userDB": "Same", "passwordDB": "Demo", "registerDB": "Null",
-            "portal": portal, "domain": "127.0.0.1", "cookieName": "lemonldap", "securedCookie": 0,
-            "timeout": 72000, "whatToTrace": "uid",
+            "authentication": "Demo",
+            "userDB": "Same",
+            "passwordDB": "Demo",
+            "registerDB": "Null",
+            "portal": portal,
+            "domain": "127.0.0.1",
+            "cookieName": "lemonldap",
+            "securedCookie": 0,
+            "timeout": 72000,
+            "whatToTrace": "uid",
             "demoExportedVars": {"cn": "cn", "mail": "mail", "uid": "uid"},
             "groups": {"wiz-admins": '$uid eq "dwho"'},
-            "globalStorage": "Apache::Session::File", "globalStorageOptions": self._storage("sessions"),
+            "globalStorage": "Apache::Session::File",
+            "globalStorageOptions": self._storage("sessions"),
             "persistentStorage": "Apache::Session::File",
             "persistentStorageOptions": self._storage("psessions"),
             "localSessionStorage": "Cache::FileCache",
-            "localSessionStorageOptions": {"cache_root": f"{self.folder}/cache", "cache_depth": 3,
-                                           "namespace": "lemonldap-ng-sessions", "default_expires_in": 600,
-                                           "directory_umask": "007"},
-            "loginHistoryEnabled": 0, "notification": 0, "portalSkin": "bootstrap",
+            "localSessionStorageOptions": {
+                "cache_root": f"{self.folder}/cache",
+                "cache_depth": 3,
+                "namespace": "lemonldap-ng-sessions",
+                "default_expires_in": 600,
+                "directory_umask": "007",
+            },
+            "loginHistoryEnabled": 0,
+            "notification": 0,
+            "portalSkin": "bootstrap",
             # The nginx handler (forward auth) for the hosts the tests protect.
             "locationRules": {host: {"default": "accept"} for host in self.protected_hosts},
             "exportedHeaders": {host: dict(FORWARDED_HEADERS) for host in self.protected_hosts},
             # OpenID Connect provider, one confidential client.
             "issuerDBOpenIDConnectActivation": 1,
             "oidcServiceMetaDataIssuer": self.issuer,
-            "oidcServicePrivateKeySig": self.private_key, "oidcServicePublicKeySig": self.public_key,
+            "oidcServicePrivateKeySig": self.private_key,
+            "oidcServicePublicKeySig": self.public_key,
             "oidcServiceKeyIdSig": self.key_id,
-            "oidcServiceAllowAuthorizationCodeFlow": 1, "oidcServiceIgnoreScopeForClaims": 0,
-            "oidcRPMetaDataOptions": {CLIENT_ID: {
-                "oidcRPMetaDataOptionsClientID": CLIENT_ID,
-                "oidcRPMetaDataOptionsClientSecret": self.client_secret,
-                "oidcRPMetaDataOptionsPublic": 0,
-                "oidcRPMetaDataOptionsRequirePKCE": 1,
-                "oidcRPMetaDataOptionsRedirectUris": " ".join(self.redirect_uris),
-                "oidcRPMetaDataOptionsBypassConsent": 1,
-                "oidcRPMetaDataOptionsIDTokenSignAlg": "RS256",
-                "oidcRPMetaDataOptionsIDTokenExpiration": 3600,
-                "oidcRPMetaDataOptionsAccessTokenExpiration": 3600,
-                "oidcRPMetaDataOptionsDisplayName": "Workspace",
-                **{f"oidcRPMetaDataOptions{name}": value for name, value in self.client_options.items()},
-            }},
-            "oidcRPMetaDataExportedVars": {CLIENT_ID: {
-                "email": "mail", "name": "cn", "preferred_username": "uid",
-                "email_verified": "email_verified;bool", "groups": "groups;string;always",
-            }},
+            "oidcServiceAllowAuthorizationCodeFlow": 1,
+            "oidcServiceIgnoreScopeForClaims": 0,
+            "oidcRPMetaDataOptions": {
+                CLIENT_ID: {
+                    "oidcRPMetaDataOptionsClientID": CLIENT_ID,
+                    "oidcRPMetaDataOptionsClientSecret": self.client_secret,
+                    "oidcRPMetaDataOptionsPublic": 0,
+                    "oidcRPMetaDataOptionsRequirePKCE": 1,
+                    "oidcRPMetaDataOptionsRedirectUris": " ".join(self.redirect_uris),
+                    "oidcRPMetaDataOptionsBypassConsent": 1,
+                    "oidcRPMetaDataOptionsIDTokenSignAlg": "RS256",
+                    "oidcRPMetaDataOptionsIDTokenExpiration": 3600,
+                    "oidcRPMetaDataOptionsAccessTokenExpiration": 3600,
+                    "oidcRPMetaDataOptionsDisplayName": "Workspace",
+                    **{f"oidcRPMetaDataOptions{name}": value for name, value in self.client_options.items()},
+                }
+            },
+            "oidcRPMetaDataExportedVars": {
+                CLIENT_ID: {
+                    "email": "mail",
+                    "name": "cn",
+                    "preferred_username": "uid",
+                    "email_verified": "email_verified;bool",
+                    "groups": "groups;string;always",
+                }
+            },
             "oidcRPMetaDataMacros": {CLIENT_ID: {"email_verified": f'$uid ne "{UNVERIFIED}"'}},
             "oidcRPMetaDataOptionsExtraClaims": {CLIENT_ID: {"groups": "groups"}},
         }
@@ -221,8 +252,9 @@ useRedirectOnError = 0
 
     def _public_n(self):
         numbers = serialization.load_pem_public_key(self.public_key.encode()).public_numbers()
-        return base64.urlsafe_b64encode(numbers.n.to_bytes((numbers.n.bit_length() + 7) // 8, "big")) \
-            .rstrip(b"=").decode()
+        return (
+            base64.urlsafe_b64encode(numbers.n.to_bytes((numbers.n.bit_length() + 7) // 8, "big")).rstrip(b"=").decode()
+        )
 
     # --- talking to it --------------------------------------------------------------------
 
@@ -254,8 +286,18 @@ useRedirectOnError = 0
         # pytest's folders (0700, root's).
         self.folder = Path(tempfile.mkdtemp(prefix="lemonldap-"))
         self.folder.chmod(0o755)
-        for name in ("run", "conf", "sessions", "sessions/lock", "psessions", "psessions/lock", "cache",
-                     "nginx", "nginx/logs", "nginx/tmp"):
+        for name in (
+            "run",
+            "conf",
+            "sessions",
+            "sessions/lock",
+            "psessions",
+            "psessions/lock",
+            "cache",
+            "nginx",
+            "nginx/logs",
+            "nginx/tmp",
+        ):
             (self.folder / name).mkdir(parents=True, exist_ok=True)
             self._give_to_service(self.folder / name)
         self._write_ini()
@@ -305,17 +347,30 @@ http {{
         if reason:
             raise RuntimeError(reason)
         self._prepare_folder()
-        env = {**os.environ, "LLNG_DEFAULTCONFFILE": str(self.ini),
-               "LLNG_DEFAULTLOGGER": "Lemonldap::NG::Common::Logger::Std"}
-        command = [FASTCGI_SERVER, "--foreground", "--proc", "1", "--socket", str(self.handler_socket),
-                   "--pid", str(self.folder / "run" / "llng-fastcgi.pid")]
+        env = {
+            **os.environ,
+            "LLNG_DEFAULTCONFFILE": str(self.ini),
+            "LLNG_DEFAULTLOGGER": "Lemonldap::NG::Common::Logger::Std",
+        }
+        command = [
+            FASTCGI_SERVER,
+            "--foreground",
+            "--proc",
+            "1",
+            "--socket",
+            str(self.handler_socket),
+            "--pid",
+            str(self.folder / "run" / "llng-fastcgi.pid"),
+        ]
         if os.geteuid() == 0:
             command += ["--user", SERVICE_USER, "--group", SERVICE_USER]
         self._spawn(command, self.folder / "fastcgi.log", env=env, cwd=self.folder)
         conf = self.folder / "nginx" / "nginx.conf"
         conf.write_text(self._nginx_conf())
-        self._spawn([nginx_binary(), "-p", f"{self.folder}/nginx/", "-c", str(conf), "-e", "stderr"],
-                    self.folder / "nginx" / "logs" / "stderr")
+        self._spawn(
+            [nginx_binary(), "-p", f"{self.folder}/nginx/", "-c", str(conf), "-e", "stderr"],
+            self.folder / "nginx" / "logs" / "stderr",
+        )
         try:
             wait_for(self._ready, "LemonLDAP::NG's portal to answer its discovery document", timeout=60)
         except BaseException:
@@ -325,14 +380,14 @@ http {{
 
     def _spawn(self, command, log_path, **options):
         with open(log_path, "ab") as log:  # the child keeps its own copy of the descriptor
-            self.processes.append(subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                                   **options))
+            self.processes.append(
+                subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, **options)
+            )
 
     def _ready(self):
         for process in self.processes:
             if process.poll() is not None:
-                raise RuntimeError(f"a LemonLDAP::NG process exited with {process.returncode}:\n"
-                                   f"{self.logs()}")
+                raise RuntimeError(f"a LemonLDAP::NG process exited with {process.returncode}:\n{self.logs()}")
         return self.handler_socket.exists() and self._answers()
 
     def logs(self):
@@ -402,6 +457,7 @@ def portal_session(issuer, user, password=None):
     """The portal's session cookie (`lemonldap`) after signing in at its front page: what
     a browser sends to the hosts its handler protects. AssertionError when refused."""
     import requests
+
     http = requests.Session()
     page = http.get(issuer.rstrip("/") + "/", timeout=10)
     fields = login_form_fields(page.text) or {}

@@ -16,6 +16,7 @@ Used by the dev runner and the proxy tests: it never imports app code.
     python -m devtools.nginx check                      # render every site, nginx -t
     python -m devtools.nginx run --port 8080 decks=127.0.0.1:7081
 """
+
 import argparse
 import os
 import shutil
@@ -33,7 +34,7 @@ from devtools.services import free_port, terminate
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATES = ROOT / "nginx"
-SERVICES = registry.NAMES   # services.json, in its order
+SERVICES = registry.NAMES  # services.json, in its order
 TEMP_DIRS = ("client_body", "proxy", "fastcgi", "uwsgi", "scgi", "cache")
 STDERR_LOG = "logs/nginx.stderr"
 
@@ -62,18 +63,28 @@ def default_host(service):
 def _environment():
     # As Ansible's template module: trim_blocks on, lstrip_blocks off, and an
     # undefined variable is an error (so optional ones need `| default(...)`).
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)),
-                              undefined=jinja2.StrictUndefined, trim_blocks=True,
-                              lstrip_blocks=False, keep_trailing_newline=True,
-                              autoescape=False)
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=False,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
 
 
-def variables_for(listen_port, upstreams, hosts=None, listen_address="127.0.0.1",
-                  tls_certificate=None, tls_certificate_key=None, **extra):
+def variables_for(
+    listen_port,
+    upstreams,
+    hosts=None,
+    listen_address="127.0.0.1",
+    tls_certificate=None,
+    tls_certificate_key=None,
+    **extra,
+):
     """The template variables for `upstreams` ({service: "127.0.0.1:port"}); each
     service's host defaults to <service>.localhost. `extra` is passed through."""
-    variables = {"services": list(upstreams), "listen_port": int(listen_port),
-                 "listen_address": listen_address}
+    variables = {"services": list(upstreams), "listen_port": int(listen_port), "listen_address": listen_address}
     for service, upstream in upstreams.items():
         variables[f"{service}_upstream"] = upstream
         variables[f"{service}_host"] = (hosts or {}).get(service) or default_host(service)
@@ -93,8 +104,7 @@ def render(prefix, variables):
     defaults to root when rendered as root (the workers then can write the temporary
     paths, which may sit below directories only root can enter)."""
     prefix = Path(prefix).resolve()
-    services = list(variables.get("services") or
-                    [s for s in SERVICES if f"{s}_upstream" in variables])
+    services = list(variables.get("services") or [s for s in SERVICES if f"{s}_upstream" in variables])
     if not services:
         raise NginxError("no service to render: give `services` or <service>_upstream variables")
     for service in services:
@@ -102,8 +112,12 @@ def render(prefix, variables):
             raise NginxError(f"no site template nginx/sites/{service}.conf.j2 for {service!r}")
         if not variables.get(f"{service}_upstream"):
             raise NginxError(f"{service}_upstream is missing (the host:port of its gunicorn)")
-    variables = {**{f"{s}_host": default_host(s) for s in services}, **variables,
-                 "services": services, "nginx_prefix": str(prefix)}
+    variables = {
+        **{f"{s}_host": default_host(s) for s in services},
+        **variables,
+        "services": services,
+        "nginx_prefix": str(prefix),
+    }
     if os.geteuid() == 0:
         variables.setdefault("nginx_user", "root")
 
@@ -128,15 +142,15 @@ def render(prefix, variables):
 
 def _command(prefix, *extra):
     prefix = Path(prefix).resolve()
-    return [nginx_binary(), "-p", f"{prefix}/", "-c", str(prefix / "nginx.conf"), "-e", "stderr",
-            *extra]
+    return [nginx_binary(), "-p", f"{prefix}/", "-c", str(prefix / "nginx.conf"), "-e", "stderr", *extra]
 
 
 def test_config(prefix, check=True):
     """`nginx -t` on the configuration rendered in `prefix`; returns the completed
     process (its stderr holds nginx's verdict). Raises NginxError if `check` and it fails."""
-    result = subprocess.run(_command(prefix, "-t"), stdin=subprocess.DEVNULL,
-                            capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        _command(prefix, "-t"), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30
+    )
     if check and result.returncode != 0:
         raise NginxError(f"nginx -t failed for {prefix}:\n{result.stderr}")
     return result
@@ -154,8 +168,9 @@ def _connect_address(listen_address):
 class RunningNginx:
     """A running nginx: `.port`, `.url`, `.host(service)`, `.stop()`, `.test_config()`."""
 
-    def __init__(self, prefix, port, hosts, process, scheme="http", address="127.0.0.1",
-                 stderr_path=None, stderr_file=None):
+    def __init__(
+        self, prefix, port, hosts, process, scheme="http", address="127.0.0.1", stderr_path=None, stderr_file=None
+    ):
         self.prefix, self.port, self.hosts, self.process = Path(prefix), port, dict(hosts), process
         self.scheme, self.address = scheme, address
         bracketed = f"[{address}]" if ":" in address else address
@@ -214,9 +229,18 @@ def _answers(address, port, tls):
         return False
 
 
-def start(prefix, listen_port=None, upstreams=None, hosts=None, listen_address="127.0.0.1",
-          tls_certificate=None, tls_certificate_key=None, variables=None, stderr=None,
-          timeout=10.0):
+def start(
+    prefix,
+    listen_port=None,
+    upstreams=None,
+    hosts=None,
+    listen_address="127.0.0.1",
+    tls_certificate=None,
+    tls_certificate_key=None,
+    variables=None,
+    stderr=None,
+    timeout=10.0,
+):
     """Render into `prefix` and run nginx in the foreground of a child process;
     returns once it answers on `listen_port` (a free one if None).
 
@@ -228,29 +252,38 @@ def start(prefix, listen_port=None, upstreams=None, hosts=None, listen_address="
         raise NginxError("start() needs upstreams, e.g. {'decks': '127.0.0.1:7081'}")
     address = _connect_address(listen_address)
     listen_port = listen_port or free_port(address)
-    rendered = variables_for(listen_port, upstreams, hosts, listen_address, tls_certificate,
-                             tls_certificate_key, **(variables or {}))
+    rendered = variables_for(
+        listen_port, upstreams, hosts, listen_address, tls_certificate, tls_certificate_key, **(variables or {})
+    )
     render(prefix, rendered)
     stderr_path, stderr_file = None, None
     if stderr is None:
         stderr_path = prefix / STDERR_LOG
         stderr = stderr_file = open(stderr_path, "ab")
-    process = subprocess.Popen(_command(prefix), stdin=subprocess.DEVNULL, stdout=stderr,
-                               stderr=stderr)
+    process = subprocess.Popen(_command(prefix), stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr)
     tls = bool(tls_certificate and tls_certificate_key)
-    running = RunningNginx(prefix, listen_port,
-                           {s: rendered[f"{s}_host"] for s in upstreams}, process,
-                           scheme="https" if tls else "http", address=address,
-                           stderr_path=stderr_path, stderr_file=stderr_file)
+    running = RunningNginx(
+        prefix,
+        listen_port,
+        {s: rendered[f"{s}_host"] for s in upstreams},
+        process,
+        scheme="https" if tls else "http",
+        address=address,
+        stderr_path=stderr_path,
+        stderr_file=stderr_file,
+    )
     deadline = time.monotonic() + timeout
     try:
         while not _answers(address, listen_port, tls):
             if process.poll() is not None:
-                raise NginxError(f"nginx exited with {process.returncode} before answering on "
-                                 f"port {listen_port}:\n{running.stderr_text()}")
+                raise NginxError(
+                    f"nginx exited with {process.returncode} before answering on "
+                    f"port {listen_port}:\n{running.stderr_text()}"
+                )
             if time.monotonic() > deadline:
-                raise NginxError(f"nginx did not answer on port {listen_port} within "
-                                 f"{timeout} s:\n{running.stderr_text()}")
+                raise NginxError(
+                    f"nginx did not answer on port {listen_port} within {timeout} s:\n{running.stderr_text()}"
+                )
             time.sleep(0.05)  # polling for readiness, not papering over a race
         if process.poll() is not None:  # someone else answered on that port
             raise NginxError(f"nginx exited with {process.returncode}:\n{running.stderr_text()}")
@@ -264,16 +297,16 @@ def _check_all():
     """Render every site with placeholder upstreams and run nginx -t."""
     with tempfile.TemporaryDirectory(prefix="bundle-nginx-") as prefix:
         services = site_services()
-        render(prefix, variables_for(8080, {s: f"127.0.0.1:{7080 + i}" for i, s in
-                                            enumerate(services)}))
+        render(prefix, variables_for(8080, {s: f"127.0.0.1:{7080 + i}" for i, s in enumerate(services)}))
         result = test_config(prefix, check=False)
         sys.stderr.write(result.stderr)
         return result.returncode
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m devtools.nginx", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m devtools.nginx", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("check", help="render every site template and run nginx -t")
     run = commands.add_parser("run", help="run nginx in front of running services until Ctrl-C")

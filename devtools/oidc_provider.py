@@ -43,6 +43,7 @@ the values of the spec's registration table, other values are refused:
         email_verified: true (default), name: Alice (default: username),
         groups: [admins] (default []), sub: optional (default: a UUID derived from username)
 """
+
 import argparse
 import base64
 import getpass
@@ -74,10 +75,10 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 from werkzeug.serving import WSGIRequestHandler, make_server
 
 SUPPORTED_SCOPES = ["openid", "profile", "email", "groups"]
-CODE_LIFETIME = 60          # Authelia's default authorize_code lifespan: 1 minute
+CODE_LIFETIME = 60  # Authelia's default authorize_code lifespan: 1 minute
 ACCESS_TOKEN_LIFETIME = 3600
 ID_TOKEN_LIFETIME = 3600
-DEFAULT_ROUNDS = 310000     # Authelia's default for pbkdf2-sha512
+DEFAULT_ROUNDS = 310000  # Authelia's default for pbkdf2-sha512
 SESSION_COOKIE = "authelia_session"
 # A client registration takes these values when the key is omitted; no other value is accepted.
 CLIENT_FIXED = {
@@ -95,6 +96,7 @@ SUB_NAMESPACE = uuid.UUID("6d1b1c1e-52b5-4c3e-9a47-0e8e4e2f7a10")
 
 
 # --- Client secret digests: passlib's / Authelia's modular-crypt pbkdf2-sha512 -------------
+
 
 def _ab64_encode(raw):
     """passlib's "adapted base64": standard base64 with '.' for '+' and no padding."""
@@ -137,6 +139,7 @@ def verify_pbkdf2_sha512(secret, digest):
 
 
 # --- Configuration and the objects authlib works on ----------------------------------------
+
 
 @dataclass
 class Client(ClientMixin):
@@ -288,8 +291,15 @@ def _user_from_config(entry):
         raise ValueError(f"user {username}: groups is a list of names")
     # Authelia's subject is an opaque UUID; derived from the username so it survives restarts.
     sub = entry.get("sub") or str(uuid.uuid5(SUB_NAMESPACE, username))
-    return User(username, password, email, bool(entry.get("email_verified", True)),
-                entry.get("name") or username, list(groups), str(sub))
+    return User(
+        username,
+        password,
+        email,
+        bool(entry.get("email_verified", True)),
+        entry.get("name") or username,
+        list(groups),
+        str(sub),
+    )
 
 
 def _index(items, key, what):
@@ -315,10 +325,8 @@ class ProviderState:
             if not isinstance(config.get(key, []), list):
                 raise ValueError(f"{key} is a list")
         self.issuer = (config.get("issuer") or "").rstrip("/") or None
-        self.clients = _index([_client_from_config(c) for c in config.get("clients") or []],
-                              "client_id", "client_id")
-        self.users = _index([_user_from_config(u) for u in config.get("users") or []],
-                            "username", "username")
+        self.clients = _index([_client_from_config(c) for c in config.get("clients") or []], "client_id", "client_id")
+        self.users = _index([_user_from_config(u) for u in config.get("users") or []], "username", "username")
         self.key = RSAKey.generate_key(2048, parameters={"use": "sig", "alg": "RS256"}, auto_kid=True)
         # Tests set this to sign id_tokens with a key the JWKS does not publish (a forgery).
         self.signing_key = None
@@ -344,11 +352,17 @@ class ProviderState:
     def save_token(self, token, oauth_request):
         with self.lock:
             self.tokens[token["access_token"]] = Token(
-                token["access_token"], oauth_request.client, oauth_request.user,
-                token.get("scope", ""), time.time(), token["expires_in"])
+                token["access_token"],
+                oauth_request.client,
+                oauth_request.user,
+                token.get("scope", ""),
+                time.time(),
+                token["expires_in"],
+            )
 
 
 # --- authlib server parts ---------------------------------------------------------------
+
 
 class InvalidStateError(OAuth2Error):
     # Authelia (fosite) refuses a missing or short state with this error.
@@ -384,9 +398,17 @@ class AuthorizationCodeGrant(grants.AuthorizationCodeGrant):
     def save_authorization_code(self, code, request):
         data = request.payload.data
         item = AuthorizationCode(
-            code, request.client.client_id, request.payload.redirect_uri, request.scope,
-            request.user.username, session.get("auth_time") or int(time.time()), data.get("nonce"),
-            data["code_challenge"], data["code_challenge_method"], time.time() + CODE_LIFETIME)
+            code,
+            request.client.client_id,
+            request.payload.redirect_uri,
+            request.scope,
+            request.user.username,
+            session.get("auth_time") or int(time.time()),
+            data.get("nonce"),
+            data["code_challenge"],
+            data["code_challenge_method"],
+            time.time() + CODE_LIFETIME,
+        )
         with self.provider.lock:
             self.provider.codes[code] = item
 
@@ -442,8 +464,12 @@ class MinimalOpenIDCode(OpenIDCode):
         return {"alg": "RS256", "kid": (self.state.signing_key or self.state.key).kid}
 
     def get_client_claims(self, client):
-        return {"iss": self.state.current_issuer(), "aud": [client.client_id], "azp": client.client_id,
-                "jti": str(uuid.uuid4())}
+        return {
+            "iss": self.state.current_issuer(),
+            "aud": [client.client_id],
+            "azp": client.client_id,
+            "jti": str(uuid.uuid4()),
+        }
 
     def generate_user_info(self, user, scope):
         return UserInfo(sub=user.sub)
@@ -549,24 +575,41 @@ def create_provider(config):
     @app.get(ENDPOINTS["discovery"], endpoint="discovery")
     def discovery():
         issuer = state.current_issuer()
-        return jsonify({
-            "issuer": issuer,
-            "authorization_endpoint": issuer + ENDPOINTS["authorization"],
-            "token_endpoint": issuer + ENDPOINTS["token"],
-            "userinfo_endpoint": issuer + ENDPOINTS["userinfo"],
-            "jwks_uri": issuer + ENDPOINTS["jwks"],
-            "response_types_supported": ["code"],
-            "response_modes_supported": ["query"],
-            "grant_types_supported": ["authorization_code"],
-            "code_challenge_methods_supported": ["S256"],
-            "token_endpoint_auth_methods_supported": ["client_secret_basic"],
-            "id_token_signing_alg_values_supported": ["RS256"],
-            "scopes_supported": SUPPORTED_SCOPES,
-            "subject_types_supported": ["public"],
-            "claims_supported": ["iss", "sub", "aud", "azp", "exp", "iat", "auth_time", "amr", "nonce",
-                                 "at_hash", "jti", "name", "preferred_username", "email",
-                                 "email_verified", "groups"],
-        })
+        return jsonify(
+            {
+                "issuer": issuer,
+                "authorization_endpoint": issuer + ENDPOINTS["authorization"],
+                "token_endpoint": issuer + ENDPOINTS["token"],
+                "userinfo_endpoint": issuer + ENDPOINTS["userinfo"],
+                "jwks_uri": issuer + ENDPOINTS["jwks"],
+                "response_types_supported": ["code"],
+                "response_modes_supported": ["query"],
+                "grant_types_supported": ["authorization_code"],
+                "code_challenge_methods_supported": ["S256"],
+                "token_endpoint_auth_methods_supported": ["client_secret_basic"],
+                "id_token_signing_alg_values_supported": ["RS256"],
+                "scopes_supported": SUPPORTED_SCOPES,
+                "subject_types_supported": ["public"],
+                "claims_supported": [
+                    "iss",
+                    "sub",
+                    "aud",
+                    "azp",
+                    "exp",
+                    "iat",
+                    "auth_time",
+                    "amr",
+                    "nonce",
+                    "at_hash",
+                    "jti",
+                    "name",
+                    "preferred_username",
+                    "email",
+                    "email_verified",
+                    "groups",
+                ],
+            }
+        )
 
     @app.get(ENDPOINTS["jwks"], endpoint="jwks")
     def jwks():
@@ -634,8 +677,16 @@ def create_provider(config):
         user = signed_in_user()
         if user is None:
             return "", 401
-        return "", 200, {"Remote-User": user.username, "Remote-Groups": ",".join(user.groups),
-                         "Remote-Name": user.name, "Remote-Email": user.email}
+        return (
+            "",
+            200,
+            {
+                "Remote-User": user.username,
+                "Remote-Groups": ",".join(user.groups),
+                "Remote-Name": user.name,
+                "Remote-Email": user.email,
+            },
+        )
 
     @app.route("/logout", methods=["GET", "POST"], endpoint="logout")
     def logout():
@@ -646,6 +697,7 @@ def create_provider(config):
 
 
 # --- Running it ---------------------------------------------------------------------------
+
 
 class _Handler(WSGIRequestHandler):
     def handle(self):
@@ -730,8 +782,9 @@ def sign_in(http, authorization_url, username, password):
     Raises AssertionError when the provider answers otherwise (error page, bad login)."""
     response = http.get(authorization_url, allow_redirects=False, timeout=10)
     if response.status_code == 200:  # the login form; it posts back to the same URL
-        response = http.post(authorization_url, data={"username": username, "password": password},
-                             allow_redirects=False, timeout=10)
+        response = http.post(
+            authorization_url, data={"username": username, "password": password}, allow_redirects=False, timeout=10
+        )
     if response.status_code != 302:
         raise AssertionError(f"the provider answered {response.status_code}: {response.text[:300]}")
     return response.headers["Location"]
@@ -742,8 +795,7 @@ def portal_session(issuer, username, password):
     a browser then sends to the forward-auth sites (Authelia's cookie covers the parent
     domain). Raises AssertionError when the sign-in is refused."""
     http = requests.Session()
-    answer = http.post(issuer + ENDPOINTS["firstfactor"], json={"username": username, "password": password},
-                       timeout=10)
+    answer = http.post(issuer + ENDPOINTS["firstfactor"], json={"username": username, "password": password}, timeout=10)
     if answer.status_code != 200:
         raise AssertionError(f"the provider refused the sign-in: {answer.status_code} {answer.text[:200]}")
     return http.cookies[SESSION_COOKIE]
@@ -758,6 +810,7 @@ def load_config_file(path):
         config = json.loads(text)
     else:
         import yaml
+
         try:
             config = yaml.safe_load(text)
         except yaml.YAMLError as error:
@@ -771,7 +824,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m devtools.oidc_provider",
         description="An Authelia-shaped OpenID Connect provider (serve), or the "
-                    "$pbkdf2-sha512$ digest of a client secret read from stdin (digest).")
+        "$pbkdf2-sha512$ digest of a client secret read from stdin (digest).",
+    )
     parser.add_argument("command", nargs="?", choices=["serve", "digest"], default="serve")
     parser.add_argument("--config", help="YAML or JSON file: issuer?, clients, users")
     parser.add_argument("--host", default="127.0.0.1")

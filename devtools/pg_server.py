@@ -9,6 +9,7 @@ PostgreSQL refuses to run as root: as root the server runs as a dedicated system
 (created on first use); as anyone else, as that user. Durability is off (fsync,
 synchronous_commit): a test server never outlives its test session.
 """
+
 import glob
 import os
 import pwd
@@ -39,8 +40,9 @@ def _server_user():
     try:
         entry = pwd.getpwnam(SERVER_USER)
     except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", SERVER_USER],
-                       check=True)
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", SERVER_USER], check=True
+        )
         entry = pwd.getpwnam(SERVER_USER)
     return entry.pw_uid, entry.pw_gid
 
@@ -56,21 +58,37 @@ class PostgresServer:
         self.log = os.path.join(self.root, "server.log")
         if self.user:
             os.chown(self.root, *self.user)
-        self._run("initdb", "--pgdata", self.data, "--username", "postgres", "--auth", "trust",
-                  "--encoding", "UTF8", "--locale", "C.UTF-8", "--no-sync", "--no-instructions")
+        self._run(
+            "initdb",
+            "--pgdata",
+            self.data,
+            "--username",
+            "postgres",
+            "--auth",
+            "trust",
+            "--encoding",
+            "UTF8",
+            "--locale",
+            "C.UTF-8",
+            "--no-sync",
+            "--no-instructions",
+        )
         self.start()
 
     def _run(self, program, *args):
         kwargs = {"user": self.user[0], "group": self.user[1], "extra_groups": []} if self.user else {}
-        done = subprocess.run([os.path.join(self.bin, program), *args], cwd=self.root, capture_output=True,
-                              text=True, **kwargs)
+        done = subprocess.run(
+            [os.path.join(self.bin, program), *args], cwd=self.root, capture_output=True, text=True, **kwargs
+        )
         if done.returncode != 0:
             raise RuntimeError(f"{program} failed ({done.returncode}): {done.stderr.strip() or done.stdout.strip()}")
         return done.stdout
 
     def _options(self):
-        return (f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.root} -c fsync=off"
-                f" -c synchronous_commit=off -c full_page_writes=off -c max_connections={self.max_connections}")
+        return (
+            f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.root} -c fsync=off"
+            f" -c synchronous_commit=off -c full_page_writes=off -c max_connections={self.max_connections}"
+        )
 
     def start(self):
         self._run("pg_ctl", "start", "--pgdata", self.data, "--wait", "--log", self.log, "-o", self._options())

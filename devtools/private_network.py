@@ -15,6 +15,7 @@ is removed at close(): the namespaces (their veth pairs go with them), the bridg
 the table; IP forwarding is put back as it was. Needs root, iproute2 and nftables.
 Not app code: imports nothing from app/.
 """
+
 import ipaddress
 import os
 import secrets
@@ -69,14 +70,19 @@ class PrivateNetwork:
             _ip("link", "set", self.bridge, "up")
             self._forwarding = FORWARDING.read_text().strip()
             FORWARDING.write_text("1\n")
-            _run("nft", "-f", "-", input=f"""
+            _run(
+                "nft",
+                "-f",
+                "-",
+                input=f"""
 table ip {self.table} {{
     chain postrouting {{
         type nat hook postrouting priority srcnat;
         ip saddr {self.subnet} oifname != "{self.bridge}" masquerade
     }}
 }}
-""")
+""",
+            )
         except BaseException:
             self.close()
             raise

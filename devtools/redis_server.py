@@ -6,6 +6,7 @@ temporary folder, on a free loopback port, with a password and its append-only f
         url = redis_server.url(db=3)     # redis://:<password>@127.0.0.1:<port>/3
         redis_server.restart()           # a fault: every connection is cut
 """
+
 import os
 import secrets
 import shutil
@@ -30,10 +31,32 @@ class RedisServer:
 
     def start(self):
         self.process = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.root,
-             "--requirepass", self.password, "--appendonly", "yes", "--appendfsync", "always", "--save", "",
-             "--databases", "64", "--daemonize", "no", "--logfile", os.path.join(self.root, "server.log")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                self.root,
+                "--requirepass",
+                self.password,
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--save",
+                "",
+                "--databases",
+                "64",
+                "--daemonize",
+                "no",
+                "--logfile",
+                os.path.join(self.root, "server.log"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         wait_for(self._answers, "redis-server answering", timeout=30)
 
     def _answers(self):
@@ -46,7 +69,7 @@ class RedisServer:
 
     def stop(self):
         if self.process and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)   # redis-server flushes its append-only file and exits
+            self.process.send_signal(signal.SIGTERM)  # redis-server flushes its append-only file and exits
             self.process.wait(30)
 
     def restart(self):
@@ -73,4 +96,3 @@ class RedisServer:
 
     def __exit__(self, *exc):
         self.close()
-

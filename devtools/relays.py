@@ -13,6 +13,7 @@ a thread per direction of each connection, blocking `recv_into` one reused buffe
 of the tunnel's frame size and `sendall` of what came, TCP_NODELAY both ways, an end
 of input passed on as a half-close. Not app code.
 """
+
 import socket
 import subprocess
 import sys
@@ -40,9 +41,14 @@ class RelayChain(ProcessGroup):
             for hop in range(self.hops):  # from the app outwards
                 listen = free_port()
                 log = open(self._log_path(hop), "wb")
-                self.processes.append(subprocess.Popen(
-                    [sys.executable, "-m", "devtools.relays", str(listen), str(target)], cwd=ROOT,
-                    stdout=log, stderr=subprocess.STDOUT))
+                self.processes.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "devtools.relays", str(listen), str(target)],
+                        cwd=ROOT,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
                 log.close()
                 wait_for(lambda port=listen: self._listening(port), f"the relay on port {listen}", timeout=30)
                 target = listen
@@ -66,6 +72,7 @@ class RelayChain(ProcessGroup):
 
 
 # --------------------------------------------------------------------------- the relay program
+
 
 def _pump(source, target):
     buffer = bytearray(BUFFER_BYTES)

@@ -6,6 +6,7 @@ Workspace apps are served on hosts of their own, `<app>--<agent>--<workspace>--<
 The deck review service is seeded with the sample deck (and one session) on its
 first run, so there is a real deck to look at at once.
 """
+
 import os
 import secrets
 import shutil
@@ -42,14 +43,16 @@ def _seed_decks(service):
         shutil.copytree(ROOT / "samples" / "decks" / "welcome", source)
     body = {"id": "welcome", "md_path": "sources/welcome/deck.md", "copy_from": "sources/welcome"}
     requests.post(f"{service.base_url}/api/decks/import", json=body, timeout=30).raise_for_status()
-    requests.post(f"{service.base_url}/api/sessions", json={"deck_id": "welcome", "title": "Sample review"},
-                  timeout=10).raise_for_status()
+    requests.post(
+        f"{service.base_url}/api/sessions", json={"deck_id": "welcome", "title": "Sample review"}, timeout=10
+    ).raise_for_status()
 
 
 def _prepare_audio(data_dir):
     """Sounds the bundle makes itself, in the local sound library (kept if present),
     before the start: the worker probes its library as it starts."""
     from app.audio.seed import seed
+
     seed(str(data_dir / "soundlib"))
 
 
@@ -63,33 +66,43 @@ def _made_once(path, make):
 
 def _prepare_notebook(data_dir):
     from cryptography.fernet import Fernet
+
     ENVIRONMENTS["notebook"] = {
         "NOTEBOOK_PASSWORD": _made_once(data_dir / "dev-password", lambda: secrets.token_urlsafe(18)),
         # Encrypts provider API keys at rest (printed nowhere).
         "NOTEBOOK_ENCRYPTION_KEY": _made_once(data_dir / "encryption-key", lambda: Fernet.generate_key().decode()),
         "NOTEBOOK_CORS_ORIGINS": "*",
         # A model server on this machine (Ollama, llama.cpp, LM Studio) may be used.
-        "NOTEBOOK_MODEL_HOST_ALLOWLIST": "127.0.0.1/32,::1/128"}
+        "NOTEBOOK_MODEL_HOST_ALLOWLIST": "127.0.0.1/32,::1/128",
+    }
 
 
 def _notebook_worker(service):
     """The notebook's job consumer, a process of its own beside the web service."""
-    process = subprocess.Popen([sys.executable, "-m", "app.notebook", "worker"], cwd=ROOT,
-                               env={**os.environ, "DATA_DIR": str(service.data_dir), **ENVIRONMENTS["notebook"]},
-                               stderr=subprocess.PIPE, start_new_session=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app.notebook", "worker"],
+        cwd=ROOT,
+        env={**os.environ, "DATA_DIR": str(service.data_dir), **ENVIRONMENTS["notebook"]},
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     threading.Thread(target=_relay, args=("notebook-worker", process.stderr), daemon=True).start()
     return process
 
 
 # Where a person starts: the audio service has no page, its capabilities say what works.
 HOME_PATHS = {"audio": "/api/audio/capabilities", "notebook": "/docs"}
-PREPARERS = {"audio": _prepare_audio, "notebook": _prepare_notebook}   # on DATA_DIR, before the start
-SEEDERS = {"decks": _seed_decks}        # through the running service
-COMPANIONS = {"notebook": _notebook_worker}   # processes that run beside a service
+PREPARERS = {"audio": _prepare_audio, "notebook": _prepare_notebook}  # on DATA_DIR, before the start
+SEEDERS = {"decks": _seed_decks}  # through the running service
+COMPANIONS = {"notebook": _notebook_worker}  # processes that run beside a service
 # What a service needs besides SERVICE, PORT and DATA_DIR on this machine.
-ENVIRONMENTS = {"audio": {"AUDIO_PUBLIC_ORIGIN": f"http://audio.localhost:{NGINX_PORT}"},
-                "workspace": {"WORKSPACE_ACCESS_URL": f"http://workspace.localhost:{NGINX_PORT}",
-                              "WORKSPACE_WILDCARD_ACCESS_URL": f"{APPS_HOST}:{NGINX_PORT}"}}
+ENVIRONMENTS = {
+    "audio": {"AUDIO_PUBLIC_ORIGIN": f"http://audio.localhost:{NGINX_PORT}"},
+    "workspace": {
+        "WORKSPACE_ACCESS_URL": f"http://workspace.localhost:{NGINX_PORT}",
+        "WORKSPACE_WILDCARD_ACCESS_URL": f"{APPS_HOST}:{NGINX_PORT}",
+    },
+}
 
 
 def _start_services(companions):
@@ -98,8 +111,14 @@ def _start_services(companions):
         data_dir = VAR / name
         data_dir.mkdir(parents=True, exist_ok=True)
         PREPARERS.get(name, lambda d: None)(data_dir)
-        service = services.start(name, data_dir, port=services.PORTS[name], env=ENVIRONMENTS.get(name),
-                                 stderr=subprocess.PIPE, own_session=True)
+        service = services.start(
+            name,
+            data_dir,
+            port=services.PORTS[name],
+            env=ENVIRONMENTS.get(name),
+            stderr=subprocess.PIPE,
+            own_session=True,
+        )
         threading.Thread(target=_relay, args=(name, service.process.stderr), daemon=True).start()
         running.append(service)
         SEEDERS.get(name, lambda s: None)(service)
@@ -115,22 +134,35 @@ def main():
     running, companions, proxy = [], [], None
     try:
         running = _start_services(companions)
-        proxy = nginx.start(VAR / "nginx", NGINX_PORT,
-                            {s.name: f"127.0.0.1:{s.port}" for s in running}, stderr=sys.stderr,
-                            variables={"wizard_uploads_dir": str(VAR / "wizard" / "uploads"),
-                                       "wizard_lists_dir": str(VAR / "wizard" / "lists"),
-                                       "workspace_apps_host": APPS_HOST})
+        proxy = nginx.start(
+            VAR / "nginx",
+            NGINX_PORT,
+            {s.name: f"127.0.0.1:{s.port}" for s in running},
+            stderr=sys.stderr,
+            variables={
+                "wizard_uploads_dir": str(VAR / "wizard" / "uploads"),
+                "wizard_lists_dir": str(VAR / "wizard" / "lists"),
+                "workspace_apps_host": APPS_HOST,
+            },
+        )
         print("\nThe bundle is running (Ctrl-C stops it):", flush=True)
         for service in running:
             home = HOME_PATHS.get(service.name, "/")
-            print(f"  {service.name:10} http://{proxy.host(service.name)}:{proxy.port}{home}   "
-                  f"(direct: {service.base_url}/, data: {service.data_dir})", flush=True)
+            print(
+                f"  {service.name:10} http://{proxy.host(service.name)}:{proxy.port}{home}   "
+                f"(direct: {service.base_url}/, data: {service.data_dir})",
+                flush=True,
+            )
             if service.name == "workspace":
-                print(f"  {'apps':10} http://<app>--<agent>--<workspace>--<user>{APPS_HOST[1:]}:{proxy.port}/",
-                      flush=True)
+                print(
+                    f"  {'apps':10} http://<app>--<agent>--<workspace>--<user>{APPS_HOST[1:]}:{proxy.port}/", flush=True
+                )
         if "notebook" in ENVIRONMENTS:
-            print(f"  notebook password: {ENVIRONMENTS['notebook']['NOTEBOOK_PASSWORD']}  "
-                  "(Authorization: Bearer <password>)", flush=True)
+            print(
+                f"  notebook password: {ENVIRONMENTS['notebook']['NOTEBOOK_PASSWORD']}  "
+                "(Authorization: Bearer <password>)",
+                flush=True,
+            )
         print(flush=True)
         while not stop.is_set() and all(s.process.poll() is None for s in running):
             stop.wait(1)

@@ -5,6 +5,7 @@ through nginx, on fresh data seeded as `make run` seeds it.
 
 Not app code and not a test: run by hand after a page changes.
 """
+
 import sys
 import tempfile
 from pathlib import Path
@@ -14,15 +15,22 @@ from devtools import nginx, run, services
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = ROOT / "docs" / "screenshots"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--no-first-run", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
 # The page a person lands on; the workspace's dashboard needs a session, so its login page.
 PAGES = {"workspace": "/login", "notebook": "/docs"}
-HEIGHTS = {"audio": 120}   # an API only: its capabilities document is one line
+HEIGHTS = {"audio": 120}  # an API only: its capabilities document is one line
 
 
 def main(names=None):
     from playwright.sync_api import sync_playwright
+
     TARGET.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as scratch, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
@@ -34,9 +42,15 @@ def main(names=None):
             proxy = None
             try:
                 run.SEEDERS.get(name, lambda s: None)(service)
-                proxy = nginx.start(Path(scratch) / f"{name}-nginx", None, {name: f"127.0.0.1:{service.port}"},
-                                    variables={"wizard_uploads_dir": str(data_dir / "uploads"),
-                                               "wizard_lists_dir": str(data_dir / "lists")})
+                proxy = nginx.start(
+                    Path(scratch) / f"{name}-nginx",
+                    None,
+                    {name: f"127.0.0.1:{service.port}"},
+                    variables={
+                        "wizard_uploads_dir": str(data_dir / "uploads"),
+                        "wizard_lists_dir": str(data_dir / "lists"),
+                    },
+                )
                 page = browser.new_page(viewport={"width": 1200, "height": HEIGHTS.get(name, 800)})
                 path = PAGES.get(name) or run.HOME_PATHS.get(name, "/")
                 page.goto(f"http://{proxy.host(name)}:{proxy.port}{path}", wait_until="networkidle")

@@ -4,6 +4,7 @@
 
 Used by the dev runner, the test fixtures and the benchmarks.
 """
+
 import contextlib
 import os
 import signal
@@ -99,7 +100,7 @@ class ProcessGroup:
 class RunningService:
     def __init__(self, name, port, data_dir, process, env=None):
         self.name, self.port, self.data_dir, self.process = name, port, data_dir, process
-        self.env = env or {}   # what the caller set on top of the environment (DATABASE_URL...)
+        self.env = env or {}  # what the caller set on top of the environment (DATABASE_URL...)
         self.base_url = f"http://127.0.0.1:{port}"
 
     def stop(self, timeout=20.0):
@@ -157,17 +158,30 @@ def wait_healthy(url, timeout=30.0, process=None):
     raise TimeoutError(f"{url} did not answer 200 within {timeout} s")
 
 
-def start(name, data_dir, port=None, env=None, workers=1, stdout=None, stderr=None, host="127.0.0.1",
-          own_session=False):
+def start(
+    name, data_dir, port=None, env=None, workers=1, stdout=None, stderr=None, host="127.0.0.1", own_session=False
+):
     """Start `name` under gunicorn and wait until its health route answers.
     `own_session`: out of the caller's process group, so a Ctrl-C in a terminal
     reaches only the caller, which then stops the service gracefully."""
     port = port or free_port()
-    environment = {**os.environ, "SERVICE": name, "HOST": host, "PORT": str(port),
-                   "DATA_DIR": str(data_dir), "WEB_CONCURRENCY": str(workers), **(env or {})}
+    environment = {
+        **os.environ,
+        "SERVICE": name,
+        "HOST": host,
+        "PORT": str(port),
+        "DATA_DIR": str(data_dir),
+        "WEB_CONCURRENCY": str(workers),
+        **(env or {}),
+    }
     process = subprocess.Popen(
-        [str(GUNICORN), "-c", "gunicorn.conf.py", "wsgi:app"], cwd=ROOT, env=environment,
-        stdout=stdout, stderr=stderr, start_new_session=own_session)
+        [str(GUNICORN), "-c", "gunicorn.conf.py", "wsgi:app"],
+        cwd=ROOT,
+        env=environment,
+        stdout=stdout,
+        stderr=stderr,
+        start_new_session=own_session,
+    )
     service = RunningService(name, port, data_dir, process, env)
     try:
         wait_healthy(service.base_url + HEALTH_PATHS.get(name, "/healthz"), process=process)

@@ -11,6 +11,7 @@ the app.
 with a shell open has: ssh then sets TCP_NODELAY on its connection; `ssh -N` does not,
 and small requests wait on Nagle. Not app code.
 """
+
 import getpass
 import os
 import shutil
@@ -36,8 +37,11 @@ class SshForward(ProcessGroup):
 
     def _keys(self):
         for name in ("host_key", "client_key"):
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.folder / name)],
-                           check=True, stdin=subprocess.DEVNULL)
+            subprocess.run(
+                ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.folder / name)],
+                check=True,
+                stdin=subprocess.DEVNULL,
+            )
         (self.folder / "authorized_keys").write_text((self.folder / "client_key.pub").read_text())
 
     def _sshd_config(self):
@@ -68,15 +72,38 @@ PrintMotd no
         self._keys()
         if os.geteuid() == 0:
             Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # its privilege separation folder
-        command = ["ssh", "-i", str(self.folder / "client_key"), "-p", str(self.sshd_port),
-                   "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes",
-                   "-o", "ExitOnForwardFailure=yes", "-L", f"127.0.0.1:{self.port}:127.0.0.1:{self.target_port}"]
-        command += ["-tt", f"{getpass.getuser()}@127.0.0.1", "sleep 86400"] if self.terminal else \
-            ["-N", f"{getpass.getuser()}@127.0.0.1"]
+        command = [
+            "ssh",
+            "-i",
+            str(self.folder / "client_key"),
+            "-p",
+            str(self.sshd_port),
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ExitOnForwardFailure=yes",
+            "-L",
+            f"127.0.0.1:{self.port}:127.0.0.1:{self.target_port}",
+        ]
+        command += (
+            ["-tt", f"{getpass.getuser()}@127.0.0.1", "sleep 86400"]
+            if self.terminal
+            else ["-N", f"{getpass.getuser()}@127.0.0.1"]
+        )
         try:
             with open(self.folder / "ssh.log", "ab") as log:  # each child keeps its own descriptor
-                self.processes.append(subprocess.Popen([SSHD, "-D", "-e", "-f", str(self._sshd_config())],
-                                                       stdin=subprocess.DEVNULL, stdout=log, stderr=log))
+                self.processes.append(
+                    subprocess.Popen(
+                        [SSHD, "-D", "-e", "-f", str(self._sshd_config())],
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=log,
+                    )
+                )
                 wait_for(lambda: accepts(self.sshd_port), "sshd to listen", timeout=30)
                 # stdin a pipe never written: the remote terminal stays open, as a user's would.
                 self.processes.append(subprocess.Popen(command, stdin=subprocess.PIPE, stdout=log, stderr=log))

@@ -13,6 +13,7 @@ for the run, passed to the playbook as variables. systemd runs only inside the b
 as PID 1 of its own PID namespace, never on the host. Not app code: imports nothing
 from app/.
 """
+
 import argparse
 import contextlib
 import fcntl
@@ -71,11 +72,14 @@ def cache_key():
 
 
 def _run(command, timeout, **kwargs):
-    result = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                            timeout=timeout, **kwargs)
+    result = subprocess.run(
+        command, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout, **kwargs
+    )
     if result.returncode != 0:
-        raise StagingError(f"{' '.join(map(str, command))} exited with {result.returncode}:\n"
-                           f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+        raise StagingError(
+            f"{' '.join(map(str, command))} exited with {result.returncode}:\n"
+            f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+        )
     return result
 
 
@@ -98,13 +102,31 @@ def ensure_root(log=print):
         debs.mkdir(exist_ok=True)
         # debootstrap does not resolve virtual packages: only the boot set here, the rest
         # with apt inside the new root.
-        _run(["debootstrap", "--variant=minbase", f"--include={','.join(BOOT_PACKAGES)}",
-              f"--cache-dir={debs}", SUITE, str(build), MIRROR], timeout=1800)
-        _run(_nspawn_command(build, ["--bind", f"{debs}:/var/cache/apt/archives"],
-                             ["/bin/sh", "-c",
-                              "apt-get update -q && DEBIAN_FRONTEND=noninteractive "
-                              "apt-get install -y -q --no-install-recommends " +
-                              " ".join(playbook_packages())]), timeout=1800)
+        _run(
+            [
+                "debootstrap",
+                "--variant=minbase",
+                f"--include={','.join(BOOT_PACKAGES)}",
+                f"--cache-dir={debs}",
+                SUITE,
+                str(build),
+                MIRROR,
+            ],
+            timeout=1800,
+        )
+        _run(
+            _nspawn_command(
+                build,
+                ["--bind", f"{debs}:/var/cache/apt/archives"],
+                [
+                    "/bin/sh",
+                    "-c",
+                    "apt-get update -q && DEBIAN_FRONTEND=noninteractive "
+                    "apt-get install -y -q --no-install-recommends " + " ".join(playbook_packages()),
+                ],
+            ),
+            timeout=1800,
+        )
         # Debian's default site listens on port 80 of the (shared) network namespace.
         (build / "etc/nginx/sites-enabled/default").unlink(missing_ok=True)
         (build / "etc/hostname").write_text("bundle-staging\n")
@@ -121,8 +143,18 @@ def ensure_root(log=print):
 def _nspawn_command(root, options, command):
     """systemd-nspawn on `root`. --keep-unit and --register=no: the host runs no systemd
     (and no bus) to ask for a scope or register with."""
-    return ["systemd-nspawn", "--quiet", "--register=no", "--keep-unit", "--resolv-conf=copy-host",
-            "--timezone=off", "-D", str(root), *options, *command]
+    return [
+        "systemd-nspawn",
+        "--quiet",
+        "--register=no",
+        "--keep-unit",
+        "--resolv-conf=copy-host",
+        "--timezone=off",
+        "-D",
+        str(root),
+        *options,
+        *command,
+    ]
 
 
 def nspawn_unavailable():
@@ -152,14 +184,20 @@ def snapshot_commit(repo=ROOT):
     that are not ignored), made with a temporary index: the real index, HEAD and the
     branches are untouched. Returns the commit id (its objects are in repo's .git)."""
     with tempfile.TemporaryDirectory(prefix="bundle-index-") as tmp:
-        env = {**os.environ, "GIT_INDEX_FILE": str(Path(tmp) / "index"),
-               "GIT_AUTHOR_NAME": "staging", "GIT_AUTHOR_EMAIL": "staging@localhost",
-               "GIT_COMMITTER_NAME": "staging", "GIT_COMMITTER_EMAIL": "staging@localhost"}
+        env = {
+            **os.environ,
+            "GIT_INDEX_FILE": str(Path(tmp) / "index"),
+            "GIT_AUTHOR_NAME": "staging",
+            "GIT_AUTHOR_EMAIL": "staging@localhost",
+            "GIT_COMMITTER_NAME": "staging",
+            "GIT_COMMITTER_EMAIL": "staging@localhost",
+        }
         git = ["git", "-C", str(repo)]
         _run([*git, "add", "-A"], timeout=120, env=env)
         tree = _run([*git, "write-tree"], timeout=60, env=env).stdout.strip()
-        return _run([*git, "commit-tree", tree, "-m", "staging snapshot of the working tree"],
-                    timeout=60, env=env).stdout.strip()
+        return _run(
+            [*git, "commit-tree", tree, "-m", "staging snapshot of the working tree"], timeout=60, env=env
+        ).stdout.strip()
 
 
 class Box:
@@ -194,8 +232,13 @@ class Box:
                 options += ["--bind-ro", f"{host}:{inside}"]
             log_path = run_dir / "console.log"
             with open(log_path, "wb") as log:
-                process = subprocess.Popen(_nspawn_command(root, options, []), stdin=subprocess.DEVNULL,
-                                           stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                process = subprocess.Popen(
+                    _nspawn_command(root, options, []),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
             box = cls(root, process, log_path, netns)
             box.wait_booted(timeout)
             yield box
@@ -212,8 +255,9 @@ class Box:
         """The pid (in the host's namespace) of the box's systemd, or None."""
         for pid in _descendants(self.process.pid):
             try:
-                if Path(f"/proc/{pid}/comm").read_text().strip() == "systemd" and \
-                        os.readlink(f"/proc/{pid}/ns/pid") != os.readlink("/proc/self/ns/pid"):
+                if Path(f"/proc/{pid}/comm").read_text().strip() == "systemd" and os.readlink(
+                    f"/proc/{pid}/ns/pid"
+                ) != os.readlink("/proc/self/ns/pid"):
                     status = Path(f"/proc/{pid}/status").read_text()
                     if re.search(r"^NSpid:\s+\d+\s+1$", status, re.M):
                         return pid
@@ -225,21 +269,44 @@ class Box:
         pid = self.init_pid()
         if pid is None:
             raise StagingError(f"the box is not running:\n{self.console_tail()}")
-        environment = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                       "HOME=/root", "LANG=C.UTF-8", "TERM=dumb",
-                       *[f"{k}={v}" for k, v in (env or {}).items()]]
+        environment = [
+            "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "HOME=/root",
+            "LANG=C.UTF-8",
+            "TERM=dumb",
+            *[f"{k}={v}" for k, v in (env or {}).items()],
+        ]
         namespaces = ["--mount", "--uts", "--ipc", "--pid", "--cgroup", *(["--net"] if self.netns else [])]
-        return ["nsenter", "--target", str(pid), *namespaces,
-                "--root", "--wd", "env", "-i", "-C", "/", *environment, *map(str, argv)]
+        return [
+            "nsenter",
+            "--target",
+            str(pid),
+            *namespaces,
+            "--root",
+            "--wd",
+            "env",
+            "-i",
+            "-C",
+            "/",
+            *environment,
+            *map(str, argv),
+        ]
 
     def run(self, *argv, check=True, timeout=120, env=None, input=None):
         """Run argv inside the box; returns the CompletedProcess (text)."""
-        result = subprocess.run(self.command(*argv, env=env), input=input, capture_output=True,
-                                text=True, timeout=timeout,
-                                stdin=None if input is not None else subprocess.DEVNULL)
+        result = subprocess.run(
+            self.command(*argv, env=env),
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=None if input is not None else subprocess.DEVNULL,
+        )
         if check and result.returncode != 0:
-            raise StagingError(f"in the box: {' '.join(map(str, argv))} exited with "
-                               f"{result.returncode}:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
+            raise StagingError(
+                f"in the box: {' '.join(map(str, argv))} exited with "
+                f"{result.returncode}:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+            )
         return result
 
     def trust_host_certificates(self):
@@ -247,11 +314,9 @@ class Box:
         proxy in front of PyPI), for apt, git and pip alike (pip reads its own bundle
         unless told)."""
         for path in sorted(Path("/usr/local/share/ca-certificates").glob("**/*.crt")):
-            self.run("sh", "-c", f"cat > /usr/local/share/ca-certificates/host-{path.name}",
-                     input=path.read_text())
+            self.run("sh", "-c", f"cat > /usr/local/share/ca-certificates/host-{path.name}", input=path.read_text())
         self.run("update-ca-certificates", timeout=120)
-        self.run("sh", "-c", "cat > /etc/pip.conf",
-                 input="[global]\ncert = /etc/ssl/certs/ca-certificates.crt\n")
+        self.run("sh", "-c", "cat > /etc/pip.conf", input="[global]\ncert = /etc/ssl/certs/ca-certificates.crt\n")
 
     def console_tail(self, size=4000):
         try:
@@ -264,15 +329,13 @@ class Box:
         state = ""
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise StagingError(f"systemd-nspawn exited with {self.process.returncode}:\n"
-                                   f"{self.console_tail()}")
+                raise StagingError(f"systemd-nspawn exited with {self.process.returncode}:\n{self.console_tail()}")
             if self.init_pid() is not None:
                 state = self.run("systemctl", "is-system-running", check=False, timeout=30).stdout.strip()
                 if state in ("running", "degraded"):
                     return state
             time.sleep(0.5)  # polling for the boot to finish, with a deadline
-        raise StagingError(f"the box did not finish booting in {timeout} s (state {state!r}):\n"
-                           f"{self.console_tail()}")
+        raise StagingError(f"the box did not finish booting in {timeout} s (state {state!r}):\n{self.console_tail()}")
 
     def poweroff(self, timeout=60):
         """`systemctl poweroff` inside, then wait for nspawn to exit; SIGKILL past the
@@ -280,8 +343,12 @@ class Box:
         pids_before = set(_descendants(self.process.pid)) | {self.process.pid}
         if self.process.poll() is None:
             if self.init_pid() is not None:
-                subprocess.run(self.command("systemctl", "poweroff", "--no-block"),
-                               stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+                subprocess.run(
+                    self.command("systemctl", "poweroff", "--no-block"),
+                    stdin=subprocess.DEVNULL,
+                    capture_output=True,
+                    timeout=30,
+                )
             else:
                 self.process.send_signal(signal.SIGTERM)
             try:
@@ -334,8 +401,9 @@ def _alive(pid):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m devtools.staging", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m devtools.staging", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("command", choices=["build", "key"])
     args = parser.parse_args(argv)
     if args.command == "key":

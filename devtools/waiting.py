@@ -1,5 +1,6 @@
 """Waiting for a condition, never for a guessed number of seconds: the tests, the
 benches and devtools' scripts poll with a deadline through this one helper."""
+
 import time
 
 

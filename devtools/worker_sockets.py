@@ -9,6 +9,7 @@ loopback both ends of a connection are in this machine's /proc/net/tcp (or tcp6)
 the row whose local port is the service's and whose remote port is the client's
 names the inode of the accepted socket, and the worker that accepted it holds
 `socket:[inode]` among its file descriptors (/proc/<pid>/fd)."""
+
 import os
 from collections import namedtuple
 
@@ -36,8 +37,9 @@ def tcp_sockets():
             continue  # no IPv6
         for row in rows:
             fields = row.split()  # sl local rem st tx_queue:rx_queue tr:when retrnsmt uid timeout inode ...
-            found.append(TcpSocket(_port(fields[1]), _port(fields[2]), int(fields[4].split(":")[1], 16),
-                                   int(fields[9])))
+            found.append(
+                TcpSocket(_port(fields[1]), _port(fields[2]), int(fields[4].split(":")[1], 16), int(fields[9]))
+            )
     return found
 
 
@@ -70,9 +72,11 @@ def server_socket_inode(server_port, client_port):
 def worker_holding(service, client_port, timeout=10):
     """The pid of the worker of `service` (a devtools.services.RunningService) that
     accepted the connection from `client_port`, waiting up to `timeout` s for it."""
+
     def holder():
         inode = server_socket_inode(service.port, client_port)
         return inode and next((pid for pid in service.worker_pids() if inode in socket_inodes(pid)), None)
+
     return wait_for(holder, f"a worker holding the connection from port {client_port}", timeout)
 
 
@@ -80,5 +84,8 @@ def connection_workers(server_port, pids):
     """{client port: worker pid} of the connections to `server_port` that one of the
     workers `pids` has accepted, in one read of the tables (for many connections at once)."""
     owner = {inode: pid for pid in pids for inode in socket_inodes(pid)}
-    return {sock.remote_port: owner[sock.inode] for sock in tcp_sockets()
-            if sock.local_port == server_port and sock.remote_port and sock.inode in owner}
+    return {
+        sock.remote_port: owner[sock.inode]
+        for sock in tcp_sockets()
+        if sock.local_port == server_port and sock.remote_port and sock.inode in owner
+    }

@@ -11,6 +11,7 @@ no module names its own:
 A unit-tier test that a parameter puts on PostgreSQL (`db_backend`) needs its server,
 so it is a `service` test where it stands. `make test` runs every tier.
 """
+
 from pathlib import Path
 
 import pytest
@@ -53,8 +54,10 @@ def pytest_collection_modifyitems(items):
         tier = tier_of(item)
         starts = STARTS_PROCESSES.intersection(getattr(item, "fixturenames", ()))
         if tier == "unit" and starts:
-            raise pytest.UsageError(f"{item.nodeid} uses {', '.join(sorted(starts))}: a test that starts "
-                                    "processes belongs in tests/<area>/, not in tests/unit/")
+            raise pytest.UsageError(
+                f"{item.nodeid} uses {', '.join(sorted(starts))}: a test that starts "
+                "processes belongs in tests/<area>/, not in tests/unit/"
+            )
         item.add_marker(tier)
         module = item.getparent(pytest.Module)
         in_unit = module is not None and Path(module.path).resolve().is_relative_to(TESTS / "unit")
@@ -128,13 +131,20 @@ def decks_client(decks_app):
 def pytest_addoption(parser):
     group = parser.getgroup("acceptance", "targets of tests/acceptance (default: a local stack)")
     for name in ACCEPTANCE_SERVICES:
-        group.addoption(f"--{name}-url", default=None,
-                        help=f"public base URL of the {name} service, e.g. https://{name}.example.org")
-        group.addoption(f"--{name}-host", default=None,
-                        help=f"Host header to send to --{name}-url (when the URL is an address)")
+        group.addoption(
+            f"--{name}-url",
+            default=None,
+            help=f"public base URL of the {name} service, e.g. https://{name}.example.org",
+        )
+        group.addoption(
+            f"--{name}-host", default=None, help=f"Host header to send to --{name}-url (when the URL is an address)"
+        )
     group.addoption("--insecure", action="store_true", help="do not verify TLS certificates (staging)")
-    group.addoption("--ca-file", default=None,
-                    help="verify TLS certificates against this CA file instead of the system's (a private ACME server)")
+    group.addoption(
+        "--ca-file",
+        default=None,
+        help="verify TLS certificates against this CA file instead of the system's (a private ACME server)",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -144,11 +154,19 @@ def forward_auth_provider():
     anonymous `public` by its case only), all with FORWARD_AUTH_PASSWORD; its one client
     is not used by these tests."""
     from devtools.oidc_provider import OidcProvider, pbkdf2_sha512_digest
+
     config = {
-        "clients": [{"client_id": "workspace", "client_secret_digest": pbkdf2_sha512_digest("s", rounds=1000),
-                     "redirect_uris": ["https://workspace.example/api/v2/users/oidc/callback"]}],
-        "users": [{"username": name, "password": FORWARD_AUTH_PASSWORD, "email": f"{name}@example.com",
-                   "groups": groups} for name, groups in (("ada", ["wiz-admins"]), ("bo", []), ("Public", []))],
+        "clients": [
+            {
+                "client_id": "workspace",
+                "client_secret_digest": pbkdf2_sha512_digest("s", rounds=1000),
+                "redirect_uris": ["https://workspace.example/api/v2/users/oidc/callback"],
+            }
+        ],
+        "users": [
+            {"username": name, "password": FORWARD_AUTH_PASSWORD, "email": f"{name}@example.com", "groups": groups}
+            for name, groups in (("ada", ["wiz-admins"]), ("bo", []), ("Public", []))
+        ],
     }
     with OidcProvider(config) as provider:
         yield provider
@@ -156,11 +174,13 @@ def forward_auth_provider():
 
 # --------------------------------------------------------------------------- database backends
 
+
 @pytest.fixture(scope="session")
 def postgres_server():
     """One PostgreSQL server for the session (initdb + pg_ctl in a temporary folder);
     `.new_database()` gives each service a database of its own."""
     from devtools.pg_server import PostgresServer
+
     with PostgresServer() as server:
         yield server
 
@@ -169,6 +189,7 @@ def postgres_server():
 def redis_server():
     """One Redis server for the session; `.new_url()` gives a test a database of its own."""
     from devtools.redis_server import RedisServer
+
     with RedisServer() as server:
         yield server
 
@@ -182,6 +203,7 @@ def db_backend(request):
 
 
 # ------------------------------------------- workspace agents (workspace and proxy tests)
+
 
 @pytest.fixture
 def start_agent(tmp_path):

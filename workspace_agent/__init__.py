@@ -7,6 +7,7 @@ hands it out as one zipapp file (app/workspace/routes/agent_files.py builds it):
 
 From a checkout: `python3 -m workspace_agent ...`.
 """
+
 from importlib import resources
 
 

@@ -24,6 +24,7 @@ runs it so.
   app streams by slug (the apps the invitation lists, its own --app entries winning),
   and terminals (the same shells as the web terminal's, by reconnect id).
 """
+
 import argparse
 import asyncio
 import ipaddress
@@ -64,6 +65,7 @@ log = logging.getLogger("workspace-agent")
 
 
 # --------------------------------------------------------------------------- apps
+
 
 async def dial(host, port):
     """A non-blocking socket connected to an app (TCP_NODELAY). An address literal
@@ -118,11 +120,11 @@ async def splice(stream, sock):
         buffer = bytearray(wire.ROOM_BEFORE + MAX_DATA)
         try:
             while True:
-                count = await loop.sock_recv_into(sock, memoryview(buffer)[wire.ROOM_BEFORE:])
+                count = await loop.sock_recv_into(sock, memoryview(buffer)[wire.ROOM_BEFORE :])
                 if not count:
                     break
                 if count < IN_PLACE_BYTES:  # copied into its frame: the buffer stays ours
-                    await stream.write(memoryview(buffer)[wire.ROOM_BEFORE:wire.ROOM_BEFORE + count])
+                    await stream.write(memoryview(buffer)[wire.ROOM_BEFORE : wire.ROOM_BEFORE + count])
                     continue
                 await stream.write_in_place(buffer, wire.ROOM_BEFORE, count)
                 if not stream.link.holds_nothing():
@@ -151,6 +153,7 @@ async def splice(stream, sock):
 
 # --------------------------------------------------------------------------- the connection
 
+
 def websocket_base(access_url):
     """ws(s)://host[:port][/prefix] of a platform's http(s) address."""
     parts = urlsplit(access_url.rstrip("/"))
@@ -159,7 +162,8 @@ def websocket_base(access_url):
 
 def relay_url(access_url, agent_id, role, session):
     return f"{websocket_base(access_url)}{RELAY_PATH}?" + urlencode(
-        {"agent": agent_id, "role": role, "session": session})
+        {"agent": agent_id, "role": role, "session": session}
+    )
 
 
 def unmasked_is_safe(url):
@@ -215,18 +219,27 @@ class Agent:
 
         headers = {TOKEN_HEADER: self.token, **(dict([UNMASKED_HEADER]) if unmasked_is_safe(self.rpc_url) else {})}
         try:
-            self.link = await connect(self.rpc_url, headers, opens=False,
-                                      on_open=self.on_open, on_hello=on_hello, on_relay=self.on_relay)
+            self.link = await connect(
+                self.rpc_url, headers, opens=False, on_open=self.on_open, on_hello=on_hello, on_relay=self.on_relay
+            )
         except HandshakeRefused as exc:
-            log.warning("the platform refused the connection (HTTP %s)%s", exc.status_code,
-                        ": is the agent token valid?" if exc.status_code == 401 else "")
+            log.warning(
+                "the platform refused the connection (HTTP %s)%s",
+                exc.status_code,
+                ": is the agent token valid?" if exc.status_code == 401 else "",
+            )
             return False
         except (OSError, asyncio.TimeoutError) as exc:
             log.warning("could not reach the platform at %s: %s", self.rpc_url, exc)
             return False
         try:
-            self.link.hello({"apps": [{"slug": slug, "url": url} for slug, url in self.apps.items()],
-                             "hostname": socket.gethostname(), "agent_version": version()})
+            self.link.hello(
+                {
+                    "apps": [{"slug": slug, "url": url} for slug, url in self.apps.items()],
+                    "hostname": socket.gethostname(),
+                    "agent_version": version(),
+                }
+            )
             log.info("connected to %s", self.rpc_url)
         except StreamClosed:
             pass  # closed with the upgrade's answer (a platform that cannot hold it now): the reason below
@@ -248,24 +261,36 @@ class Agent:
             log.warning("a relay invitation without a valid session id was ignored")
             return
         if self.agent_id is None or len(self.relays) >= RELAY_SESSIONS:
-            log.warning("relay session %s not joined: %s", session,
-                        "the platform did not say this agent's id" if self.agent_id is None
-                        else f"{RELAY_SESSIONS} relay sessions are open")
+            log.warning(
+                "relay session %s not joined: %s",
+                session,
+                "the platform did not say this agent's id"
+                if self.agent_id is None
+                else f"{RELAY_SESSIONS} relay sessions are open",
+            )
             return
-        apps = {str(app.get("slug")): str(app.get("url")) for app in info.get("apps") or []
-                if isinstance(app, dict)}
+        apps = {str(app.get("slug")): str(app.get("url")) for app in info.get("apps") or [] if isinstance(app, dict)}
         self.link.spawn(self.serve_relay(session, {**apps, **self.apps}))
 
     async def serve_relay(self, session, apps):
         """Join relay `session` as its agent and serve the client's streams until it ends."""
         url = relay_url(self.access_url, self.agent_id, "agent", session)
         try:
-            link = await relay_link(url, {TOKEN_HEADER: self.token}, opens=False, peer="client", me="agent",
-                                    on_open=lambda stream: self.on_relay_open(stream, apps),
-                                    hello={"hostname": socket.gethostname()})
+            link = await relay_link(
+                url,
+                {TOKEN_HEADER: self.token},
+                opens=False,
+                peer="client",
+                me="agent",
+                on_open=lambda stream: self.on_relay_open(stream, apps),
+                hello={"hostname": socket.gethostname()},
+            )
         except (HandshakeRefused, OSError, asyncio.TimeoutError) as exc:
-            log.warning("could not join relay session %s: %s", session,
-                        f"HTTP {exc.status_code}" if isinstance(exc, HandshakeRefused) else exc)
+            log.warning(
+                "could not join relay session %s: %s",
+                session,
+                f"HTTP {exc.status_code}" if isinstance(exc, HandshakeRefused) else exc,
+            )
             return
         self.relays.add(link)
         log.info("joined relay session %s", session)
@@ -325,12 +350,22 @@ def parse_apps(values):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="workspace-agent agent", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--url", default=os.environ.get("WORKSPACE_ACCESS_URL"),
-                        help="the platform's address (WORKSPACE_ACCESS_URL)")
-    parser.add_argument("--app", action="append", default=[], metavar="SLUG=URL",
-                        help="an app inside the workspace, e.g. code=http://127.0.0.1:8080 (repeatable)")
-    parser.add_argument("--pty-keep-seconds", type=float, default=300.0,
-                        help="how long a detached terminal's shell is kept for a reconnect (default 300)")
+    parser.add_argument(
+        "--url", default=os.environ.get("WORKSPACE_ACCESS_URL"), help="the platform's address (WORKSPACE_ACCESS_URL)"
+    )
+    parser.add_argument(
+        "--app",
+        action="append",
+        default=[],
+        metavar="SLUG=URL",
+        help="an app inside the workspace, e.g. code=http://127.0.0.1:8080 (repeatable)",
+    )
+    parser.add_argument(
+        "--pty-keep-seconds",
+        type=float,
+        default=300.0,
+        help="how long a detached terminal's shell is kept for a reconnect (default 300)",
+    )
     args = parser.parse_args(argv)
     token = os.environ.pop("WORKSPACE_AGENT_TOKEN", None)  # not inherited by the shells it starts
     if not args.url or not token:

@@ -10,6 +10,7 @@ reader's buffer and each received message goes through the protocol's state at
 once, in the loop's callback; nothing waits there. A stream's reader and writer
 (`Stream`) wait on one event that the protocol's changes set.
 """
+
 import asyncio
 import logging
 import ssl
@@ -85,7 +86,7 @@ class Stream(StreamState):
         allowed = self.reserve(count)
         self.link.send_in_place(HEADER.pack(DATA, self.id), buffer, start, allowed)
         if allowed < count:  # the window was short: the rest the usual way (a copy)
-            await self.write(memoryview(buffer)[start + allowed:start + count])
+            await self.write(memoryview(buffer)[start + allowed : start + count])
         else:
             await self.link.writable()
 
@@ -128,8 +129,9 @@ class Link(asyncio.BufferedProtocol):
     RELAY (dicts); a HELLO may come with the upgrade's answer, before connect() returns."""
 
     def __init__(self, opens, on_open=None, on_hello=None, on_relay=None):
-        self.protocol = Connection(opens, accepts=on_open is not None,
-                                   new_stream=lambda stream_id, meta: Stream(self, stream_id, meta))
+        self.protocol = Connection(
+            opens, accepts=on_open is not None, new_stream=lambda stream_id, meta: Stream(self, stream_id, meta)
+        )
         self.on_open, self.on_hello, self.on_relay = on_open, on_hello, on_relay
         loop = asyncio.get_running_loop()
         self.upgraded = loop.create_future()
@@ -264,8 +266,10 @@ class Link(asyncio.BufferedProtocol):
                     self.transport.write(wire.encode(wire.OP_PONG, event.payload, masked=self.masked))
                 elif isinstance(event, wire.Close):
                     self.close_code = event.code
-                    self.close(event.reason or f"the platform closed the connection ({event.code})",
-                               event.code if event.code != wire.NO_STATUS else 1000)
+                    self.close(
+                        event.reason or f"the platform closed the connection ({event.code})",
+                        event.code if event.code != wire.NO_STATUS else 1000,
+                    )
         except wire.Violation as exc:
             self.close(f"protocol error: {exc.why}", exc.code)
 
@@ -345,9 +349,16 @@ async def connect(url, headers, opens, on_open=None, on_hello=None, on_relay=Non
     link = Link(opens, on_open, on_hello, on_relay)
     context = ssl.create_default_context() if secure else None
     try:
-        await asyncio.wait_for(loop.create_connection(
-            lambda: link, dial_address(parts.hostname), parts.port or (443 if secure else 80), ssl=context,
-            server_hostname=parts.hostname if secure else None), timeout)
+        await asyncio.wait_for(
+            loop.create_connection(
+                lambda: link,
+                dial_address(parts.hostname),
+                parts.port or (443 if secure else 80),
+                ssl=context,
+                server_hostname=parts.hostname if secure else None,
+            ),
+            timeout,
+        )
         link.start_handshake(parts.netloc, f"{parts.path or '/'}{'?' + parts.query if parts.query else ''}", headers)
         await asyncio.wait_for(asyncio.shield(link.upgraded), timeout)
     except asyncio.TimeoutError:
@@ -386,4 +397,3 @@ async def relay_link(url, headers, opens, peer, me, on_open=None, hello=None):
     link.ready = ready
     link.hello(hello or {})
     return link
-

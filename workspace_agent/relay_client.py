@@ -11,6 +11,7 @@ terminal to a new shell on the agent. The token is read from the environment onl
 (a command line is visible in ps). Exit status 2: the relay, the agent or the
 session failed (the reason on stderr); 1: the app answered with an error status.
 """
+
 import argparse
 import asyncio
 import http.client
@@ -161,8 +162,9 @@ async def _run(args, token):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="workspace-agent relay", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--url", default=os.environ.get("WORKSPACE_ACCESS_URL"),
-                        help="the platform's address (WORKSPACE_ACCESS_URL)")
+    parser.add_argument(
+        "--url", default=os.environ.get("WORKSPACE_ACCESS_URL"), help="the platform's address (WORKSPACE_ACCESS_URL)"
+    )
     parser.add_argument("--agent", required=True, help="the agent's id")
     commands = parser.add_subparsers(dest="command", required=True)
     app = commands.add_parser("app", help="GET a path of one of the agent's apps; print the body")

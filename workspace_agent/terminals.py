@@ -2,6 +2,7 @@
 as a login shell. A shell outlives its browser tab: reopening a stream with the same
 reconnect id within `keep_seconds` re-attaches to it and first replays its last
 64 KiB of output."""
+
 import asyncio
 import fcntl
 import logging
@@ -52,9 +53,15 @@ class PtySession:
         set_window_size(master, rows, cols)
         shell = os.environ.get("SHELL") or "/bin/sh"
         self.process = subprocess.Popen(
-            [shell, "-l"], stdin=slave, stdout=slave, stderr=slave, close_fds=True,
-            preexec_fn=_new_session_on_the_pty, cwd=os.path.expanduser("~"),
-            env={**os.environ, "TERM": "xterm-256color"})
+            [shell, "-l"],
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            close_fds=True,
+            preexec_fn=_new_session_on_the_pty,
+            cwd=os.path.expanduser("~"),
+            env={**os.environ, "TERM": "xterm-256color"},
+        )
         os.close(slave)
         os.set_blocking(master, False)
         self.fd = master
@@ -123,7 +130,7 @@ class PtySession:
         view = memoryview(data)
         while view:
             try:
-                view = view[os.write(self.fd, view):]
+                view = view[os.write(self.fd, view) :]
             except BlockingIOError:
                 await _ready(self.fd, writing=True)
 

@@ -50,6 +50,7 @@ This module keeps each end's state (`Connection`, `StreamState`) and turns recei
 messages into events; the drivers (app/workspace/transport/mux.py on gevent, the agent's on
 asyncio) do the waiting, the reading and the writing.
 """
+
 from __future__ import annotations
 
 import json
@@ -193,15 +194,18 @@ class StreamState:
 # meant. Each is its own class (none is a subclass of another), so a driver may test
 # them in any order.
 
+
 @dataclass(frozen=True)
 class Hello:
     """The peer's HELLO: its `info` (check it with version_mismatch)."""
+
     info: Info
 
 
 @dataclass(frozen=True)
 class Relay:
     """Platform -> agent: join the relay session in `info` ({"session", "apps"})."""
+
     info: Info
 
 
@@ -213,24 +217,28 @@ class Pong:
 @dataclass(frozen=True)
 class Opened:
     """The peer opened `stream`: serve it."""
+
     stream: StreamState
 
 
 @dataclass(frozen=True)
 class Changed:
     """`stream` has something new: data, its end, a window, a close, or a size."""
+
     stream: StreamState
 
 
 @dataclass(frozen=True)
 class Reply:
     """A frame to send back (a PONG, a stream's CLOSE; None: nothing after all)."""
+
     frame: bytes | None
 
 
 @dataclass(frozen=True)
 class Broken:
     """The peer broke the protocol: close the connection with `reason`."""
+
     reason: str
 
 
@@ -278,7 +286,7 @@ class Connection:
         if not isinstance(message, (bytes, bytearray, memoryview)) or len(message) < HEADER.size:
             return [Broken("protocol error: a frame must be a binary message of at least 5 bytes")]
         kind, stream_id = HEADER.unpack_from(message)
-        payload = bytes(memoryview(message)[HEADER.size:])  # the one copy: the transport reuses its buffer
+        payload = bytes(memoryview(message)[HEADER.size :])  # the one copy: the transport reuses its buffer
         if stream_id == 0:
             return self._connection_frame(kind, payload)
         if kind == OPEN:

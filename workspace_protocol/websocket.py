@@ -26,6 +26,7 @@ Masking is a XOR of every byte with a 4-byte key. `mask_in_place` does it with t
 standard library (bytes.translate on each of the four strided slices: ~0.9 GB/s);
 the platform plugs in a numpy one (`masker=`), several times faster again.
 """
+
 from __future__ import annotations
 
 import base64
@@ -70,6 +71,7 @@ class HandshakeRefused(Exception):
 
 # --------------------------------------------------------------------------- the opening handshake
 
+
 def accept_value(key: str) -> str:
     """The Sec-WebSocket-Accept that answers Sec-WebSocket-Key `key`."""
     return base64.b64encode(hashlib.sha1(key.encode("latin-1") + GUID).digest()).decode()
@@ -81,8 +83,14 @@ def new_key() -> str:
 
 def upgrade_request(host: str, target: str, key: str, headers: Iterable[tuple[str, str]] = ()) -> bytes:
     """The client's upgrade request for `target` (path and query) on `host`."""
-    lines = [f"GET {target} HTTP/1.1", f"Host: {host}", "Upgrade: websocket", "Connection: Upgrade",
-             f"Sec-WebSocket-Key: {key}", "Sec-WebSocket-Version: 13"]
+    lines = [
+        f"GET {target} HTTP/1.1",
+        f"Host: {host}",
+        "Upgrade: websocket",
+        "Connection: Upgrade",
+        f"Sec-WebSocket-Key: {key}",
+        "Sec-WebSocket-Version: 13",
+    ]
     lines += [f"{name}: {value}" for name, value in dict(headers).items()]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
@@ -108,12 +116,18 @@ def upgrade_answered(received: bytes, key: str) -> tuple[dict[str, str], bytes] 
 
 def upgrade_answer(key: str, headers: Iterable[tuple[str, str]] = ()) -> bytes:
     """The server's 101 answer to Sec-WebSocket-Key `key`, with more `headers`."""
-    lines = ["HTTP/1.1 101 Switching Protocols", "Upgrade: websocket", "Connection: Upgrade",
-             f"Sec-WebSocket-Accept: {accept_value(key)}", *(f"{name}: {value}" for name, value in headers)]
+    lines = [
+        "HTTP/1.1 101 Switching Protocols",
+        "Upgrade: websocket",
+        "Connection: Upgrade",
+        f"Sec-WebSocket-Accept: {accept_value(key)}",
+        *(f"{name}: {value}" for name, value in headers),
+    ]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
 # --------------------------------------------------------------------------- frames out
+
 
 def mask_in_place(buffer: bytearray, offset: int, length: int, key: bytes) -> None:
     """XOR `buffer[offset:offset + length]` (a bytearray) with the 4-byte `key` repeated."""
@@ -134,8 +148,13 @@ def frame_head(opcode: int, length: int, key: bytes = b"") -> bytes:
     return head + key
 
 
-def encode(opcode: int, payload: bytes | bytearray | memoryview, masked: bool, masker: Masker = mask_in_place,
-           prefix: bytes = b"") -> bytearray:
+def encode(
+    opcode: int,
+    payload: bytes | bytearray | memoryview,
+    masked: bool,
+    masker: Masker = mask_in_place,
+    prefix: bytes = b"",
+) -> bytearray:
     """One whole frame of `prefix` + `payload` (bytes-like), masked with a fresh key
     if `masked`: the two are copied once, into the frame."""
     length = len(prefix) + len(payload)
@@ -144,8 +163,8 @@ def encode(opcode: int, payload: bytes | bytearray | memoryview, masked: bool, m
     start = len(head)
     out = bytearray(start + length)
     out[:start] = head
-    out[start:start + len(prefix)] = prefix
-    out[start + len(prefix):] = payload
+    out[start : start + len(prefix)] = prefix
+    out[start + len(prefix) :] = payload
     if masked:
         masker(out, start, length, key)
     return out
@@ -156,8 +175,15 @@ def encode(opcode: int, payload: bytes | bytearray | memoryview, masked: bool, m
 ROOM_BEFORE = 22
 
 
-def frame_around(opcode: int, buffer: bytearray, start: int, length: int, masked: bool, prefix: bytes = b"",
-                 masker: Masker = mask_in_place) -> memoryview:
+def frame_around(
+    opcode: int,
+    buffer: bytearray,
+    start: int,
+    length: int,
+    masked: bool,
+    prefix: bytes = b"",
+    masker: Masker = mask_in_place,
+) -> memoryview:
     """The frame of `prefix` + `buffer[start:start + length]` built in place: its head
     and `prefix` are written into the ROOM_BEFORE bytes before `start`, the payload
     masked where it lies if `masked`. Returns the frame, a view of `buffer`: no copy."""
@@ -171,7 +197,7 @@ def frame_around(opcode: int, buffer: bytearray, start: int, length: int, masked
     buffer[payload_start:start] = prefix
     if masked:
         masker(buffer, payload_start, len(prefix) + length, key)
-    return memoryview(buffer)[first:start + length]
+    return memoryview(buffer)[first : start + length]
 
 
 def close_body(code: int | None, reason: str | None = "") -> bytes:
@@ -182,10 +208,12 @@ def close_body(code: int | None, reason: str | None = "") -> bytes:
 
 # Frozen dataclasses, as h11's events (and the mux's).
 
+
 @dataclass(frozen=True)
 class Message:
     """A whole data message: `data` is str for a text message, else a bytes-like view
     that the reader's next call may overwrite (copy what you keep)."""
+
     data: str | bytes | memoryview
 
 
@@ -214,13 +242,18 @@ class FrameReader:
     or feed()). next_event() returns the next Message, Ping, Pong or Close, or None
     when more bytes are needed."""
 
-    def __init__(self, expects_mask: bool | None, max_message_size: int | None = None, buffered: bytes = b"",
-                 masker: Masker = mask_in_place) -> None:
+    def __init__(
+        self,
+        expects_mask: bool | None,
+        max_message_size: int | None = None,
+        buffered: bytes = b"",
+        masker: Masker = mask_in_place,
+    ) -> None:
         """expects_mask: True (a server's reader), False (a client's), None: either (a
         server that agreed to unmasked frames, in case a proxy dropped the agreement)."""
         self.expects_mask, self.max_message_size, self.masker = expects_mask, max_message_size, masker
         self._in = bytearray(max(RECEIVE_BYTES, len(buffered)))
-        self._in[:len(buffered)] = buffered
+        self._in[: len(buffered)] = buffered
         self._start, self._end = 0, len(buffered)
         self._needed = 2  # bytes of the frame being parsed, once its head is known
         # a fragmented message so far
@@ -236,19 +269,19 @@ class FrameReader:
         if not pending or self._start + wanted > len(self._in):
             if wanted > len(self._in):  # a frame larger than the buffer
                 bigger = bytearray(wanted)
-                bigger[:pending] = self._in[self._start:self._end]
+                bigger[:pending] = self._in[self._start : self._end]
                 self._in = bigger
             else:  # the same buffer, the unparsed rest moved to its front: no new pages
-                self._in[:pending] = self._in[self._start:self._end]
+                self._in[:pending] = self._in[self._start : self._end]
             self._start, self._end = 0, pending
-        return memoryview(self._in)[self._end:]
+        return memoryview(self._in)[self._end :]
 
     def filled(self, count: int) -> None:
         self._end += count
 
     def take_all(self) -> bytes:
         """The unparsed bytes, taken out (the HTTP answer before the first frame)."""
-        data = bytes(self._in[self._start:self._end])
+        data = bytes(self._in[self._start : self._end])
         self._start = self._end
         return data
 
@@ -300,8 +333,8 @@ class FrameReader:
             return None
         self._needed, self._start = 2, start + head + length
         if masked:
-            self.masker(buffer, start + head, length, bytes(buffer[start + head - 4:start + head]))
-        return first & 0x80, first & 0x0F, memoryview(buffer)[start + head:start + head + length]
+            self.masker(buffer, start + head, length, bytes(buffer[start + head - 4 : start + head]))
+        return first & 0x80, first & 0x0F, memoryview(buffer)[start + head : start + head + length]
 
     def _control(self, opcode: int, payload: memoryview) -> Event:
         if opcode == OP_PING:

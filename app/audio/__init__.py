@@ -3,13 +3,14 @@ with preview, every route under /api/audio/. Providers are chosen by
 configuration; one that is not configured or not reachable is reported
 unavailable, never faked. Routes: `api`, with its own blueprint; the request rules
 of every route: `middleware`."""
+
 import logging
 
 from app.common.errors import error_with_field
 
 log = logging.getLogger("bundle.audio")
 
-error_body = error_with_field   # {"error": message, "field"?: name}
+error_body = error_with_field  # {"error": message, "field"?: name}
 
 
 def init_app(app):

@@ -1,4 +1,5 @@
 """Routes of the audio API, all under /api/audio/."""
+
 from flask import Blueprint, Response, current_app, request
 
 from app.audio.middleware import MAX_BODY_BYTES
@@ -25,8 +26,10 @@ def _capabilities():
     its probe interval."""
     providers = _providers()
     states, cacheable = {}, MICRO_CACHE_SECONDS
-    for role, provider, probe in (("speech", providers.speech, providers.speech_probe),
-                                  ("soundlib", providers.soundlib, providers.soundlib_probe)):
+    for role, provider, probe in (
+        ("speech", providers.speech, providers.speech_probe),
+        ("soundlib", providers.soundlib, providers.soundlib_probe),
+    ):
         result = probe.state()
         states[role] = {"available": result.available, "reason": result.reason, "provider": provider.name}
         cacheable = min(cacheable, max(0, int(probe.expires_in(result))))
@@ -93,8 +96,16 @@ def speech():
     providers = _providers()
     _require(providers.speech, providers.speech_probe)
     with current_app.extensions["audio_limits"].admit():
-        audio = _ask(providers.speech.synthesize, data["text"], data["voiceId"], data["rate"],
-                     data["pitch"], data["volume"], lookup_status=400, lookup_field="voiceId")
+        audio = _ask(
+            providers.speech.synthesize,
+            data["text"],
+            data["voiceId"],
+            data["rate"],
+            data["pitch"],
+            data["volume"],
+            lookup_status=400,
+            lookup_field="voiceId",
+        )
     return Response(audio, mimetype="audio/mpeg", headers={"X-Speech-Provider": providers.speech.name})
 
 

@@ -6,6 +6,7 @@ unreachable, no audio) are "unavailable", never a crash.
 edge-tts takes signed integer strings: rate 0.5–2 → "-50%".."+100%",
 pitch 0–2 → "-50Hz".."+50Hz", volume 0–1 → "-100%".."+0%".
 """
+
 import json
 import sys
 
@@ -15,8 +16,11 @@ from app.common.config import PROJECT_ROOT
 
 
 def edge_strings(rate, pitch, volume):
-    return {"rate": f"{round((rate - 1) * 100):+d}%", "pitch": f"{round((pitch - 1) * 50):+d}Hz",
-            "volume": f"{round((volume - 1) * 100):+d}%"}
+    return {
+        "rate": f"{round((rate - 1) * 100):+d}%",
+        "pitch": f"{round((pitch - 1) * 50):+d}Hz",
+        "volume": f"{round((volume - 1) * 100):+d}%",
+    }
 
 
 class EdgeSpeech(SpeechProvider):
@@ -24,9 +28,14 @@ class EdgeSpeech(SpeechProvider):
 
     def _run(self, request, timeout):
         try:
-            code, output, error = run_engine([sys.executable, "-m", "app.audio.edge_runner"],
-                                             json.dumps(request).encode(), timeout,
-                                             self.settings.max_response_bytes, "edge-tts", cwd=PROJECT_ROOT)
+            code, output, error = run_engine(
+                [sys.executable, "-m", "app.audio.edge_runner"],
+                json.dumps(request).encode(),
+                timeout,
+                self.settings.max_response_bytes,
+                "edge-tts",
+                cwd=PROJECT_ROOT,
+            )
         except EngineTimeout as exc:
             raise Unavailable(str(exc)) from None
         if code != 0:
@@ -43,8 +52,10 @@ class EdgeSpeech(SpeechProvider):
         self._voices = self._load_voices(self.settings.probe_timeout)
 
     def _speak(self, text, voice_id, rate, pitch, volume):
-        audio = self._run({"action": "speak", "text": text, "voice": voice_id,
-                           **edge_strings(rate, pitch, volume)}, self.settings.provider_timeout)
+        audio = self._run(
+            {"action": "speak", "text": text, "voice": voice_id, **edge_strings(rate, pitch, volume)},
+            self.settings.provider_timeout,
+        )
         if not audio:
             raise Unavailable("edge-tts returned no audio")
         return audio

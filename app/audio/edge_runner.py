@@ -7,6 +7,7 @@
 The request comes on stdin (the text never appears in a command line); MP3 bytes or
 the voices as JSON go to stdout; a failure is one line on stderr and exit code 2.
 """
+
 import asyncio
 import json
 import sys
@@ -15,8 +16,9 @@ import edge_tts
 
 
 async def _speak(request, out):
-    communicate = edge_tts.Communicate(request["text"], request["voice"], rate=request["rate"],
-                                       pitch=request["pitch"], volume=request["volume"])
+    communicate = edge_tts.Communicate(
+        request["text"], request["voice"], rate=request["rate"], pitch=request["pitch"], volume=request["volume"]
+    )
     async for chunk in communicate.stream():
         if chunk["type"] == "audio":
             out.write(chunk["data"])
@@ -24,9 +26,19 @@ async def _speak(request, out):
 
 async def _voices(out):
     voices = await edge_tts.list_voices()
-    out.write(json.dumps([{"id": v["ShortName"], "name": v.get("FriendlyName") or v["ShortName"],
-                           "locale": v["Locale"], "gender": v.get("Gender", "unknown").lower()}
-                          for v in voices]).encode())
+    out.write(
+        json.dumps(
+            [
+                {
+                    "id": v["ShortName"],
+                    "name": v.get("FriendlyName") or v["ShortName"],
+                    "locale": v["Locale"],
+                    "gender": v.get("Gender", "unknown").lower(),
+                }
+                for v in voices
+            ]
+        ).encode()
+    )
 
 
 def main():

@@ -3,6 +3,7 @@ text on stdin (never in its arguments), its WAV read to the end within the
 response cap, encoded to MP3. The option mapping (spec ranges to espeak-ng's
 scales) and the encoder are shared with the notebook's podcasts: app.common.tts.
 """
+
 from app.audio import mp3
 from app.audio.process import EngineTimeout, run_engine
 from app.audio.providers import ProviderFailed, SpeechProvider, Unavailable
@@ -22,9 +23,14 @@ def parse_voices(listing):
         if len(parts) < 5 or parts[4].startswith("mb/"):
             continue
         language, gender, name = parts[1], parts[2].split("/")[-1], parts[3]
-        voices.append({"id": language, "name": name.replace("_", " "),
-                       "locale": _locale_of(language),
-                       "gender": {"M": "male", "F": "female"}.get(gender, "unknown")})
+        voices.append(
+            {
+                "id": language,
+                "name": name.replace("_", " "),
+                "locale": _locale_of(language),
+                "gender": {"M": "male", "F": "female"}.get(gender, "unknown"),
+            }
+        )
     return voices
 
 
@@ -44,9 +50,13 @@ class EspeakSpeech(SpeechProvider):
         size of the MP3 made of it: bounded at eight times the response cap, the MP3
         itself is checked against the cap."""
         try:
-            code, output, error = run_engine([self.settings.espeak_binary, *arguments], stdin, timeout,
-                                             WAV_TO_MP3_BOUND * self.settings.max_response_bytes,
-                                             "the speech engine")
+            code, output, error = run_engine(
+                [self.settings.espeak_binary, *arguments],
+                stdin,
+                timeout,
+                WAV_TO_MP3_BOUND * self.settings.max_response_bytes,
+                "the speech engine",
+            )
         except OSError as exc:
             raise Unavailable(f"the speech engine cannot be started ({exc.strerror})") from None
         except EngineTimeout as exc:
@@ -64,6 +74,5 @@ class EspeakSpeech(SpeechProvider):
         return parse_voices(self._run(["--voices"], None, timeout).decode(errors="replace"))
 
     def _speak(self, text, voice_id, rate, pitch, volume):
-        wav = self._run(espeak_arguments(voice_id, rate, pitch, volume), text.encode(),
-                        self.settings.provider_timeout)
+        wav = self._run(espeak_arguments(voice_id, rate, pitch, volume), text.encode(), self.settings.provider_timeout)
         return blocking(mp3.wav_to_mp3, wav)  # encoding is CPU work: off the loop

@@ -18,6 +18,7 @@ never appears in a log, an exception message or an answer.
   API's own origin, or over https to freesound.org and its subdomains; the token
   goes to the API's origin only.
 """
+
 import http.client
 import json
 import re
@@ -33,7 +34,7 @@ from app.audio.providers import PREVIEW_ROUTE, ProviderFailed, SoundLibrary, Too
 SEARCH_FIELDS = "id,name,tags,duration,license,previews"
 SOUND_FIELDS = "id,name,previews"
 PREVIEW_KEYS = ("preview-hq-mp3", "preview-lq-mp3", "preview-hq-ogg", "preview-lq-ogg")
-API_ANSWER_LIMIT = 1024 * 1024   # a search page of 20 results is a few KiB; JSON is parsed on the loop
+API_ANSWER_LIMIT = 1024 * 1024  # a search page of 20 results is a few KiB; JSON is parsed on the loop
 CHUNK = 64 * 1024
 MAX_REDIRECTS = 3
 SOUND_ID = re.compile(r"[0-9]{1,15}")
@@ -62,8 +63,7 @@ class FreesoundLibrary(SoundLibrary):
         self._check_key()
         try:
             with _Call(self.settings.probe_timeout) as call:
-                response = self._get_api(call, "/search/text/",
-                                         {"query": "", "page_size": 1, "fields": "id"})
+                response = self._get_api(call, "/search/text/", {"query": "", "page_size": 1, "fields": "id"})
                 try:
                     if response.status_code in (401, 403):
                         raise Unavailable("Freesound rejected the API key")
@@ -80,8 +80,9 @@ class FreesoundLibrary(SoundLibrary):
     def search(self, query, results):
         self._check_key()
         with _Call(self.settings.provider_timeout) as call:
-            response = self._get_api(call, "/search/text/",
-                                     {"query": query, "page_size": results, "fields": SEARCH_FIELDS})
+            response = self._get_api(
+                call, "/search/text/", {"query": query, "page_size": results, "fields": SEARCH_FIELDS}
+            )
             try:
                 self._check_status(response)
                 body = self._read_json(call, response)
@@ -122,8 +123,7 @@ class FreesoundLibrary(SoundLibrary):
             raise Unavailable("FREESOUND_API_KEY has characters that an API key cannot have")
 
     def _get_api(self, call, path, params):
-        headers = {"Authorization": f"Token {self.settings.freesound_api_key}",
-                   "Accept": "application/json"}
+        headers = {"Authorization": f"Token {self.settings.freesound_api_key}", "Accept": "application/json"}
         return call.get(self._session, self.api_url + path, params=params, headers=headers)
 
     def _read_json(self, call, response):
@@ -154,8 +154,11 @@ class FreesoundLibrary(SoundLibrary):
         if self._is_api_origin(parts):
             return True
         host = (parts.hostname or "").lower()
-        return (parts.scheme.lower() == "https" and _port(parts) == 443
-                and (host == "freesound.org" or host.endswith(".freesound.org")))
+        return (
+            parts.scheme.lower() == "https"
+            and _port(parts) == 443
+            and (host == "freesound.org" or host.endswith(".freesound.org"))
+        )
 
     def _download(self, call, url):
         limit = self.settings.max_response_bytes
@@ -218,8 +221,7 @@ class _Call:
 
     def get(self, session, url, **kwargs):
         left = self.remaining()
-        return session.get(url, timeout=(min(left, 10.0), left), stream=True,
-                           allow_redirects=False, **kwargs)
+        return session.get(url, timeout=(min(left, 10.0), left), stream=True, allow_redirects=False, **kwargs)
 
     def chunks(self, response):
         """The body's chunks as they arrive (one socket read each, so that the
@@ -250,10 +252,17 @@ def _port(parts):
 def _cause(exc):
     """A short, secret-free description of a connection error."""
     text = str(exc).lower()
-    for words, label in (("refused", "connection refused"), ("reset", "connection reset"),
-                         ("aborted", "connection closed"), ("remotedisconnected", "connection closed"),
-                         ("closed connection", "connection closed"), ("name or service", "unknown host"),
-                         ("resolution", "unknown host"), ("ssl", "TLS error"), ("certificate", "TLS error")):
+    for words, label in (
+        ("refused", "connection refused"),
+        ("reset", "connection reset"),
+        ("aborted", "connection closed"),
+        ("remotedisconnected", "connection closed"),
+        ("closed connection", "connection closed"),
+        ("name or service", "unknown host"),
+        ("resolution", "unknown host"),
+        ("ssl", "TLS error"),
+        ("certificate", "TLS error"),
+    ):
         if words in text:
             return label
     return "connection failed"

@@ -7,6 +7,7 @@ syntheses at once in a worker (below AUDIO_MAX_CONCURRENT_SYNTHESIS, so that one
 address never holds every engine slot). Both answer 429 with Retry-After.
 The engine slots and their bounded queue are the provider's (app.audio.providers).
 """
+
 from collections import Counter
 from contextlib import contextmanager
 
@@ -19,7 +20,7 @@ class SpeechLimits:
     def __init__(self, per_minute: int, at_once: int):
         self.per_minute, self.at_once = per_minute, at_once
         self._rate = ratelimit.limiter("audio:speech:address", per_minute, 60)
-        self._running: Counter[str] = Counter()   # address -> syntheses under way in this worker
+        self._running: Counter[str] = Counter()  # address -> syntheses under way in this worker
 
     @contextmanager
     def admit(self):
@@ -27,11 +28,13 @@ class SpeechLimits:
         address = client_address()
         wait = self._rate.hit(address)
         if wait is not None:
-            raise TooManyRequests(f"too many speech requests: at most {self.per_minute} a minute from "
-                                  "one address", retry_after=wait)
+            raise TooManyRequests(
+                f"too many speech requests: at most {self.per_minute} a minute from one address", retry_after=wait
+            )
         if self._running[address] >= self.at_once:
-            raise TooManyRequests(f"too many speech requests at once: at most {self.at_once} from one "
-                                  "address", retry_after=1)
+            raise TooManyRequests(
+                f"too many speech requests at once: at most {self.at_once} from one address", retry_after=1
+            )
         self._running[address] += 1
         try:
             yield

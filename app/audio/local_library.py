@@ -3,6 +3,7 @@ optional sidecar `<stem>.json` of {name?, tags?, license?}. The index is built a
 the first use and rebuilt when any file or sidecar changes (checked at most every
 REFRESH_SECONDS); search matches every word of the query in names and tags.
 """
+
 import json
 import os
 import time
@@ -13,8 +14,16 @@ from app.audio.providers import PREVIEW_ROUTE, SoundLibrary, TooLarge, Unavailab
 from app.common.fsutil import is_within
 from app.common.offload import blocking
 
-AUDIO_TYPES = {".mp3": "audio/mpeg", ".wav": "audio/wav", ".ogg": "audio/ogg", ".oga": "audio/ogg",
-               ".opus": "audio/ogg", ".flac": "audio/flac", ".m4a": "audio/mp4", ".webm": "audio/webm"}
+AUDIO_TYPES = {
+    ".mp3": "audio/mpeg",
+    ".wav": "audio/wav",
+    ".ogg": "audio/ogg",
+    ".oga": "audio/ogg",
+    ".opus": "audio/ogg",
+    ".flac": "audio/flac",
+    ".m4a": "audio/mp4",
+    ".webm": "audio/webm",
+}
 REFRESH_SECONDS = 2.0
 DEFAULT_LICENSE = "unspecified"
 
@@ -55,13 +64,20 @@ def _entry(root, rel):
         duration = round(float(info.info.length), 3) if info is not None else None
     except Exception:  # an unreadable file is still listed, without a duration
         duration = None
-    tags = [str(t) for t in meta.get("tags", []) if isinstance(t, (str, int))] \
-        if isinstance(meta.get("tags"), list) else []
+    tags = (
+        [str(t) for t in meta.get("tags", []) if isinstance(t, (str, int))]
+        if isinstance(meta.get("tags"), list)
+        else []
+    )
     sound_id = f"{LocalLibrary.name}:" + rel.replace(os.sep, "/")
-    return {"id": sound_id,
-            "name": str(meta.get("name") or os.path.splitext(os.path.basename(rel))[0].replace("_", " ")),
-            "tags": tags, "duration": duration, "license": str(meta.get("license") or DEFAULT_LICENSE),
-            "preview_url": PREVIEW_ROUTE + sound_id}
+    return {
+        "id": sound_id,
+        "name": str(meta.get("name") or os.path.splitext(os.path.basename(rel))[0].replace("_", " ")),
+        "tags": tags,
+        "duration": duration,
+        "license": str(meta.get("license") or DEFAULT_LICENSE),
+        "preview_url": PREVIEW_ROUTE + sound_id,
+    }
 
 
 class LocalLibrary(SoundLibrary):

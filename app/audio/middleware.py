@@ -10,6 +10,7 @@
 Every response then carries `X-Content-Type-Options: nosniff` and
 `Cache-Control: no-store` (rejections too: a superset of the spec's rule).
 """
+
 from flask import current_app, request
 
 from app.common.body import read_body
@@ -21,7 +22,7 @@ PREFIX = "/api/audio/"
 
 
 def _route(path):
-    return path[len(PREFIX):] if path.startswith(PREFIX) else None
+    return path[len(PREFIX) :] if path.startswith(PREFIX) else None
 
 
 def check_request():

@@ -1,5 +1,6 @@
 """WAV (as espeak-ng writes it) to MP3: the shared encoder of app.common.tts, its
 failures as the audio service's ProviderFailed (a 502)."""
+
 from app.audio.providers import ProviderFailed
 from app.common import tts
 

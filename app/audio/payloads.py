@@ -1,5 +1,6 @@
 """Request schemas of the audio API. A field out of bounds or of the wrong type is
 a 400 naming it."""
+
 from marshmallow import Schema, fields, validate
 
 

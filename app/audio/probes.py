@@ -13,6 +13,7 @@ With REDIS_URL, `SharedProbe` makes that one probe per interval for the whole
 deployment: the result is kept in Redis with its time, and a short Redis lock
 decides which process probes when it is stale; the others read its result.
 """
+
 import json
 import logging
 import secrets
@@ -118,8 +119,9 @@ class SharedProbe(Probe):
         try:
             return self._from_peers_or_probe()
         except redis.RedisError as exc:
-            log.warning("probe %s runs in this process only: Redis failed: %s", self._result_key,
-                        redis_client.describe(exc))
+            log.warning(
+                "probe %s runs in this process only: Redis failed: %s", self._result_key, redis_client.describe(exc)
+            )
             return self._probe()
 
     def _from_peers_or_probe(self):
@@ -161,8 +163,7 @@ class SharedProbe(Probe):
         return result if self.expires_in(result) > 0 else None
 
     def _store(self, result):
-        value = json.dumps({"available": result.available, "reason": result.reason,
-                            "checked_at": result.checked_at})
+        value = json.dumps({"available": result.available, "reason": result.reason, "checked_at": result.checked_at})
         # Kept a while past its interval, then gone: a stale key would only be reread.
         self._quietly(self._client.set, self._result_key, value, px=int(max(2 * self.interval, 60) * 1000))
 

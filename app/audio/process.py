@@ -1,5 +1,6 @@
 """Running an engine subprocess cooperatively: input on stdin, output read within
 a byte cap and a deadline, the process killed whatever happens."""
+
 import subprocess
 from functools import partial
 
@@ -15,8 +16,7 @@ class EngineTimeout(Exception):
 def run_engine(argv, stdin, timeout, limit, what, cwd=None):
     """(exit code, stdout bytes, first stderr line) of `argv`. Raises OSError when
     it cannot be started, EngineTimeout past `timeout`, TooLarge past `limit` bytes."""
-    process = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE)
+    process = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         with gevent.Timeout(timeout, EngineTimeout(f"{what} took more than {timeout:g} s")):
             try:
@@ -38,4 +38,3 @@ def run_engine(argv, stdin, timeout, limit, what, cwd=None):
             except BrokenPipeError:
                 pass  # input it never read
     return code, output, (error[0][:300] if error else "")
-

@@ -4,6 +4,7 @@ A provider that cannot serve raises `Unavailable` (503: its configuration is
 missing or it is unreachable) or `ProviderFailed` (502: it answered wrongly, too
 slowly or too much). Routes never fake a result.
 """
+
 from abc import ABC, abstractmethod
 
 import gevent.lock
@@ -45,6 +46,7 @@ def read_capped(chunks, limit, what):
 class SpeechProvider(ABC):
     """A speech engine. A voice is {id, name, locale, gender}. Subclasses say how
     to probe, list voices and speak; the checks and limits around them are here."""
+
     name = "speech"
 
     def __init__(self, settings):
@@ -97,6 +99,7 @@ class SoundLibrary(ABC):
     """A sound library. Ids carry the library's name, e.g. "local:rain.mp3", "freesound:1234".
     A result is {id, name, tags, duration, license, preview_url}, where preview_url
     is this service's own preview route for that id."""
+
     name = "soundlib"
 
     @abstractmethod

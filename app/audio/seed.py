@@ -1,6 +1,7 @@
 """Sounds the bundle makes itself, so the embedded library works out of the box
 (`make run` seeds DATA_DIR/soundlib with them): tones synthesized here and one
 phrase spoken by espeak-ng, encoded to MP3, each with a sidecar of tags."""
+
 import json
 import math
 import os
@@ -20,8 +21,10 @@ def _pcm(samples):
 
 def _tone(freqs, seconds, decay):
     n = int(RATE * seconds)
-    return [sum(math.sin(2 * math.pi * f * i / RATE) for f in freqs) / len(freqs) * 0.6 * math.exp(-decay * i / RATE)
-            for i in range(n)]
+    return [
+        sum(math.sin(2 * math.pi * f * i / RATE) for f in freqs) / len(freqs) * 0.6 * math.exp(-decay * i / RATE)
+        for i in range(n)
+    ]
 
 
 def _rain(seconds):
@@ -56,10 +59,17 @@ def seed(directory, espeak_binary="espeak-ng"):
         if _write(directory, name, lambda make=make: mp3.encode(_pcm(make()), RATE), tags):
             written.append(name)
     if shutil.which(espeak_binary):
+
         def spoken():
-            wav = subprocess.run([espeak_binary, "--stdout"], input=b"Welcome to the audio service.",
-                                 capture_output=True, check=True, timeout=30).stdout
+            wav = subprocess.run(
+                [espeak_binary, "--stdout"],
+                input=b"Welcome to the audio service.",
+                capture_output=True,
+                check=True,
+                timeout=30,
+            ).stdout
             return mp3.wav_to_mp3(wav)
+
         if _write(directory, "spoken welcome", spoken, ["voice", "speech", "welcome"]):
             written.append("spoken welcome")
     return written

@@ -1,4 +1,5 @@
 """The providers chosen by configuration, each with its readiness probe."""
+
 from dataclasses import dataclass
 
 from app.audio.edge import EdgeSpeech
@@ -33,5 +34,6 @@ def _probe(role, provider, settings):
     client = redis_client.client()
     if client is None:
         return Probe(provider.probe, settings.probe_interval, settings.probe_timeout)
-    return SharedProbe(provider.probe, settings.probe_interval, settings.probe_timeout, client,
-                       f"{role}:{provider.name}")
+    return SharedProbe(
+        provider.probe, settings.probe_interval, settings.probe_timeout, client, f"{role}:{provider.name}"
+    )

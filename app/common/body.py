@@ -5,6 +5,7 @@ limit, 415 for a non-JSON content type, 400 for malformed JSON, JSON nested too 
 (app.common.clientjson), a non-object or a field that fails its schema (the message
 names the field).
 """
+
 from collections.abc import Mapping
 from typing import Any, Protocol, TypeVar
 
@@ -76,8 +77,7 @@ def validated(schema: Schema, data: Any) -> Any:
         raise Invalid(text, field=field or None, fields=exc.messages) from None
 
 
-def query_int(args: Values, name: str, default: T, minimum: int = 0,
-              maximum: int | None = None) -> int | T:
+def query_int(args: Values, name: str, default: T, minimum: int = 0, maximum: int | None = None) -> int | T:
     """An integer query parameter; anything else is a 400 naming it."""
     raw = args.get(name)
     if raw is None or raw == "":

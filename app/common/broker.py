@@ -23,6 +23,7 @@ message is stored once per topic (each subscriber keeps only its position), and 
 subscribers waiting for it are woken by one loop callback that switches to each in
 turn, instead of one event, one callback and one timer per subscriber and message.
 """
+
 from __future__ import annotations
 
 import json
@@ -65,11 +66,9 @@ class Broker(Protocol):
         """True when a publish reaches the subscribers of every process."""
         ...
 
-    def subscribe(self, topic: str) -> Subscription:
-        ...
+    def subscribe(self, topic: str) -> Subscription: ...
 
-    def publish(self, topic: str, message: Message) -> None:
-        ...
+    def publish(self, topic: str, message: Message) -> None: ...
 
     def subscriber_count(self, topic: str) -> int:
         """The subscribers of `topic` in this process."""
@@ -94,16 +93,15 @@ class SubscriptionClosed(Exception):
 
 class Subscription:
     # Slots: thousands are open at once, one per stream.
-    __slots__ = ("_broker", "topic", "_topic", "_cursor", "_owed", "_waiter", "_interrupted",
-                 "closed_reason")
+    __slots__ = ("_broker", "topic", "_topic", "_cursor", "_owed", "_waiter", "_interrupted", "closed_reason")
 
     def __init__(self, broker: _Backend, topic: str) -> None:
         self._broker = broker
         self.topic = topic
-        self._topic: _Topic | None = None        # the _Topic it reads, while subscribed
-        self._cursor = 0                         # how many of the topic's messages it has read
+        self._topic: _Topic | None = None  # the _Topic it reads, while subscribed
+        self._cursor = 0  # how many of the topic's messages it has read
         self._owed: deque[Message] | None = None  # the messages it had not read when it ended
-        self._waiter: greenlet | None = None     # its greenlet, while it waits in `get`
+        self._waiter: greenlet | None = None  # its greenlet, while it waits in `get`
         self._interrupted = False
         self.closed_reason: str | None = None
 
@@ -287,6 +285,7 @@ class _LocalTopics:
 
 class LocalBroker:
     """In the process: a publish reaches this process's subscribers only."""
+
     shared = False  # a publish does not reach other processes
 
     def __init__(self, max_pending: int = 1000) -> None:
@@ -339,6 +338,7 @@ class RedisBroker:
     reason (their clients reconnect and resync), new ones close at once until the
     reader has reconnected (with backoff), and a failed publish is logged, never
     raised: the write it announces is already committed."""
+
     shared = True  # a publish reaches the subscribers of every process
 
     def __init__(self, url: str, max_pending: int = 1000) -> None:
@@ -353,8 +353,8 @@ class RedisBroker:
         self._confirmations: defaultdict[bytes, deque[Event]] = defaultdict(deque)
         self._conn: ConnectionInterface | None = None  # the subscriber connection, while it is up
         self._up = Event()
-        self._down_reason: str | None = None       # why it is down, once a try failed
-        self._tried = Event()                      # set once the first connection attempt ended
+        self._down_reason: str | None = None  # why it is down, once a try failed
+        self._tried = Event()  # set once the first connection attempt ended
         self._reader: Greenlet[[], None] | None = None
         self._write_lock = Semaphore()
         self._closed_reason: str | None = None
@@ -374,8 +374,10 @@ class RedisBroker:
         if listening is None:
             listening = self._listening[topic] = self._send_subscribe(topic)
         if not listening.wait(redis_client.COMMAND_TIMEOUT):
-            sub._end(f"live events are unavailable: Redis did not confirm the subscription"
-                     f" within {redis_client.COMMAND_TIMEOUT:g} s")
+            sub._end(
+                f"live events are unavailable: Redis did not confirm the subscription"
+                f" within {redis_client.COMMAND_TIMEOUT:g} s"
+            )
         return sub
 
     def publish(self, topic: str, message: Message) -> None:
@@ -448,11 +450,11 @@ class RedisBroker:
             return
         kind, channel, data = reply
         if kind == b"message":
-            self._deliver(channel.decode("utf-8", "replace")[len(self._prefix):], data)
+            self._deliver(channel.decode("utf-8", "replace")[len(self._prefix) :], data)
         elif kind == b"subscribe":
             waiting = self._confirmations.get(channel)
             if waiting:
-                waiting.popleft().set()   # Redis confirms a connection's SUBSCRIBEs in their order
+                waiting.popleft().set()  # Redis confirms a connection's SUBSCRIBEs in their order
                 if not waiting:
                     del self._confirmations[channel]
 
@@ -494,14 +496,18 @@ class RedisBroker:
             return
         if was_up:
             streams = self._local.total()
-            log.warning("live events: the connection to Redis is lost (%s); %d open streams closed,"
-                        " reconnecting in %.1f s", reason, streams, backoff)
+            log.warning(
+                "live events: the connection to Redis is lost (%s); %d open streams closed, reconnecting in %.1f s",
+                reason,
+                streams,
+                backoff,
+            )
         else:
             log.warning("live events: no connection to Redis (%s); trying again in %.1f s", reason, backoff)
         self._end_all(f"live events were interrupted: {reason}")
         for waiting in self._confirmations.values():
             for confirmed in waiting:
-                confirmed.set()   # their subscriptions are closed already: let subscribe() return them
+                confirmed.set()  # their subscriptions are closed already: let subscribe() return them
         self._confirmations.clear()
         self._listening.clear()
 
@@ -517,6 +523,7 @@ class RedisBroker:
 
 
 # --------------------------------------------------------------------------- the process's broker
+
 
 class ProcessBroker:
     """The broker of this process (each process runs one service): Redis when

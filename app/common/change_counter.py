@@ -16,6 +16,7 @@ One interface (`ChangeCounter`), two backends, as every shared mechanism of the 
 A value that cannot be read (Redis down) is None, which matches no cached value:
 the caller computes again, so an outage costs time, never correctness.
 """
+
 import fcntl
 import logging
 import mmap

@@ -13,6 +13,7 @@ command every database service has (`copy-to-postgres URL`), and the exit codes:
     commands.add_copy_to_postgres(lambda: CopyPlan(HISTORY, settings().database_url))
     def main(argv=None): return commands.main(argv)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -70,8 +71,9 @@ class CommandLine:
         self._handlers: dict[str, Handler] = {}
         self.interrupted = interrupted
 
-    def add(self, name: str, help: str, handler: Handler,
-            arguments: Arguments | None = None) -> argparse.ArgumentParser:
+    def add(
+        self, name: str, help: str, handler: Handler, arguments: Arguments | None = None
+    ) -> argparse.ArgumentParser:
         """Registers a sub-command; `arguments(parser)` declares its arguments."""
         parser = self._commands.add_parser(name, help=help)
         if arguments is not None:
@@ -89,8 +91,14 @@ class CommandLine:
             chosen = plan()
             rebuild = chosen.rebuild
             code: int = copy_to_postgres.run(
-                chosen.history, chosen.source_url, args.url, streams.out, streams.err,
-                derived=chosen.derived, rebuild=None if rebuild is None else lambda: rebuild(args.url))
+                chosen.history,
+                chosen.source_url,
+                args.url,
+                streams.out,
+                streams.err,
+                derived=chosen.derived,
+                rebuild=None if rebuild is None else lambda: rebuild(args.url),
+            )
             return code
 
         def arguments(parser: argparse.ArgumentParser) -> None:
@@ -98,8 +106,13 @@ class CommandLine:
 
         self.add("copy-to-postgres", COPY_HELP, copy, arguments)
 
-    def main(self, argv: Sequence[str] | None = None, stdin: TextIO | None = None,
-             out: TextIO | None = None, err: TextIO | None = None) -> int:
+    def main(
+        self,
+        argv: Sequence[str] | None = None,
+        stdin: TextIO | None = None,
+        out: TextIO | None = None,
+        err: TextIO | None = None,
+    ) -> int:
         """Parses `argv` (the process's arguments by default), runs the command, returns
         its exit code."""
         args = self.parser.parse_args(argv)

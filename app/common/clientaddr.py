@@ -1,6 +1,7 @@
 """The address a request came from. nginx in front sets X-Real-IP; the header is
 believed only when the direct peer is loopback (nginx on the same host), never
 from a client on the network."""
+
 import ipaddress
 from collections.abc import Mapping
 from typing import Any

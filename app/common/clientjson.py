@@ -6,6 +6,7 @@ for JSON nested deeper than MAX_JSON_DEPTH, instead of the RecursionError json.l
 raises near 1,000 levels (a 500) or a structure deep enough to exhaust the stack of
 the code below it (marshmallow, jsonify, the database's JSON functions).
 """
+
 import json
 from typing import Any
 

@@ -9,6 +9,7 @@ meaning in one place. The declaration reads the variable with the `env_*` helper
 its kind, and `python -m devtools.reference` writes the reference tables of
 docs/services/ from the declarations, so the documentation cannot drift from the code.
 """
+
 from __future__ import annotations
 
 import os
@@ -86,6 +87,7 @@ def data_dir(service: str) -> str:
 
 # -- declarations ----------------------------------------------------------------------
 
+
 @dataclass(frozen=True, kw_only=True)
 class Variable:
     """One environment variable: its `name`, what it means (`doc`, one sentence or
@@ -131,8 +133,12 @@ class Integer(Variable):
     def read(self, default: int | None = None, minimum: int | None = None) -> int:
         """The value; `default` and `minimum` replace the declared ones when they
         depend on another variable."""
-        return env_int(self.name, self.default if default is None else default,
-                       self.minimum if minimum is None else minimum, self.maximum)
+        return env_int(
+            self.name,
+            self.default if default is None else default,
+            self.minimum if minimum is None else minimum,
+            self.maximum,
+        )
 
     def reference(self) -> tuple[str, str]:
         return (_shown(self.shown_default, self.default), "integer" + _bounds(self.minimum, self.maximum))
@@ -225,34 +231,68 @@ class Variables:
 
 # What every service reads: the process model (DESIGN.md) and the shared mechanisms.
 SHARED = Variables("every service")
-SERVICE = SHARED.add(Variable(
-    name="SERVICE", values="workspace | decks | notebook | audio | wizard",
-    doc="Which service this process is (wsgi.py, gunicorn.conf.py); anything else stops the start."))
-HOST = SHARED.add(Variable(
-    name="HOST", shown_default="`127.0.0.1`", values="address",
-    doc="The address gunicorn binds (gunicorn.conf.py)."))
-PORT = SHARED.add(Variable(
-    name="PORT", shown_default="the service's loopback port", values="port",
-    doc="The port gunicorn binds (gunicorn.conf.py)."))
-WEB_CONCURRENCY = SHARED.add(Variable(
-    name="WEB_CONCURRENCY", shown_default="`1`", values="integer",
-    doc="gunicorn's worker processes. More than one needs REDIS_URL in a service that keeps shared state."))
-WORKER_CONNECTIONS = SHARED.add(Variable(
-    name="WORKER_CONNECTIONS", shown_default="`4096`", values="integer",
-    doc="The connections one gevent worker holds at once (gunicorn.conf.py)."))
-DATA_DIR = SHARED.add(Text(
-    name="DATA_DIR", shown_default="`./var/<service>`", values="path",
-    doc="The root of the service's stored data, made absolute; the layout below it is created lazily."))
-REDIS_URL = SHARED.add(Text(
-    name="REDIS_URL", values="redis:// or rediss:// URL",
-    doc="Redis for live events, rate limits and locks shared by several workers or hosts; "
-        "blank: all of it in the process. A secret (it may hold a password)."))
+SERVICE = SHARED.add(
+    Variable(
+        name="SERVICE",
+        values="workspace | decks | notebook | audio | wizard",
+        doc="Which service this process is (wsgi.py, gunicorn.conf.py); anything else stops the start.",
+    )
+)
+HOST = SHARED.add(
+    Variable(
+        name="HOST", shown_default="`127.0.0.1`", values="address", doc="The address gunicorn binds (gunicorn.conf.py)."
+    )
+)
+PORT = SHARED.add(
+    Variable(
+        name="PORT",
+        shown_default="the service's loopback port",
+        values="port",
+        doc="The port gunicorn binds (gunicorn.conf.py).",
+    )
+)
+WEB_CONCURRENCY = SHARED.add(
+    Variable(
+        name="WEB_CONCURRENCY",
+        shown_default="`1`",
+        values="integer",
+        doc="gunicorn's worker processes. More than one needs REDIS_URL in a service that keeps shared state.",
+    )
+)
+WORKER_CONNECTIONS = SHARED.add(
+    Variable(
+        name="WORKER_CONNECTIONS",
+        shown_default="`4096`",
+        values="integer",
+        doc="The connections one gevent worker holds at once (gunicorn.conf.py).",
+    )
+)
+DATA_DIR = SHARED.add(
+    Text(
+        name="DATA_DIR",
+        shown_default="`./var/<service>`",
+        values="path",
+        doc="The root of the service's stored data, made absolute; the layout below it is created lazily.",
+    )
+)
+REDIS_URL = SHARED.add(
+    Text(
+        name="REDIS_URL",
+        values="redis:// or rediss:// URL",
+        doc="Redis for live events, rate limits and locks shared by several workers or hosts; "
+        "blank: all of it in the process. A secret (it may hold a password).",
+    )
+)
 
 # What a service that calls an outside provider over HTTPS also reads (app.common.provider_http).
 OUTBOUND = Variables("services that call providers")
-REQUESTS_CA_BUNDLE = OUTBOUND.add(Variable(
-    name="REQUESTS_CA_BUNDLE", values="path",
-    doc="A CA bundle that provider certificates are checked against instead of the system's."))
-CURL_CA_BUNDLE = OUTBOUND.add(Variable(
-    name="CURL_CA_BUNDLE", values="path",
-    doc="The same, when REQUESTS_CA_BUNDLE is not set."))
+REQUESTS_CA_BUNDLE = OUTBOUND.add(
+    Variable(
+        name="REQUESTS_CA_BUNDLE",
+        values="path",
+        doc="A CA bundle that provider certificates are checked against instead of the system's.",
+    )
+)
+CURL_CA_BUNDLE = OUTBOUND.add(
+    Variable(name="CURL_CA_BUNDLE", values="path", doc="The same, when REQUESTS_CA_BUNDLE is not set.")
+)

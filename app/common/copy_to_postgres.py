@@ -10,6 +10,7 @@ is exactly what the service would have created; rows go through the models (each
 value read by its field and written by it again), then the serial columns'
 sequences move past the copied ids.
 """
+
 from __future__ import annotations
 
 import sys
@@ -29,8 +30,9 @@ class CopyRefused(Exception):
     pass
 
 
-def copy_database(history: History, source_url: str, target_url: str, out: TextIO = sys.stdout,
-                  derived: Collection[type[Model]] = ()) -> list[tuple[str, int, int]]:
+def copy_database(
+    history: History, source_url: str, target_url: str, out: TextIO = sys.stdout, derived: Collection[type[Model]] = ()
+) -> list[tuple[str, int, int]]:
     """Copy every table of `history`'s models but the `derived` ones (an index that
     differs by engine, rebuilt by the caller); returns [(table, source rows, target rows)]."""
     if not target_url.startswith(("postgresql://", "postgres://")):
@@ -62,8 +64,10 @@ def _refuse_unless_empty(target: Database) -> None:
     with target.connection_context():
         tables = [t for t in target.get_tables() if t != HISTORY_TABLE]
     if tables:
-        raise CopyRefused(f"the target database is not empty (it has {len(tables)} tables, such as "
-                          f"{', '.join(sorted(tables)[:3])}): give an empty database")
+        raise CopyRefused(
+            f"the target database is not empty (it has {len(tables)} tables, such as "
+            f"{', '.join(sorted(tables)[:3])}): give an empty database"
+        )
 
 
 def _empty_seeded_tables(target: Database, models: Sequence[type[Model]]) -> None:
@@ -101,7 +105,8 @@ def _advance_sequences(target: Database, models: Sequence[type[Model]]) -> None:
             table, column = model._meta.table_name, key.column_name
             target.execute_sql(
                 f"SELECT setval(pg_get_serial_sequence('\"{table}\"', '{column}'), "
-                f"COALESCE(MAX(\"{column}\"), 1), MAX(\"{column}\") IS NOT NULL) FROM \"{table}\"")
+                f'COALESCE(MAX("{column}"), 1), MAX("{column}") IS NOT NULL) FROM "{table}"'
+            )
 
 
 def _count(database: Database, model: type[Model]) -> int:
@@ -120,8 +125,15 @@ def report(counts: Sequence[tuple[str, int, int]], out: TextIO) -> bool:
     return all(s == t for _, s, t in counts)
 
 
-def run(history: History, source_url: str, target_url: str, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
-        derived: Collection[type[Model]] = (), rebuild: Callable[[], str] | None = None) -> int:
+def run(
+    history: History,
+    source_url: str,
+    target_url: str,
+    out: TextIO = sys.stdout,
+    err: TextIO = sys.stderr,
+    derived: Collection[type[Model]] = (),
+    rebuild: Callable[[], str] | None = None,
+) -> int:
     """The command's body: exit code 0 when copied and counted equal. `rebuild()` then
     makes the `derived` tables on the target."""
     try:
@@ -135,4 +147,3 @@ def run(history: History, source_url: str, target_url: str, out: TextIO = sys.st
     if rebuild is not None:
         out.write(rebuild() + "\n")
     return 0
-

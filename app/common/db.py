@@ -9,6 +9,7 @@
 psycopg 3, which yields to other greenlets while it waits on the server (gevent
 patches `select`, which psycopg uses from 3.1.14 on).
 """
+
 import json
 import os
 import sqlite3
@@ -47,22 +48,27 @@ def connect_database(proxy: DatabaseProxy, url: str, history: History, pool: boo
     job worker's threads keep one connection each)."""
     db: Database
     if url.startswith("sqlite:///"):
-        path = url[len("sqlite:///"):]
+        path = url[len("sqlite:///") :]
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         switch_to_wal(path)
         # Pooled: each request runs in a greenlet of its own, and opening a connection
         # (with its pragmas) per request would cost more than the request's queries.
         pragmas = {"foreign_keys": 1, "busy_timeout": 10000, "synchronous": "normal"}
         if pool:
-            db = connect("sqlite+pool://" + url[len("sqlite://"):], max_connections=64, stale_timeout=300,
-                         pragmas=pragmas)
+            db = connect(
+                "sqlite+pool://" + url[len("sqlite://") :], max_connections=64, stale_timeout=300, pragmas=pragmas
+            )
         else:
             db = connect(url, pragmas=pragmas)
     elif url.startswith(("postgresql://", "postgres://")):
         # Each checkout pings the connection (peewee's pool), so connections cut by a
         # server restart are dropped, not handed to a request.
-        db = connect("psycopg3+pool://" + url.split("://", 1)[1], max_connections=POSTGRES_POOL_SIZE,
-                     stale_timeout=300, timeout=POOL_WAIT_SECONDS)
+        db = connect(
+            "psycopg3+pool://" + url.split("://", 1)[1],
+            max_connections=POSTGRES_POOL_SIZE,
+            stale_timeout=300,
+            timeout=POOL_WAIT_SECONDS,
+        )
     else:
         # The URL may carry a password: only its scheme is shown.
         raise ConfigError(f"DATABASE_URL must be sqlite:///<path> or postgresql://..., got {url.split(':', 1)[0]}:...")
@@ -161,8 +167,7 @@ DATABASE_UNAVAILABLE = (OperationalError, InterfaceError)
 def unavailable_error(exc: Exception) -> Unavailable:
     """The 503 that answers a request whose database went away under it (a restart,
     a lost host): the pool drops the broken connection, so later requests reconnect."""
-    return Unavailable("the database is unavailable; try again shortly", detail=str(exc).strip()[:200],
-                       retry_after=2)
+    return Unavailable("the database is unavailable; try again shortly", detail=str(exc).strip()[:200], retry_after=2)
 
 
 # The key of PostgreSQL's transaction-level advisory lock that write_transaction takes

@@ -6,6 +6,7 @@ the Flask-free modules below them raise a kind of `Failure` (app.common.failures
 NotFound, Conflict, Invalid, ...) or any werkzeug HTTPException, and never build error
 responses by hand. This is the one place where a failure becomes a response.
 """
+
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -29,8 +30,13 @@ def error_with_field(status: int, message: str, extra: Mapping[str, Any]) -> dic
     return body
 
 
-def _respond(error_body: ErrorBody, status: int, message: str, extra: Mapping[str, Any] | None = None,
-             headers: Mapping[str, str] | None = None) -> Response:
+def _respond(
+    error_body: ErrorBody,
+    status: int,
+    message: str,
+    extra: Mapping[str, Any] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> Response:
     response = jsonify(error_body(status, message, extra or {}))
     response.status_code = status
     for name, value in (headers or {}).items():
@@ -55,8 +61,9 @@ def register(app: Flask, error_body: ErrorBody) -> None:
     @app.errorhandler(Failure)
     def api_error(exc: Failure) -> Response:
         retry = exc.extra.get("retry_after")
-        return _respond(error_body, exc.status, exc.message, exc.extra,
-                        headers={"Retry-After": str(retry)} if retry else None)
+        return _respond(
+            error_body, exc.status, exc.message, exc.extra, headers={"Retry-After": str(retry)} if retry else None
+        )
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> Response:

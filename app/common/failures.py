@@ -7,6 +7,7 @@ place that turns any of them into the service's error body, and a job worker rec
 the message as the job's error. Domain modules raise the kind (`NotFound("no such
 notebook")`); a route that must answer with a status no kind names uses `ApiError`.
 """
+
 from typing import Any
 
 
@@ -23,26 +24,31 @@ class Failure(Exception):
 
 class Invalid(Failure):
     """The input is wrong: a field, a body, a query."""
+
     status = 400
 
 
 class Unauthenticated(Failure):
     """No credentials, or credentials that are not valid."""
+
     status = 401
 
 
 class Forbidden(Failure):
     """The caller is known and may not do this."""
+
     status = 403
 
 
 class NotFound(Failure):
     """No such thing, or none the caller may see."""
+
     status = 404
 
 
 class Conflict(Failure):
     """The thing exists already, or is in a state that does not allow this."""
+
     status = 409
 
 
@@ -52,6 +58,7 @@ class TooLarge(Failure):
 
 class UnsupportedType(Failure):
     """A body in a media type the route does not take."""
+
     status = 415
 
 
@@ -61,16 +68,19 @@ class TooManyRequests(Failure):
 
 class UpstreamFailed(Failure):
     """A provider, an agent or another peer refused or answered something unusable."""
+
     status = 502
 
 
 class Unavailable(Failure):
     """Not now: a provider not configured, a database or a peer down, a stop under way."""
+
     status = 503
 
 
 class UpstreamTimeout(Failure):
     """A peer did not answer in time."""
+
     status = 504
 
 

@@ -1,4 +1,5 @@
 """File-system helpers: atomic writes, JSON files and containment checks."""
+
 import json
 import os
 import uuid
@@ -59,9 +60,9 @@ def swap_into_place(new_dir: str, target: str) -> bool:
         os.rename(new_dir, target)
         return False
     import ctypes
+
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.renameat2(_AT_FDCWD, os.fsencode(new_dir), _AT_FDCWD, os.fsencode(target),
-                      _RENAME_EXCHANGE) != 0:
+    if libc.renameat2(_AT_FDCWD, os.fsencode(new_dir), _AT_FDCWD, os.fsencode(target), _RENAME_EXCHANGE) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, os.strerror(errno), target)
     return True

@@ -11,6 +11,7 @@ itself is never overwritten. Answers of the workspace's app proxy are the apps' 
 pages: the route marks them with `request.environ[APP_PROXY] = True` and gets none of
 these headers (the proxy sets its own, such as a sandbox CSP).
 """
+
 import functools
 from collections.abc import Callable
 from typing import Any, ParamSpec
@@ -25,7 +26,7 @@ POLICY = {
     "default-src": "'self'",
     "script-src": "'self'",
     "style-src": "'self'",
-    "img-src": "'self' data: blob:",   # blob: the wizard's preview of a picked file
+    "img-src": "'self' data: blob:",  # blob: the wizard's preview of a picked file
     "connect-src": "'self'",
     "object-src": "'none'",
     "base-uri": "'none'",
@@ -60,7 +61,9 @@ def content_security_policy(**changes: str) -> Callable[[Callable[P, Any]], Call
             response = make_response(view(*args, **kwargs))
             response.headers.setdefault("Content-Security-Policy", value)
             return response
+
         return wrapper
+
     return decorate
 
 

@@ -4,6 +4,7 @@ once instead of holding the worker until gunicorn's graceful time-out.
 `install()` chains a handler in front of the one gunicorn set, so gunicorn's own
 handling still runs. It is called by wsgi.py, the production entry point.
 """
+
 import signal
 from collections.abc import Callable
 from types import FrameType

@@ -7,6 +7,7 @@ format characters that reorder or hide text become `\\n`, `\\x85`, `\\u2028`... 
 value a client chose (a path with %0a, a client error report) can never start a
 line of its own that looks like the service's. Tracebacks, appended after the
 message, keep their lines."""
+
 import logging
 import re
 import sys
@@ -19,8 +20,9 @@ _SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 def escape(text: str) -> str:
     """`text` with every character of _UNSAFE written as an escape."""
-    return _UNSAFE.sub(lambda m: _SHORT.get(m[0]) or (f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100
-                                                        else f"\\u{ord(m[0]):04x}"), text)
+    return _UNSAFE.sub(
+        lambda m: _SHORT.get(m[0]) or (f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}"), text
+    )
 
 
 class EscapingFormatter(logging.Formatter):

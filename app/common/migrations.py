@@ -23,6 +23,7 @@ lock held by the transaction), so each step runs exactly once:
 
 The history lives in the table `schema_migrations (version, name, applied_at)`.
 """
+
 import hashlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -74,12 +75,14 @@ class History:
 def bring_up_to_date(db: Database, history: History) -> int:
     """Apply what `history` has that the database lacks; returns the version it is at."""
     with db.connection_context(), _foreign_keys_deferred(db), _locked(db, history.service):
-        db.execute_sql(f"CREATE TABLE IF NOT EXISTS {HISTORY_TABLE} (version INTEGER PRIMARY KEY, "
-                       "name VARCHAR(200) NOT NULL, applied_at VARCHAR(40) NOT NULL)")
+        db.execute_sql(
+            f"CREATE TABLE IF NOT EXISTS {HISTORY_TABLE} (version INTEGER PRIMARY KEY, "
+            "name VARCHAR(200) NOT NULL, applied_at VARCHAR(40) NOT NULL)"
+        )
         current: int | None = db.execute_sql(f"SELECT MAX(version) FROM {HISTORY_TABLE}").fetchone()[0]
         if current is None:
             if db.table_exists(history.models[0]._meta.table_name):
-                _record(db, history.steps[0])           # release 0.1.0's database
+                _record(db, history.steps[0])  # release 0.1.0's database
                 current = 1
             else:
                 _create(db, history)
@@ -87,7 +90,8 @@ def bring_up_to_date(db: Database, history: History) -> int:
         if current > history.newest:
             raise SchemaTooNew(
                 f"the {history.service} database is at schema version {current}, newer than this code's "
-                f"{history.newest}: run the release that migrated it, or a newer one")
+                f"{history.newest}: run the release that migrated it, or a newer one"
+            )
         migrator = SchemaMigrator.from_database(db)
         for step in history.steps[current:]:
             step.apply(db, migrator)  # type: ignore[misc]  # only step 1 has none, and it never runs here
@@ -99,8 +103,10 @@ def bring_up_to_date(db: Database, history: History) -> int:
 def applied_versions(db: Database) -> list[tuple[Any, ...]]:
     """The recorded history: [(version, name, applied_at)], oldest first."""
     with db.connection_context():
-        return [tuple(row) for row in
-                db.execute_sql(f"SELECT version, name, applied_at FROM {HISTORY_TABLE} ORDER BY version")]
+        return [
+            tuple(row)
+            for row in db.execute_sql(f"SELECT version, name, applied_at FROM {HISTORY_TABLE} ORDER BY version")
+        ]
 
 
 def _create(db: Database, history: History) -> None:
@@ -112,8 +118,10 @@ def _create(db: Database, history: History) -> None:
 
 
 def _record(db: Database, step: Step) -> None:
-    db.execute_sql(f"INSERT INTO {HISTORY_TABLE} (version, name, applied_at) VALUES (?, ?, ?)"
-                   .replace("?", db.param), (step.version, step.name, utc_timestamp()))
+    db.execute_sql(
+        f"INSERT INTO {HISTORY_TABLE} (version, name, applied_at) VALUES (?, ?, ?)".replace("?", db.param),
+        (step.version, step.name, utc_timestamp()),
+    )
 
 
 @contextmanager

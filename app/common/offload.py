@@ -1,5 +1,6 @@
 """Blocking work (file I/O that may stall, fsync, CPU-heavy parsing) runs in gevent's
 threadpool so that the worker's loop keeps serving other greenlets."""
+
 from __future__ import annotations
 
 import sys
@@ -53,10 +54,12 @@ def native_lock() -> LockType:
     guards work done in the threadpool's real threads, where a gevent lock (tied to one
     hub) does not belong. Hold it briefly when a greenlet takes it: it blocks the loop."""
     from gevent import monkey
+
     if monkey.is_module_patched("threading"):
         lock: LockType = monkey.get_original("threading", "Lock")()
         return lock
     import threading
+
     return threading.Lock()
 
 

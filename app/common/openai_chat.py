@@ -10,6 +10,7 @@ the notebook reads past records that carry an error or no chunk, and takes a str
 that stops without `[DONE]` as ended; the wizard refuses both.
 
 Every failure is `wording.error(502, message)`, as the transport's are."""
+
 from __future__ import annotations
 
 import json
@@ -36,14 +37,14 @@ class ChatWording(Protocol):
 
     name: str
     api_key: str
-    no_message: str           # a whole answer without choices[0].message
-    no_text: str              # ... whose content is not text
+    no_message: str  # a whole answer without choices[0].message
+    no_text: str  # ... whose content is not text
     model_refused: str | None  # ... with a `refusal` instead ({refusal}); None: no_text
-    stream_not_json: str      # a record that is not JSON
-    stream_not_object: str    # a record that is JSON but not an object
+    stream_not_json: str  # a record that is not JSON
+    stream_not_object: str  # a record that is JSON but not an object
     stream_bad_choice: str | None  # an object whose choices/delta are not a chunk's; None: skipped
     stream_error: str | None  # a record carrying `error` ({detail}); None: skipped
-    stream_too_large: str     # the streamed content past the limit ({limit})
+    stream_too_large: str  # the streamed content past the limit ({limit})
     stream_incomplete: str | None  # ended with no [DONE] and no finish_reason; None: accepted
     whole_when_not_streamed: bool  # an answer that is not text/event-stream: read it whole
 
@@ -89,8 +90,9 @@ def request_body(model: str, messages: list[dict[str, str]], **extra: Any) -> di
     return {"model": model, "messages": messages, **extra}
 
 
-def complete(post: Post, wording: ChatWording, body: dict[str, Any], *,
-             limit: int | None = None, loads: JsonLoads | None = None) -> ChatAnswer:
+def complete(
+    post: Post, wording: ChatWording, body: dict[str, Any], *, limit: int | None = None, loads: JsonLoads | None = None
+) -> ChatAnswer:
     """One chat completion, answered whole."""
     exchange = post(body)
     try:
@@ -99,8 +101,9 @@ def complete(post: Post, wording: ChatWording, body: dict[str, Any], *,
         exchange.close()
 
 
-def stream(post: Post, wording: ChatWording, body: dict[str, Any], *,
-           limit: int | None = None, loads: JsonLoads | None = None) -> Iterator[ChatDelta]:
+def stream(
+    post: Post, wording: ChatWording, body: dict[str, Any], *, limit: int | None = None, loads: JsonLoads | None = None
+) -> Iterator[ChatDelta]:
     """One chat completion, streamed (`stream: true` is added to `body`): its records'
     deltas as they arrive. The connection closes when the stream ends or is dropped."""
     exchange = post(dict(body, stream=True))
@@ -144,8 +147,7 @@ def answer_of(payload: Any, wording: ChatWording) -> ChatAnswer:
     return ChatAnswer(content, reported_model(payload))
 
 
-def deltas(records: Iterable[ChatRecord], wording: ChatWording,
-           limit: int | None = None) -> Iterator[ChatDelta]:
+def deltas(records: Iterable[ChatRecord], wording: ChatWording, limit: int | None = None) -> Iterator[ChatDelta]:
     """The deltas of a chat-completion stream's records, up to `data: [DONE]`."""
     finished, size = False, 0
     for record in records:
@@ -189,8 +191,9 @@ def _delta(event: dict[str, Any]) -> tuple[ChatDelta, bool]:
         return ChatDelta("", "", finished, model), False
     content = delta.get("content")
     reason = delta.get("reasoning_content") or delta.get("reasoning")
-    return ChatDelta(content if isinstance(content, str) else "",
-                     reason if isinstance(reason, str) else "", finished, model), True
+    return ChatDelta(
+        content if isinstance(content, str) else "", reason if isinstance(reason, str) else "", finished, model
+    ), True
 
 
 def reported_model(payload: Any) -> str | None:

@@ -32,6 +32,7 @@ service names its own subclass), worded by the service's Wording: 504 for time, 
 for an unreachable provider, a refusal, a cut-off, oversized or non-JSON answer. The
 request (its headers carry the key) is never shown; the provider's own error text
 only where the service asks for it, and then redacted."""
+
 from __future__ import annotations
 
 import contextlib
@@ -57,8 +58,8 @@ from app.common.sse_client import records as sse_records
 READ_SIZE = 64 * 1024
 MAX_JSON_BYTES = 32 * 1024 * 1024
 ERROR_BODY_BYTES = 16 * 1024  # of a refusal's body, read for the provider's own words
-POOL_SIZE = 512     # idle keep-alive connections kept per provider host
-MAX_SESSIONS = 32   # distinct pool keys; the oldest is dropped past it
+POOL_SIZE = 512  # idle keep-alive connections kept per provider host
+MAX_SESSIONS = 32  # distinct pool keys; the oldest is dropped past it
 REDIRECTS = (301, 302, 303, 307, 308)
 SECRETISH = re.compile(r"\b(sk|pk|key|api|token|bearer)[-_A-Za-z0-9*.]{6,}", re.IGNORECASE)
 
@@ -145,10 +146,16 @@ def error_text(payload: object, api_key: str = "") -> str:
 
 def _cause(exc: BaseException) -> str:
     text = str(exc).lower()
-    for words, label in (("refused", "connection refused"), ("reset", "connection reset"),
-                         ("aborted", "connection closed"), ("remotedisconnected", "connection closed"),
-                         ("name or service", "unknown host"), ("resolution", "unknown host"),
-                         ("ssl", "TLS error"), ("certificate", "TLS error")):
+    for words, label in (
+        ("refused", "connection refused"),
+        ("reset", "connection reset"),
+        ("aborted", "connection closed"),
+        ("remotedisconnected", "connection closed"),
+        ("name or service", "unknown host"),
+        ("resolution", "unknown host"),
+        ("ssl", "TLS error"),
+        ("certificate", "TLS error"),
+    ):
         if words in text:
             return label
     return "connection failed"
@@ -224,13 +231,21 @@ def _head_deadline(seconds: float) -> AbstractContextManager[object]:
 
 # -- one exchange ------------------------------------------------------------------------
 
+
 class Exchange:
     """One request and its response, read within `deadline`, through the pool of
     (`pool`, `base_url`); failures are `wording`'s. Use it as a context manager, or
     close() it: a body left part-read closes its connection."""
 
-    def __init__(self, wording: Wording, deadline: Deadline, base_url: str, connect_timeout: float, pool: str = "",
-                 environment: bool = False) -> None:
+    def __init__(
+        self,
+        wording: Wording,
+        deadline: Deadline,
+        base_url: str,
+        connect_timeout: float,
+        pool: str = "",
+        environment: bool = False,
+    ) -> None:
         self.wording, self.deadline, self.base_url = wording, deadline, base_url
         self.connect_timeout, self.pool = connect_timeout, pool
         self.environment = environment  # take proxies and the CA bundle from the environment
@@ -269,12 +284,14 @@ class Exchange:
             proxies, verify = _environment_settings(url) if self.environment else ({}, True)
             with _head_deadline(left):
                 self.response = session.get_adapter(cast(str, request.url)).send(  # prepare() set the URL
-                    request, stream=True, timeout=timeout, verify=verify, proxies=proxies)
+                    request, stream=True, timeout=timeout, verify=verify, proxies=proxies
+                )
         except _HeadTimeout:
             raise self._timed_out() from None
         except requests.exceptions.ConnectTimeout:
-            raise wording.fail(504, wording.connect_timed_out, seconds=self.deadline.seconds,
-                               connect=self.connect_timeout) from None
+            raise wording.fail(
+                504, wording.connect_timed_out, seconds=self.deadline.seconds, connect=self.connect_timeout
+            ) from None
         except requests.exceptions.ReadTimeout:
             raise self._timed_out() from None
         except requests.exceptions.ConnectionError as exc:

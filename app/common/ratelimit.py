@@ -9,6 +9,7 @@ worker on its own), `RedisRateLimiter` in Redis for every process of the deploym
 instead: a number of free attempts, then a delay that doubles with each further one
 (sign-in failures).
 """
+
 import hashlib
 import logging
 import math
@@ -34,8 +35,9 @@ class RateLimiter(Protocol):
 class LocalRateLimiter:
     """Counts in this process."""
 
-    def __init__(self, limit: int, window_seconds: float, clock: Callable[[], float] = time.monotonic,
-                 max_keys: int = 100_000) -> None:
+    def __init__(
+        self, limit: int, window_seconds: float, clock: Callable[[], float] = time.monotonic, max_keys: int = 100_000
+    ) -> None:
         self.limit, self.window, self._clock, self.max_keys = limit, window_seconds, clock, max_keys
         self._hits: defaultdict[Hashable, deque[float]] = defaultdict(deque)
 
@@ -78,7 +80,9 @@ def _seconds(wait_ms: int) -> int | None:
 # One sorted set per key, scored by the time of each allowed attempt (in ms, Redis's
 # own clock, so that hosts whose clocks differ count alike). Atomic: a script runs
 # alone in Redis, so two workers cannot both take the last place.
-_HIT = _NOW_MS + """
+_HIT = (
+    _NOW_MS
+    + """
 local window_ms, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_ms - window_ms)
 if redis.call('ZCARD', KEYS[1]) >= limit then
@@ -89,6 +93,7 @@ redis.call('ZADD', KEYS[1], now_ms, ARGV[3])
 redis.call('PEXPIRE', KEYS[1], window_ms)
 return -1
 """
+)
 
 
 class RedisRateLimiter:
@@ -104,11 +109,13 @@ class RedisRateLimiter:
 
     def hit(self, key: Hashable) -> int | None:
         try:
-            wait_ms: int = self._script(keys=[self._key(key)],
-                                   args=[int(self.window * 1000), self.limit, secrets.token_hex(8)])
+            wait_ms: int = self._script(
+                keys=[self._key(key)], args=[int(self.window * 1000), self.limit, secrets.token_hex(8)]
+            )
         except redis.RedisError as exc:
-            log.warning("rate limit %s counted in this process only: Redis failed: %s", self._name,
-                        redis_client.describe(exc))
+            log.warning(
+                "rate limit %s counted in this process only: Redis failed: %s", self._name, redis_client.describe(exc)
+            )
             return self._fallback.hit(key)
         return _seconds(wait_ms)
 
@@ -127,6 +134,7 @@ def limiter(name: str, limit: int, window_seconds: float) -> RateLimiter:
 
 
 # --------------------------------------------------------------------------- back-off on failures
+
 
 class Backoff(Protocol):
     """Slows a key down after a number of free attempts (LocalBackoff says how)."""
@@ -153,8 +161,15 @@ class LocalBackoff:
     the key. A key with no attempt for `forget` seconds past its delay is forgotten.
     Counted in this process; `backoff()` gives the Redis one when REDIS_URL is set."""
 
-    def __init__(self, free: int, first_delay: float, max_delay: float, forget: float,
-                 clock: Callable[[], float] = time.monotonic, max_keys: int = 100_000) -> None:
+    def __init__(
+        self,
+        free: int,
+        first_delay: float,
+        max_delay: float,
+        forget: float,
+        clock: Callable[[], float] = time.monotonic,
+        max_keys: int = 100_000,
+    ) -> None:
         self.free, self.first, self.max, self.forget = free, first_delay, max_delay, forget
         self._clock, self.max_keys = clock, max_keys
         self._state: dict[Hashable, list[float]] = {}  # key -> [count, not_before, forgotten_at]
@@ -191,7 +206,9 @@ class LocalBackoff:
 
 # KEYS[1]: a hash {count, not_before (ms, Redis's clock)}. ARGV: free, first delay ms,
 # max delay ms, forget ms. Answers -1 when allowed, else the ms to wait.
-_ATTEMPT = _NOW_MS + """
+_ATTEMPT = (
+    _NOW_MS
+    + """
 local free, first, most, forget = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local state = redis.call('HMGET', KEYS[1], 'count', 'not_before')
 local count, not_before = tonumber(state[1]) or 0, tonumber(state[2]) or 0
@@ -206,6 +223,7 @@ redis.call('HSET', KEYS[1], 'count', count, 'not_before', not_before)
 redis.call('PEXPIRE', KEYS[1], math.max(not_before - now_ms, 0) + forget)
 return -1
 """
+)
 _FORGIVE = """
 local count = tonumber(redis.call('HGET', KEYS[1], 'count')) or 0
 if count <= 1 then
@@ -224,8 +242,9 @@ class RedisBackoff:
     """LocalBackoff's rule counted in Redis across every process (in this process while
     Redis cannot be reached, logged, as RedisRateLimiter does)."""
 
-    def __init__(self, client: redis.Redis, name: str, free: int, first_delay: float, max_delay: float,
-                 forget: float) -> None:
+    def __init__(
+        self, client: redis.Redis, name: str, free: int, first_delay: float, max_delay: float, forget: float
+    ) -> None:
         self._client, self._name = client, name
         self._args = [free, int(first_delay * 1000), int(max_delay * 1000), int(forget * 1000)]
         self._attempt, self._forgive = client.register_script(_ATTEMPT), client.register_script(_FORGIVE)
@@ -235,8 +254,9 @@ class RedisBackoff:
         return _redis_key("backoff", self._name, key)
 
     def _redis_failed(self, exc: redis.RedisError) -> None:
-        log.warning("back-off %s counted in this process only: Redis failed: %s", self._name,
-                    redis_client.describe(exc))
+        log.warning(
+            "back-off %s counted in this process only: Redis failed: %s", self._name, redis_client.describe(exc)
+        )
 
     def attempt(self, key: Hashable) -> int | None:
         try:

@@ -10,6 +10,7 @@ before the app is imported, and redis-py then makes gevent's cooperative sockets
 a Redis call waits without blocking the worker's loop. The URL carries a password:
 it is never logged nor put in an error.
 """
+
 import os
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -30,7 +31,7 @@ PREFIX = "bundle"
 SCHEMES = ("redis://", "rediss://", "unix://")
 T = TypeVar("T")
 
-_clients: dict[str, redis.Redis] = {}   # URL -> its client (tests change the environment between apps)
+_clients: dict[str, redis.Redis] = {}  # URL -> its client (tests change the environment between apps)
 
 
 def configured_url() -> str:
@@ -50,8 +51,13 @@ def for_url(url: str) -> redis.Redis:
     if url not in _clients:
         # A retry on a fresh connection absorbs a pooled connection that a Redis
         # restart cut; more would only hold a request while Redis is down.
-        _clients[url] = _from_url(redis.Redis.from_url, url, retry=Retry(ExponentialBackoff(cap=0.2, base=0.05), 2),
-                                  health_check_interval=30, client_name=connection_name("process"))
+        _clients[url] = _from_url(
+            redis.Redis.from_url,
+            url,
+            retry=Retry(ExponentialBackoff(cap=0.2, base=0.05), 2),
+            health_check_interval=30,
+            client_name=connection_name("process"),
+        )
     return _clients[url]
 
 
@@ -61,8 +67,13 @@ def subscriber_connection(url: str) -> ConnectionInterface:
     it is lost, since its subscriptions are lost with it. Not connected yet."""
     # RESP2: published messages are plain replies, read in turn (RESP3 would hand them
     # to redis-py's push handler instead of to the reader).
-    pool = _from_url(redis.ConnectionPool.from_url, url, retry=Retry(NoBackoff(), 0), protocol=2,
-                     client_name=connection_name("subscriber"))
+    pool = _from_url(
+        redis.ConnectionPool.from_url,
+        url,
+        retry=Retry(NoBackoff(), 0),
+        protocol=2,
+        client_name=connection_name("subscriber"),
+    )
     return pool.make_connection()
 
 
@@ -95,5 +106,7 @@ def _from_url(from_url: Callable[..., T], url: str, **options: Any) -> T:
     try:
         return from_url(url, socket_connect_timeout=CONNECT_TIMEOUT, socket_timeout=COMMAND_TIMEOUT, **options)
     except ValueError:
-        raise ConfigError("REDIS_URL is not a valid Redis URL (redis://[:password@]host:port/db, rediss://..."
-                          " or unix:///path/to/socket?db=N)") from None
+        raise ConfigError(
+            "REDIS_URL is not a valid Redis URL (redis://[:password@]host:port/db, rediss://..."
+            " or unix:///path/to/socket?db=N)"
+        ) from None

@@ -2,6 +2,7 @@
 request id. The query string is left out on purpose: it may carry tokens. The path
 is the client's: the log's formatter (app.common.logsetup) escapes its control
 characters, so a `%0a` in it cannot start a line of its own."""
+
 import logging
 import re
 import time
@@ -39,6 +40,7 @@ def register(app: Flask) -> None:
         # For a stream this is the time to its first byte; the stream logs its end itself.
         identifier = g.get("request_id", "-")
         response.headers["X-Request-Id"] = identifier
-        log_line(request.method, request.path, response.status_code, g.get("request_started", time.monotonic()),
-                 identifier)
+        log_line(
+            request.method, request.path, response.status_code, g.get("request_started", time.monotonic()), identifier
+        )
         return response

@@ -12,6 +12,7 @@ the stream's wait when it is due, so no stream arms a timer per message. A gone
 client is noticed on the next write: the server raises in the write and the
 generator's `finally` closes the subscription.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,6 +40,7 @@ class Subscription(Protocol):
     def interrupt(self) -> None: ...
 
     def close(self) -> None: ...
+
 
 KEEPALIVE_SECONDS = 25.0
 log = logging.getLogger("bundle.sse")
@@ -87,8 +89,9 @@ def comment(text: str) -> bytes:
 KEEPALIVE = comment("keepalive")
 
 
-def _replayed(replay: Iterable[Message], seq_of: SeqOf | None,
-              last_seq: int | None) -> Generator[bytes, None, int | None]:
+def _replayed(
+    replay: Iterable[Message], seq_of: SeqOf | None, last_seq: int | None
+) -> Generator[bytes, None, int | None]:
     """The records of `replay` past `last_seq`; returns the last sequence sent."""
     for message in replay:
         seq = seq_of(message) if seq_of else None
@@ -100,8 +103,14 @@ def _replayed(replay: Iterable[Message], seq_of: SeqOf | None,
     return last_seq
 
 
-def _records(replay: Iterable[Message], subscription: Subscription, seq_of: SeqOf | None, after: int | None,
-             keepalive: float, path: str) -> Iterator[bytes]:
+def _records(
+    replay: Iterable[Message],
+    subscription: Subscription,
+    seq_of: SeqOf | None,
+    after: int | None,
+    keepalive: float,
+    path: str,
+) -> Iterator[bytes]:
     opened = time.monotonic()
     ending = "client gone"  # unless the loop below ends it otherwise
     # The process's one ticker interrupts the wait when a keepalive is due (fixed
@@ -136,13 +145,19 @@ def _records(replay: Iterable[Message], subscription: Subscription, seq_of: SeqO
         log.info("stream %s ended after %.1fs: %s", path, time.monotonic() - opened, ending)
 
 
-def stream_response(replay: Iterable[Message], subscription: Subscription, seq_of: SeqOf | None = None,
-                    after: int | None = None, keepalive: float = KEEPALIVE_SECONDS) -> Response:
+def stream_response(
+    replay: Iterable[Message],
+    subscription: Subscription,
+    seq_of: SeqOf | None = None,
+    after: int | None = None,
+    keepalive: float = KEEPALIVE_SECONDS,
+) -> Response:
     """`after`: the client's cursor; records at or below it are never sent.
     `subscription`: a broker subscription, or anything with its `get()` (None when
     interrupted), `interrupt()` and `close()`."""
-    response = Response(_records(replay, subscription, seq_of, after, keepalive, request.path),
-                        mimetype="text/event-stream")
+    response = Response(
+        _records(replay, subscription, seq_of, after, keepalive, request.path), mimetype="text/event-stream"
+    )
     # The records are bytes already: the server iterates the generator itself, without
     # werkzeug's encoding and closing layers around each record (the server closes it).
     response.direct_passthrough = True

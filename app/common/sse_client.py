@@ -2,6 +2,7 @@
 in whatever pieces they arrive; records out), used for our own streams by command-line
 tools and tests, and for the model providers' streams by the wizard and the notebook.
 Also the reconnect delays (ReconnectBackoff)."""
+
 import json
 from collections.abc import Iterable, Iterator
 from typing import Any

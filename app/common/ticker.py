@@ -15,6 +15,7 @@ are skipped, not bunched. Callbacks run in the ticker greenlet: they must not bl
 The ticker belongs to the loop (gevent's hub) it was asked from, so its callbacks run
 on that loop: one per worker, one per thread where a test runs a loop of its own.
 """
+
 import heapq
 import itertools
 import logging

@@ -1,4 +1,5 @@
 """Timestamps as the bundle writes them: ISO 8601 in UTC with a `Z`."""
+
 from datetime import UTC, datetime
 
 

@@ -9,6 +9,7 @@ The spec's ranges are the browser speech API's; espeak-ng's own scales:
 | pitch | 0–2 (1) | `-p` 0–99 (50) | 50 × pitch, at most 99 |
 | volume | 0–1 (1) | `-a` amplitude 0–200 (100) | 100 × volume |
 """
+
 import struct
 import subprocess
 
@@ -22,16 +23,30 @@ class SpeechFailed(Exception):
 
 
 def espeak_arguments(voice_id: str, rate: float = 1.0, pitch: float = 1.0, volume: float = 1.0) -> list[str]:
-    return ["-v", voice_id, "-s", str(round(175 * rate)), "-p", str(min(99, round(50 * pitch))),
-            "-a", str(round(100 * volume)), "--stdout"]
+    return [
+        "-v",
+        voice_id,
+        "-s",
+        str(round(175 * rate)),
+        "-p",
+        str(min(99, round(50 * pitch))),
+        "-a",
+        str(round(100 * volume)),
+        "--stdout",
+    ]
 
 
 def espeak_wav(binary: str, text: str, voice_id: str, timeout: float, rate: float = 1.0, pitch: float = 1.0) -> bytes:
     """The WAV espeak-ng makes of `text` (given on stdin, never as an argument), for
     callers outside a gevent loop (the notebook's job worker)."""
     try:
-        done = subprocess.run([binary, *espeak_arguments(voice_id, rate, pitch)], input=text.encode(),
-                              capture_output=True, timeout=timeout, check=False)
+        done = subprocess.run(
+            [binary, *espeak_arguments(voice_id, rate, pitch)],
+            input=text.encode(),
+            capture_output=True,
+            timeout=timeout,
+            check=False,
+        )
     except OSError as exc:
         raise SpeechFailed(f"the speech engine cannot be started ({exc.strerror})") from None
     except subprocess.TimeoutExpired:
@@ -50,18 +65,18 @@ def pcm_of_wav(wav: bytes) -> tuple[bytes, int, int]:
         raise SpeechFailed("the speech engine did not answer with a WAV file")
     offset, rate, channels = 12, None, 1
     while offset + 8 <= len(wav):
-        kind, size = struct.unpack("<4sI", wav[offset:offset + 8])
+        kind, size = struct.unpack("<4sI", wav[offset : offset + 8])
         body = offset + 8
         if kind == b"fmt ":
-            audio_format, channels, rate = struct.unpack("<HHI", wav[body:body + 8])
-            bits = struct.unpack("<H", wav[body + 14:body + 16])[0]
+            audio_format, channels, rate = struct.unpack("<HHI", wav[body : body + 8])
+            bits = struct.unpack("<H", wav[body + 14 : body + 16])[0]
             if audio_format != 1 or bits != 16:
                 raise SpeechFailed("the speech engine's WAV is not 16-bit PCM")
         elif kind == b"data":
             if rate is None:
                 raise SpeechFailed("the speech engine's WAV has no format chunk")
             end = body + size if body + size <= len(wav) else len(wav)
-            return wav[body:end - ((end - body) % (2 * channels))], rate, channels
+            return wav[body : end - ((end - body) % (2 * channels))], rate, channels
         offset = body + size + (size & 1)
     raise SpeechFailed("the speech engine's WAV has no audio data")
 

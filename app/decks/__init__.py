@@ -3,6 +3,7 @@ sessions with an append-only event log, a live SSE stream, and scribble overlays
 
 Routes: `pages` (the HTML pages, with the static files and templates) and `api` (the
 JSON API, the health route), each module with its own blueprint."""
+
 from app.decks import settings
 
 # The largest body the service takes, as at the proxy: the scribble upload.
@@ -18,6 +19,7 @@ def error_body(status, message, extra):
 
 def init_app(app):
     from app.decks import api, pages
+
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.config.setdefault("DECKS_MAX_LOG_BYTES", settings.MAX_LOG_BYTES.read())
     app.register_blueprint(pages.bp)

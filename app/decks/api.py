@@ -1,4 +1,5 @@
 """JSON API of the deck review service."""
+
 import os
 
 from flask import Blueprint, jsonify, request, send_from_directory
@@ -47,8 +48,7 @@ def get_asset(deck_id, asset):
     if not layout.valid_id(deck_id):
         raise NotFound("no such asset")
     # send_from_directory refuses any path that escapes the directory (404).
-    response = send_from_directory(os.path.join(layout.deck_dir(deck_id), "assets"), asset,
-                                   max_age=300)
+    response = send_from_directory(os.path.join(layout.deck_dir(deck_id), "assets"), asset, max_age=300)
     response.headers["X-Content-Type-Options"] = "nosniff"
     response.headers["Content-Security-Policy"] = "sandbox; default-src 'none'; style-src 'unsafe-inline'"
     return response
@@ -63,8 +63,7 @@ def import_deck():
     existed = os.path.exists(layout.deck_json(data["id"]))
     blocking(importer.build, deck)
     summary = {k: deck[k] for k in decks.SUMMARY_FIELDS}
-    return {**summary, "asset_count": len(deck["assets"]), "warnings": deck["warnings"]}, \
-        200 if existed else 201
+    return {**summary, "asset_count": len(deck["assets"]), "warnings": deck["warnings"]}, 200 if existed else 201
 
 
 @bp.get("/api/sessions")
@@ -131,16 +130,14 @@ def page_events(session_id):
     limit = query_int(request.args, "limit", 100, minimum=1, maximum=MAX_PAGE)
     events = sessions.events(session_id, after, limit + 1)
     page = events[:limit]
-    return {"events": page, "has_more": len(events) > limit,
-            "next_after": page[-1]["seq"] if page else after}
+    return {"events": page, "has_more": len(events) > limit, "next_after": page[-1]["seq"] if page else after}
 
 
 @bp.get("/api/sessions/<session_id>/stream")
 def stream(session_id):
     """A session's events as Server-Sent Events: those after `after` (or Last-Event-ID), then each new one live."""
     sessions.require(session_id)
-    after = max(query_int(request.args, "after", 0),
-                query_int(request.headers, "Last-Event-ID", 0))
+    after = max(query_int(request.args, "after", 0), query_int(request.headers, "Last-Event-ID", 0))
     subscription = sessions.subscribe(session_id)  # subscribe before the replay: no gap
     try:
         replay = sessions.replay(session_id, after)
@@ -159,8 +156,14 @@ def post_scribble(session_id):
     png, width, height = blocking(scribbles.decode_png, data["image"])
     sessions.require_room(session_id)
     name = blocking(scribbles.store, session_id, png)
-    event = {"type": "scribble", "slide": data["slide"], "file": name,
-             "width": width, "height": height, "bytes": len(png)}
+    event = {
+        "type": "scribble",
+        "slide": data["slide"],
+        "file": name,
+        "width": width,
+        "height": height,
+        "bytes": len(png),
+    }
     if "author" in data:
         event["author"] = data["author"]
     try:
@@ -175,7 +178,6 @@ def get_scribble(session_id, name):
     """One stored scribble PNG of a session."""
     if not layout.valid_id(session_id) or not scribbles.NAME_PATTERN.match(name):
         raise NotFound("no such scribble")
-    response = send_from_directory(layout.scribbles_dir(session_id), name, mimetype="image/png",
-                                   max_age=3600)
+    response = send_from_directory(layout.scribbles_dir(session_id), name, mimetype="image/png", max_age=3600)
     response.headers["X-Content-Type-Options"] = "nosniff"
     return response

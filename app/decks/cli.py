@@ -6,6 +6,7 @@
 reconnects by itself: backoff from 1 s to a 30 s ceiling, resuming after the last
 event it printed, so a service restart loses nothing and repeats nothing.
 """
+
 import json
 import sys
 import time
@@ -34,8 +35,9 @@ def tail(url, session_id, after, fmt, out=sys.stdout, err=sys.stderr, sleep=time
     while max_connects is None or connects < max_connects:
         connects += 1
         try:
-            with requests.get(f"{url}/api/sessions/{session_id}/stream", params={"after": cursor},
-                              stream=True, timeout=(10, 60)) as response:
+            with requests.get(
+                f"{url}/api/sessions/{session_id}/stream", params={"after": cursor}, stream=True, timeout=(10, 60)
+            ) as response:
                 if response.status_code == 404:
                     err.write(f"error: session {session_id} does not exist\n")
                     return 2
@@ -64,10 +66,14 @@ def _tail_arguments(parser):
 
 
 commands = CommandLine("python -m app.decks", __doc__, interrupted=130)
-commands.add("tail", "print a session's events as they arrive",
-             lambda args, streams: tail(args.url.rstrip("/"), args.session_id, args.after, args.format,
-                                        streams.out, streams.err),
-             _tail_arguments)
+commands.add(
+    "tail",
+    "print a session's events as they arrive",
+    lambda args, streams: tail(
+        args.url.rstrip("/"), args.session_id, args.after, args.format, streams.out, streams.err
+    ),
+    _tail_arguments,
+)
 
 
 def main(argv=None):

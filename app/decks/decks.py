@@ -1,4 +1,5 @@
 """Reading imported decks."""
+
 import os
 
 from app.common.fsutil import read_json

@@ -22,6 +22,7 @@ reusing a sequence number:
 - A log grows to its cap (DECKS_MAX_LOG_BYTES) at most: an event that does not fit
   is refused (507, LogFull) and takes no seq.
 """
+
 import fcntl
 import json
 import logging
@@ -46,8 +47,11 @@ class LogFull(ApiError):
     the request is fine, the session has no room left; a smaller request may fit."""
 
     def __init__(self, limit):
-        super().__init__(507, f"this session's event log has reached its limit of {limit} bytes: "
-                              "nothing was stored; start a new session to go on")
+        super().__init__(
+            507,
+            f"this session's event log has reached its limit of {limit} bytes: "
+            "nothing was stored; start a new session to go on",
+        )
 
 
 @dataclass
@@ -65,9 +69,9 @@ class FileIdentity:
 @dataclass
 class CommitResult:
     events: list
-    start: int          # file offset where this batch's bytes begin
+    start: int  # file offset where this batch's bytes begin
     identity: FileIdentity  # the file right after the batch
-    placed: list        # per event asked for: its stored record, or None when it did not fit
+    placed: list  # per event asked for: its stored record, or None when it did not fit
 
 
 def parse_line(line):
@@ -104,8 +108,8 @@ def _lines_backwards(fd, end):
             buffer = os.pread(fd, pos - start, start) + buffer
             pos = start
             continue
-        yield pos + cut + 1, buffer[cut + 1:-1]
-        buffer = buffer[:cut + 1]
+        yield pos + cut + 1, buffer[cut + 1 : -1]
+        buffer = buffer[: cut + 1]
 
 
 def _events_backwards(fd, end):
@@ -164,8 +168,12 @@ def read_new_events(path, known=None, offset=0, after=0):
         return None, [], 0
     try:
         st = os.fstat(fd)
-        if offset and (known is None or (known.dev, known.ino) != (st.st_dev, st.st_ino)
-                       or st.st_size < offset or _last_seq_before(fd, offset) != after):
+        if offset and (
+            known is None
+            or (known.dev, known.ino) != (st.st_dev, st.st_ino)
+            or st.st_size < offset
+            or _last_seq_before(fd, offset) != after
+        ):
             offset = 0
         data = _pread_all(fd, st.st_size - offset, offset)
     finally:
@@ -218,6 +226,7 @@ def read_events(path, after=0, limit=None):
     except (FileNotFoundError, NotADirectoryError):
         return []
     try:
+
         def attempt(size, lagging_ok=False):
             found = logindex.locate(path, size, after, lagging_ok)
             return None if found is None else _read_from(fd, found[0], size, after, limit, found[1])
@@ -302,7 +311,7 @@ def commit(path, events, state, max_bytes=None):
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             os.fdatasync(fd)
         except BaseException:
             state.identity = None  # unknown bytes may be on disk: rescan next time
@@ -322,11 +331,11 @@ class SessionLog:
 
     def __init__(self, path, max_bytes=None):
         self.path = path
-        self.max_bytes = max_bytes   # the log's cap (DECKS_MAX_LOG_BYTES); None: no cap
+        self.max_bytes = max_bytes  # the log's cap (DECKS_MAX_LOG_BYTES); None: no cap
         self._state = SeqState()
         self._pending = []
         self._writer = None
-        self.feed = None          # a LiveFeed while anyone in this process listens
+        self.feed = None  # a LiveFeed while anyone in this process listens
 
     def append(self, event):
         """Store `event` durably and return it with its `seq` and `ts`."""

@@ -16,6 +16,7 @@ the file first. The feed lives while anyone in this process listens: closing the
 last subscription stops it and its watch. The broker is this process's own
 (`broker` below), whatever the environment says: no Redis for decks.
 """
+
 import logging
 import os
 
@@ -70,7 +71,7 @@ class LiveFeed:
         self._watcher = watcher
         self._lock = Semaphore()
         self._changed = Event()
-        self.watch = None          # the inotify watch of the log; None: polling
+        self.watch = None  # the inotify watch of the log; None: polling
         self.stopped = False
         self.identity, self.offset, self.delivered = None, 0, 0
 
@@ -84,8 +85,12 @@ class LiveFeed:
             # Watch first, then read the baseline: a change after the read is heard of.
             self.watch = watcher.watch(self.log.path, self._changed.set)
         except logwatch.Unavailable as exc:
-            log.warning("events that other workers append to %s are looked for every %g s instead of "
-                        "at once: %s", self.log.path, POLL_SECONDS, exc)
+            log.warning(
+                "events that other workers append to %s are looked for every %g s instead of at once: %s",
+                self.log.path,
+                POLL_SECONDS,
+                exc,
+            )
         with self._lock:
             self.identity, self.offset, self.delivered = blocking(_baseline, self.log.path)
         if not self.stopped:
@@ -126,7 +131,8 @@ class LiveFeed:
         if _stat_identity(self.log.path) == self.identity:
             return  # nothing new (our own batch, already published, woke us)
         self.identity, events, self.offset = blocking(
-            read_new_events, self.log.path, self.identity, self.offset, self.delivered)
+            read_new_events, self.log.path, self.identity, self.offset, self.delivered
+        )
         self._publish(events)
 
     def _follow(self):

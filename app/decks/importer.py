@@ -10,6 +10,7 @@ md_path and copy_from must resolve (symlinks included) inside DATA_DIR, outside
 the service's own `decks/` and `sessions/` trees: the service has no
 authentication, so it must not read arbitrary files of the host.
 """
+
 import fcntl
 import json
 import os
@@ -27,7 +28,8 @@ from app.decks.parse import DeckSyntaxError, parse_deck
 ASSET_EXTENSIONS = frozenset(
     ".png .jpg .jpeg .gif .webp .svg .avif .bmp .ico "
     ".mp3 .wav .ogg .oga .m4a .flac .opus .aac "
-    ".mp4 .webm .ogv .mov .m4v .pdf".split())
+    ".mp4 .webm .ogv .mov .m4v .pdf".split()
+)
 MAX_SOURCE_BYTES = 5 * 1024 * 1024
 MAX_ASSET_FILES = 5000
 MAX_ASSET_BYTES = 2 * 1024 * 1024 * 1024
@@ -156,8 +158,7 @@ def build(deck):
                 os.makedirs(os.path.dirname(target), exist_ok=True)
                 # A full copy of the file's bytes: never a link, never shared with another deck.
                 shutil.copyfile(os.path.join(deck["copy_from"], rel), target, follow_symlinks=False)
-            atomic_write(os.path.join(staging, "deck.json"),
-                         json.dumps(deck, ensure_ascii=False, indent=1).encode())
+            atomic_write(os.path.join(staging, "deck.json"), json.dumps(deck, ensure_ascii=False, indent=1).encode())
             swap_into_place(staging, layout.deck_dir(deck["id"]))
         finally:
             shutil.rmtree(staging, ignore_errors=True)  # the failed build, or the old deck

@@ -5,6 +5,7 @@
 
 Directories are created lazily, by the first write that needs them.
 """
+
 import os
 import re
 

@@ -15,6 +15,7 @@ missing, torn, ahead of its log (an older copy restored), or that disagrees with
 is rebuilt from the log, written aside and renamed over it, so a reader never sees a
 half-built one. A backup of the log alone restores fine: its index is rebuilt.
 """
+
 import logging
 import os
 import struct
@@ -117,8 +118,12 @@ def _trusted(ifd, log_fd, complete_end, parse):
     as far as can be checked cheaply, else None."""
     covered = _header(ifd)
     size = os.fstat(ifd).st_size
-    if covered is None or (size - HEADER.size) % ENTRY.size or covered > complete_end \
-            or not _line_starts_at(log_fd, covered):
+    if (
+        covered is None
+        or (size - HEADER.size) % ENTRY.size
+        or covered > complete_end
+        or not _line_starts_at(log_fd, covered)
+    ):
         return None
     count = _entry_count(ifd)
     if not count:
@@ -163,8 +168,9 @@ def update(log_fd, log_path, complete_end: int, parse, rebuild: bool = False) ->
         covered, last_offset = state
         if covered == complete_end:
             return
-        entries = b"".join(ENTRY.pack(*entry) for entry in _sparse(
-            _events_between(log_fd, covered, complete_end, parse), last_offset))
+        entries = b"".join(
+            ENTRY.pack(*entry) for entry in _sparse(_events_between(log_fd, covered, complete_end, parse), last_offset)
+        )
         # Entries first, then the header that covers them (a reader may be reading).
         os.pwrite(ifd, entries, os.fstat(ifd).st_size)
         os.pwrite(ifd, HEADER.pack(MAGIC, complete_end), 0)

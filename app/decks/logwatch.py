@@ -19,6 +19,7 @@ directory itself, DELETE_SELF and MOVE_SELF (it is then watched again by path).
 A queue overflow wakes every watch. A writer that kept the file open and never
 closed it would go unheard: every writer of the log opens, appends and closes.
 """
+
 import errno
 import logging
 import os
@@ -81,8 +82,8 @@ class LogWatcher:
 
     def __init__(self):
         self._inotify = None
-        self._directories = {}   # path -> _Directory
-        self._by_wd = {}         # wd -> {_Directory} (one unless two paths name one directory)
+        self._directories = {}  # path -> _Directory
+        self._by_wd = {}  # wd -> {_Directory} (one unless two paths name one directory)
         self._reader = None
         self.error = None
         if INotify is None:
@@ -91,8 +92,10 @@ class LogWatcher:
         try:
             self._inotify = INotify(nonblocking=True)
         except OSError as exc:
-            self.error = (f"inotify_init1: {exc.strerror} (the limit of inotify instances, "
-                          "fs.inotify.max_user_instances, or of open files)")
+            self.error = (
+                f"inotify_init1: {exc.strerror} (the limit of inotify instances, "
+                "fs.inotify.max_user_instances, or of open files)"
+            )
 
     @property
     def available(self):
@@ -111,8 +114,11 @@ class LogWatcher:
                 self._add(directory, name, watch)
         except OSError as exc:
             watch.cancel()
-            raise Unavailable(f"inotify_add_watch: {exc.strerror} (fs.inotify.max_user_watches?)"
-                              if exc.errno == errno.ENOSPC else f"inotify_add_watch: {exc.strerror}") from exc
+            raise Unavailable(
+                f"inotify_add_watch: {exc.strerror} (fs.inotify.max_user_watches?)"
+                if exc.errno == errno.ENOSPC
+                else f"inotify_add_watch: {exc.strerror}"
+            ) from exc
         if self._reader is None:
             self._reader = gevent.spawn(self._read_events)
         return watch

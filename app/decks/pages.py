@@ -1,11 +1,11 @@
 """HTML pages: the deck and session list, and the review page."""
+
 from flask import Blueprint, render_template
 
 from app.decks import sessions
 
 # The pages' templates and static files (/static/...) are the service's own folders.
-bp = Blueprint("pages", __name__, template_folder="templates", static_folder="static",
-               static_url_path="/static")
+bp = Blueprint("pages", __name__, template_folder="templates", static_folder="static", static_url_path="/static")
 
 
 @bp.get("/")

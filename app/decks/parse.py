@@ -9,6 +9,7 @@
 - Slides are rendered to HTML with raw HTML disabled, so a deck cannot inject
   script into the review page.
 """
+
 import re
 
 import yaml
@@ -38,7 +39,7 @@ def _split_front_matter(lines):
             except yaml.YAMLError as exc:
                 raise DeckSyntaxError(f"the front matter is not valid YAML: {exc}") from None
             if isinstance(meta, dict):
-                return meta, lines[end + 1:]
+                return meta, lines[end + 1 :]
             return {}, lines  # a first slide that happens to sit between two rules
     return {}, lines
 
@@ -50,8 +51,13 @@ def _split_slides(lines):
         opening = _FENCE.match(line)
         if fence is None and opening:
             fence = opening.group(1)
-        elif fence is not None and opening and opening.group(1)[0] == fence[0] \
-                and len(opening.group(1)) >= len(fence) and not line.strip()[len(opening.group(1)):].strip():
+        elif (
+            fence is not None
+            and opening
+            and opening.group(1)[0] == fence[0]
+            and len(opening.group(1)) >= len(fence)
+            and not line.strip()[len(opening.group(1)) :].strip()
+        ):
             fence = None
         elif fence is None and _SEPARATOR.match(line):
             slides.append(current)
@@ -71,7 +77,7 @@ def _split_notes(lines):
             fence = None if fence else opening.group(1)
         match = _NOTE_LINE.match(line) if fence is None else None
         if match:
-            notes.append("\n".join([match.group(1)] + lines[number + 1:]).strip())
+            notes.append("\n".join([match.group(1)] + lines[number + 1 :]).strip())
             break
         body.append(line)
     text = "\n".join(body)
@@ -104,8 +110,9 @@ def parse_deck(source, resolve_image):
         body, notes = _split_notes(slide_lines)
         html, images = _render(body, resolve_image, index + 1, warnings)
         heading = next((m.group(1) for m in map(_HEADING.match, body.splitlines()) if m), None)
-        slides.append({"index": index, "title": heading, "markdown": body, "html": html,
-                       "notes": notes, "images": images})
+        slides.append(
+            {"index": index, "title": heading, "markdown": body, "html": html, "notes": notes, "images": images}
+        )
     title = meta.get("title") if isinstance(meta.get("title"), str) else None
     if not title:
         title = next((s["title"] for s in slides if s["title"]), None)

@@ -1,4 +1,5 @@
 """Request schemas of the deck review API (marshmallow). Unknown fields are errors."""
+
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
 from app.decks.layout import ID_PATTERN
@@ -23,8 +24,7 @@ def _text(maximum, **kwargs):
     return fields.String(validate=validate.Length(min=1, max=maximum), **kwargs)
 
 
-_deck_id = fields.String(required=True, validate=validate.Regexp(
-    ID_PATTERN, error="must match [A-Za-z0-9_-]{{1,64}}"))
+_deck_id = fields.String(required=True, validate=validate.Regexp(ID_PATTERN, error="must match [A-Za-z0-9_-]{{1,64}}"))
 
 
 class ImportSchema(Schema):
@@ -34,8 +34,9 @@ class ImportSchema(Schema):
 
 
 class SessionCreateSchema(Schema):
-    deck_id = fields.String(required=True, validate=validate.Regexp(
-        ID_PATTERN, error="must match [A-Za-z0-9_-]{{1,64}}"))
+    deck_id = fields.String(
+        required=True, validate=validate.Regexp(ID_PATTERN, error="must match [A-Za-z0-9_-]{{1,64}}")
+    )
     title = fields.String(validate=validate.Length(max=200), allow_none=True)
 
 
@@ -80,8 +81,11 @@ class TranscriptSchema(_EventSchema):
 
 
 EVENT_SCHEMAS = {
-    "note": NoteSchema(), "task": TaskSchema(), "task_done": TaskDoneSchema(),
-    "verdict": VerdictSchema(), "transcript": TranscriptSchema(),
+    "note": NoteSchema(),
+    "task": TaskSchema(),
+    "task_done": TaskDoneSchema(),
+    "verdict": VerdictSchema(),
+    "transcript": TranscriptSchema(),
 }
 
 

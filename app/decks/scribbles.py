@@ -1,4 +1,5 @@
 """Scribble overlays: PNG images posted as data URLs and stored beside the log."""
+
 import base64
 import binascii
 import os
@@ -28,7 +29,7 @@ def decode_png(data_url):
     """(png bytes, width, height) from a data URL; every flaw is an Invalid (or TooLarge)."""
     if not data_url.startswith(DATA_URL_PREFIX):
         raise _image_error(f"must be a data URL starting with {DATA_URL_PREFIX!r}")
-    payload = data_url[len(DATA_URL_PREFIX):]
+    payload = data_url[len(DATA_URL_PREFIX) :]
     if len(payload) // 4 * 3 > MAX_SCRIBBLE_BYTES:
         raise _image_error(f"decodes to more than {MAX_SCRIBBLE_BYTES} bytes", TooLarge)
     try:

@@ -1,4 +1,5 @@
 """Review sessions: their records, their event logs, and the events' rules."""
+
 import json
 import os
 import uuid

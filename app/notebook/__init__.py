@@ -7,6 +7,7 @@ Layers, each importing only those below it (import contracts in pyproject.toml):
 routes/ (each route module defines its blueprint; init_app registers them), worker/
 (the job worker: no Flask, no route module), core/ (data and shared logic), llm/
 (providers), ingest/ (extraction, chunking, uploads, the SSRF guard)."""
+
 import logging
 
 log = logging.getLogger("bundle.notebook")
@@ -55,8 +56,21 @@ def init_app(app):
     bind_to_requests(app, database)
 
     # Every route module's blueprint, at the spec's paths and again under /api.
-    for module in (ask, chat, commands, credentials, docs, model_config, notebooks, notes, podcasts, search,
-                   sources, system, transformations):
+    for module in (
+        ask,
+        chat,
+        commands,
+        credentials,
+        docs,
+        model_config,
+        notebooks,
+        notes,
+        podcasts,
+        search,
+        sources,
+        system,
+        transformations,
+    ):
         app.register_blueprint(module.bp)
         app.register_blueprint(module.bp, url_prefix="/api", name=f"{module.bp.name}_api")
     if not settings.auth_enabled:

@@ -12,6 +12,7 @@ stop at once (a job cut off is marked failed at the next start, or by another wo
 of a Redis queue, and can be retried). With REDIS_URL, any number of workers, on any
 hosts, share the queue.
 """
+
 import logging
 import sys
 import threading
@@ -30,6 +31,7 @@ def _preload_model(settings):
     NOTEBOOK_EMBEDDING_* model: a provider's default embedding model has nothing to
     load, and is not called for nothing.)"""
     from app.notebook.core import embeddings
+
     try:
         embeddings.env_embedder(settings).embed(["warm up"])
         log.info("embedding model ready: %s", settings.embedding_model)
@@ -56,6 +58,7 @@ def worker(args):
         # Other workers may share the queue: only the jobs of gone workers are cut off.
         from app.common import redis_client
         from app.notebook.worker.presence import Presence
+
         queue.presence = Presence(redis_client.for_url(settings.redis_url))
         orphaned = queue.presence.orphaned
         if not queue.presence.beat():
@@ -70,8 +73,14 @@ def worker(args):
     # SQLite: poll the queue every 50 ms when busy, backing off to 0.5 s when idle (a
     # queued job starts within half a second). Redis: each thread waits in BRPOP, and
     # the back-off paces its attempts while Redis does not answer.
-    consumer = queue.huey.create_consumer(workers=settings.worker_threads, worker_type="thread",
-                                          periodic=False, initial_delay=0.05, backoff=1.15, max_delay=0.5)
+    consumer = queue.huey.create_consumer(
+        workers=settings.worker_threads,
+        worker_type="thread",
+        periodic=False,
+        initial_delay=0.05,
+        backoff=1.15,
+        max_delay=0.5,
+    )
     log.info("notebook worker: %d thread(s), queue %s", settings.worker_threads, queue.describe())
     try:
         consumer.run()
@@ -85,6 +94,7 @@ def _sweep(database, orphaned):
     """Fail the jobs of workers that are gone: at the start, then periodically in the
     presence thread (several workers)."""
     from app.notebook.worker import processing
+
     with database.connection_context():
         recovered = processing.recover_interrupted(orphaned)
     if recovered:
@@ -115,13 +125,22 @@ def reembed(args):
     # The name vectors are recorded with (the local model is not loaded to learn it).
     queue, name = JobQueue(settings), default.name if default else settings.embedding_model
     stale = (Chunk.embedding_model.is_null()) | (Chunk.embedding_model != name)
-    sources = [k for (k,) in Source.select(Source.id).join(Chunk).where(stale & (Source.status == "completed"))
-               .distinct().tuples()]
-    notes = [k for (k,) in Note.select(Note.id).where(Note.embedding_model.is_null()
-                                                      | (Note.embedding_model != name)).tuples()]
+    sources = [
+        k
+        for (k,) in Source.select(Source.id)
+        .join(Chunk)
+        .where(stale & (Source.status == "completed"))
+        .distinct()
+        .tuples()
+    ]
+    notes = [
+        k
+        for (k,) in Note.select(Note.id).where(Note.embedding_model.is_null() | (Note.embedding_model != name)).tuples()
+    ]
     with write_transaction():
-        commands = ([queue.new_command("embed_source", public("source", k)) for k in sources]
-                    + [queue.new_command("embed_note", public("note", k)) for k in notes])
+        commands = [queue.new_command("embed_source", public("source", k)) for k in sources] + [
+            queue.new_command("embed_note", public("note", k)) for k in notes
+        ]
     for command in commands:
         queue.enqueue(command)
     print(f"queued {len(sources)} source(s) and {len(notes)} note(s) for {name}")
@@ -147,8 +166,9 @@ def copy_plan():
 
 commands = CommandLine("python -m app.notebook", __doc__)
 commands.add("worker", "consume the job queue until stopped", lambda args, streams: worker(args))
-commands.add("reembed", "queue embeddings for what the configured model did not embed",
-             lambda args, streams: reembed(args))
+commands.add(
+    "reembed", "queue embeddings for what the configured model did not embed", lambda args, streams: reembed(args)
+)
 commands.add_copy_to_postgres(copy_plan)
 
 

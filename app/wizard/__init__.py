@@ -5,13 +5,14 @@ from the reverse proxy (`Remote-User`, `Remote-Groups`).
 Routes, each module with its own blueprint: `pages` (the HTML pages, with the static
 files and templates), `api` (identity, collections, likes, events; its hook asks every
 /api/ path for an identity), `ai` (text and image generation) and `uploads`."""
+
 import logging
 
 from app.common.errors import error_with_field
 
 log = logging.getLogger("bundle.wizard")
 
-error_body = error_with_field   # {"error": message, "field"?: name}
+error_body = error_with_field  # {"error": message, "field"?: name}
 
 
 def init_app(app):
@@ -33,7 +34,9 @@ def init_app(app):
     public_lists.enable(settings.lists_dir)
     bind_to_requests(app, database)
     if settings.allow_test_identity:
-        log.warning("WIZ_ALLOW_TEST_IDENTITY=1: X-Wiz-Test-User is honoured on direct loopback requests; "
-                    "never enable this in production")
+        log.warning(
+            "WIZ_ALLOW_TEST_IDENTITY=1: X-Wiz-Test-User is honoured on direct loopback requests; "
+            "never enable this in production"
+        )
     for blueprint in (pages.bp, api.bp, ai.bp, uploads.bp):
         app.register_blueprint(blueprint)

@@ -3,6 +3,7 @@
 
     python -m app.wizard copy-to-postgres postgresql://USER:PASSWORD@HOST/DB
 """
+
 import sys
 
 from app.common import config
@@ -12,7 +13,8 @@ from app.wizard.settings import WizardSettings
 
 commands = CommandLine("python -m app.wizard", __doc__)
 commands.add_copy_to_postgres(
-    lambda: CopyPlan(HISTORY, WizardSettings.from_env(config.data_dir("wizard")).database_url))
+    lambda: CopyPlan(HISTORY, WizardSettings.from_env(config.data_dir("wizard")).database_url)
+)
 
 
 def main(argv=None, out=sys.stdout, err=sys.stderr):

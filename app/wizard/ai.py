@@ -5,6 +5,7 @@ The provider calls themselves are in `generation`; here each call is validated,
 logged (`llm_logs` for successes, `llm_timings` for every JSON call) and answered.
 Thoughts and phases go through the broker only: bounded in memory, never stored.
 """
+
 import json
 import re
 
@@ -63,8 +64,7 @@ def generator(role):
     gen = current_app.extensions["wizard_generator"]
     if not (gen.available_text if role == "text" else gen.available_image):
         model = "WIZ_TEXT_MODEL" if role == "text" else "WIZ_IMAGE_MODEL"
-        raise Unavailable(f"AI {role} generation is not configured on this server "
-                          f"(set WIZ_AI_BASE_URL and {model})")
+        raise Unavailable(f"AI {role} generation is not configured on this server (set WIZ_AI_BASE_URL and {model})")
     return gen
 
 
@@ -103,10 +103,19 @@ def _record(rows):
 
 def _timing_row(who, body, timing, outcome, error=None):
     return LlmTiming, {
-        "user_id": who.id, "kind": body["kind"], "template_key": body["templateKey"],
-        "requested_model": timing["requestedModel"], "resolved_model": timing["resolvedModel"],
-        "queue_ms": timing["queueMs"], "attempt_ms": timing["attemptMs"], "repair_ms": timing["repairMs"],
-        "total_ms": timing["totalMs"], "attempts": timing["attempts"], "outcome": outcome, "error": error}
+        "user_id": who.id,
+        "kind": body["kind"],
+        "template_key": body["templateKey"],
+        "requested_model": timing["requestedModel"],
+        "resolved_model": timing["resolvedModel"],
+        "queue_ms": timing["queueMs"],
+        "attempt_ms": timing["attemptMs"],
+        "repair_ms": timing["repairMs"],
+        "total_ms": timing["totalMs"],
+        "attempts": timing["attempts"],
+        "outcome": outcome,
+        "error": error,
+    }
 
 
 def _release_connection():
@@ -125,8 +134,13 @@ def ai_text():
     _release_connection()
     try:
         outcome = gen.text(
-            body["messages"], system=body["system"], json_mode=body["json"], kind=body["kind"] or None,
-            model=body["model"], **_relays(who, body))
+            body["messages"],
+            system=body["system"],
+            json_mode=body["json"],
+            kind=body["kind"] or None,
+            model=body["model"],
+            **_relays(who, body),
+        )
     except ValueError as exc:
         raise Invalid(str(exc)) from None
     except GenerationFailed as exc:
@@ -135,10 +149,18 @@ def ai_text():
         raise ApiError(exc.status, exc.message) from None
     log_values = {
         "user_id": who.id,
-        "data": {"type": "text", "kind": body["kind"], "template_key": body["templateKey"],
-                 "system": body["system"], "messages": json.dumps(body["messages"], ensure_ascii=False),
-                 "content": outcome.content, "timing": outcome.timing,
-                 "requested_model": outcome.requested_model, "resolved_model": outcome.resolved_model}}
+        "data": {
+            "type": "text",
+            "kind": body["kind"],
+            "template_key": body["templateKey"],
+            "system": body["system"],
+            "messages": json.dumps(body["messages"], ensure_ascii=False),
+            "content": outcome.content,
+            "timing": outcome.timing,
+            "requested_model": outcome.requested_model,
+            "resolved_model": outcome.resolved_model,
+        },
+    }
     rows = [(LlmLog, log_values)]
     if body["json"]:
         rows.append(_timing_row(who, body, outcome.timing, "ok"))
@@ -155,16 +177,38 @@ def ai_image():
     _release_connection()
     relays = _relays(who, {**body, "thoughtsTab": None})
     try:
-        outcome = gen.image(body["subject"], body["aspectRatio"], system=body["system"],
-                                    model=body["model"], on_phase=relays["on_phase"])
+        outcome = gen.image(
+            body["subject"],
+            body["aspectRatio"],
+            system=body["system"],
+            model=body["model"],
+            on_phase=relays["on_phase"],
+        )
     except ValueError as exc:
         raise Invalid(str(exc)) from None
     except GenerationFailed as exc:
         raise ApiError(exc.status, exc.message) from None
     url = uploads.store(outcome.webp, "webp")
-    _record([(LlmLog, {"user_id": who.id, "data": {
-        "type": "image", "kind": body["kind"], "context": body["subject"], "system": body["system"],
-        "url": url, "provider": outcome.provider, "model": outcome.model, "aspect_ratio": body["aspectRatio"]}})])
+    _record(
+        [
+            (
+                LlmLog,
+                {
+                    "user_id": who.id,
+                    "data": {
+                        "type": "image",
+                        "kind": body["kind"],
+                        "context": body["subject"],
+                        "system": body["system"],
+                        "url": url,
+                        "provider": outcome.provider,
+                        "model": outcome.model,
+                        "aspect_ratio": body["aspectRatio"],
+                    },
+                },
+            )
+        ]
+    )
     return jsonify({"url": url, "provider": outcome.provider, "model": outcome.model})
 
 

@@ -1,4 +1,5 @@
 """The wizard's JSON routes: identity, collections, likes, client errors and events."""
+
 import logging
 
 from flask import Blueprint, Response, jsonify, request
@@ -37,9 +38,9 @@ def list_collection(name):
     answer = collections.list_rows(name, who, wanted)
     nginx_sends_lists = request.headers.get(list_files.ACCEL_HEADER)
     if nginx_sends_lists and who.is_public and not wanted:
-        public_lists.offer(name)   # later anonymous reads are answered by nginx alone
+        public_lists.offer(name)  # later anonymous reads are answered by nginx alone
     if request.if_none_match.contains_weak(answer.tag):
-        response = Response(status=304)   # the page holds these bytes already
+        response = Response(status=304)  # the page holds these bytes already
     elif nginx_sends_lists:
         response = list_files.redirect_response(answer)
     else:
@@ -96,8 +97,13 @@ def client_error():
         raise Invalid("message: is required", field="message")
     # Each field cut to its limit above; line breaks and other control characters are
     # escaped by the log's formatter (app.common.logsetup): a report is one line.
-    log.warning("client: %s: %s (user %s) %s", fields["type"] or "error", fields["message"],
-                identity.current().id, fields["stack"].replace("\n", " | "))
+    log.warning(
+        "client: %s: %s (user %s) %s",
+        fields["type"] or "error",
+        fields["message"],
+        identity.current().id,
+        fields["stack"].replace("\n", " | "),
+    )
     return "", 204
 
 

@@ -6,6 +6,7 @@ answer is still current; a list of a thousand rows is then not rebuilt for every
 reader of an unchanged collection. Each answer carries a tag of its content (its
 ETag), so a reader whose view did not change can be told so in a few bytes.
 """
+
 import hashlib
 from collections import OrderedDict, namedtuple
 
@@ -13,7 +14,7 @@ from app.common.db import run_sql
 from app.wizard.models import CollectionVersion, database
 
 MAX_ENTRIES = 256
-MAX_BODY = 4 * 1024 * 1024      # larger answers are rebuilt each time rather than kept
+MAX_BODY = 4 * 1024 * 1024  # larger answers are rebuilt each time rather than kept
 _entries: OrderedDict[object, tuple] = OrderedDict()  # key -> (version, Answer); least recently used first
 
 Answer = namedtuple("Answer", "body tag")
@@ -38,8 +39,7 @@ def bump(*names):
     """Raise the counters of `names`, inside the write's transaction; returns
     {name: new counter} for events.announce after the commit."""
     for name in names:
-        CollectionVersion.update(version=CollectionVersion.version + 1).where(
-            CollectionVersion.name == name).execute()
+        CollectionVersion.update(version=CollectionVersion.version + 1).where(CollectionVersion.name == name).execute()
     return {name: version(name) for name in names}
 
 

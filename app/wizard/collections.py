@@ -5,6 +5,7 @@ A row answers as its payload (`data`) with the server-owned fields laid over it:
 blueprints. The typed copies of `is_public`, `blueprint_id` and `key` live in
 columns so that filters and scoping are plain indexed SQL.
 """
+
 import json
 
 from peewee import SqliteDatabase, fn
@@ -21,8 +22,8 @@ SERVER_OWNED = ("id", "created_at", "user_id", "likes_count")
 # Collections whose rows belong to the identity that created them.
 OWNED = frozenset({"wizards", "blueprints", "prompt_history", "saved_prompts", "likes", "llm_logs"})
 ADMIN_WRITES = frozenset({"admin_prompts", "llm_logs"})
-PRIVATE = frozenset({"prompt_history", "saved_prompts", "likes"})   # each caller sees their own
-SHARED_OR_OWN = frozenset({"wizards", "blueprints"})                 # globals, public rows, own
+PRIVATE = frozenset({"prompt_history", "saved_prompts", "likes"})  # each caller sees their own
+SHARED_OR_OWN = frozenset({"wizards", "blueprints"})  # globals, public rows, own
 _TYPED = {"is_public": bool, "blueprint_id": str, "key": str}
 _TEXT_LIMIT = 200
 
@@ -35,6 +36,7 @@ def model_of(name):
 
 
 # ---- reading ---------------------------------------------------------------------
+
 
 def parse_filter(raw):
     """`?filter=` as {column: value}: a JSON object of equality tests on the four keys."""
@@ -50,12 +52,10 @@ def parse_filter(raw):
         raise Invalid("filter: must be a JSON object")
     for key, value in wanted.items():
         if key not in FILTER_KEYS:
-            raise Invalid(f"filter: unknown key {key[:60]!r}; allowed keys are {', '.join(FILTER_KEYS)}",
-                          field=key)
+            raise Invalid(f"filter: unknown key {key[:60]!r}; allowed keys are {', '.join(FILTER_KEYS)}", field=key)
         expected = bool if key == "is_public" else str
         if value is not None and type(value) is not expected:
-            raise Invalid(f"filter: {key} must be {'a boolean' if expected is bool else 'a string'} or null",
-                          field=key)
+            raise Invalid(f"filter: {key} must be {'a boolean' if expected is bool else 'a string'} or null", field=key)
     return wanted
 
 
@@ -84,11 +84,11 @@ def list_rows(name, who, wanted):
     bytes) and its content tag; served from the cache while the collection has not
     changed."""
     model = model_of(name)
-    key = (name, _scope_key(name, who), json.dumps(wanted, sort_keys=True))   # 403 before anything is read
+    key = (name, _scope_key(name, who), json.dumps(wanted, sort_keys=True))  # 403 before anything is read
     version = cache.version(name)
     kept = cache.get(key, version)
     if kept is None:
-        query = _visible(model, name, who)   # built only when the answer is
+        query = _visible(model, name, who)  # built only when the answer is
         for column, value in wanted.items():
             field = getattr(model, column)
             query = query.where(field.is_null() if value is None else field == value)
@@ -107,14 +107,16 @@ def _row_texts(name, model, query):
     milliseconds instead of tens on the worker's loop."""
     if not isinstance(database.obj, SqliteDatabase):
         rows = query.tuples().iterator()
-        return (json.dumps(_as_json(name, dict(zip(_COLUMNS, row))), separators=(",", ":"), ensure_ascii=False)
-                for row in rows)
+        return (
+            json.dumps(_as_json(name, dict(zip(_COLUMNS, row))), separators=(",", ":"), ensure_ascii=False)
+            for row in rows
+        )
     laid_over = ["$.id", model.id, "$.created_at", model.created_at]
     if name in OWNED:
         laid_over += ["$.user_id", model.user_id]
     if name == "blueprints":
         laid_over += ["$.likes_count", fn.coalesce(model.likes_count, 0)]
-    row_json_sql = fn.json_set(model.data, *laid_over).coerce(False)   # text, not the field's dict
+    row_json_sql = fn.json_set(model.data, *laid_over).coerce(False)  # text, not the field's dict
     return (text for (text,) in query.select(row_json_sql).tuples().iterator())
 
 
@@ -137,6 +139,7 @@ def row_json(name, row):
 
 # ---- writing ---------------------------------------------------------------------
 
+
 def _check_payload(name, payload):
     """The client's fields, less the server-owned ones, with the typed ones checked."""
     fields = {k: v for k, v in payload.items() if k not in SERVER_OWNED}
@@ -149,10 +152,8 @@ def _check_payload(name, payload):
         if expected is str and not 0 < len(value) <= _TEXT_LIMIT:
             raise Invalid(f"{key}: must be 1 to {_TEXT_LIMIT} characters", field=key)
     cover = fields.get("cover_url")
-    if name == "blueprints" and cover is not None and (not isinstance(cover, str)
-                                                        or not cover.startswith("/uploads/")):
-        raise Invalid("cover_url: must be a URL starting with /uploads/ (upload the image first)",
-                      field="cover_url")
+    if name == "blueprints" and cover is not None and (not isinstance(cover, str) or not cover.startswith("/uploads/")):
+        raise Invalid("cover_url: must be a URL starting with /uploads/ (upload the image first)", field="cover_url")
     return fields
 
 
@@ -168,7 +169,7 @@ def _check_may_write(name, who, row=None):
             raise Forbidden(f"{name} is writable by administrators only")
         return
     if row is None:
-        return   # anyone identified may create rows of their own
+        return  # anyone identified may create rows of their own
     if row.user_id is None:
         if not who.is_admin:
             raise Forbidden("global rows are writable by administrators only")
@@ -196,7 +197,7 @@ def create_row(name, who, payload):
 
 def _row_for_write(name, who, row_id):
     model = model_of(name)
-    _check_may_write(name, who)   # collection-wide refusals first (likes, admin-only)
+    _check_may_write(name, who)  # collection-wide refusals first (likes, admin-only)
     row = _visible(model, name, who).where(model.id == row_id).first()
     if row is None:
         raise NotFound(f"no row {row_id[:60]!r} in {name}")
@@ -225,12 +226,13 @@ def delete_row(name, who, row_id):
         row.delete_instance()
         names = [name]
         if model is Blueprint and Like.delete().where(Like.blueprint_id == row.id).execute():
-            names.append("likes")   # no like may outlive its blueprint
+            names.append("likes")  # no like may outlive its blueprint
         changed = cache.bump(*names)
     events.announce(changed)
 
 
 # ---- likes -----------------------------------------------------------------------
+
 
 def toggle_like(who, blueprint_id):
     """Like or unlike: the like row and the count change in one write transaction,
@@ -241,8 +243,7 @@ def toggle_like(who, blueprint_id):
             raise NotFound(f"no blueprint {blueprint_id[:60]!r}")
         removed = Like.delete().where((Like.user_id == who.id) & (Like.blueprint_id == blueprint_id)).execute()
         if not removed:
-            Like.create(user_id=who.id, blueprint_id=blueprint_id,
-                        data={"blueprint_id": blueprint_id})
+            Like.create(user_id=who.id, blueprint_id=blueprint_id, data={"blueprint_id": blueprint_id})
         count = Like.select().where(Like.blueprint_id == blueprint_id).count()
         Blueprint.update(likes_count=count).where(Blueprint.id == blueprint_id).execute()
         changed = cache.bump("likes", "blueprints")

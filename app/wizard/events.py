@@ -10,6 +10,7 @@ open streams, one greenlet reads the counters four times a second and announces 
 collections whose counter moved past what this process last announced. (With Redis
 that watcher would announce each write once more from every worker.)
 """
+
 import logging
 
 import gevent
@@ -22,7 +23,7 @@ POLL_SECONDS = 0.25
 log = logging.getLogger("bundle.wizard")
 _announced: dict[str, int] = {}  # collection -> the last counter value announced by this process
 _watcher = None
-_before_announcing: list = []   # callables({collection: counter}) run before an announcement goes out
+_before_announcing: list = []  # callables({collection: counter}) run before an announcement goes out
 
 
 def forget():
@@ -66,12 +67,11 @@ def _counters():
 
 def _watch():
     try:
-        for name, version in _counters().items():   # the starting point: nothing to announce
+        for name, version in _counters().items():  # the starting point: nothing to announce
             _announced.setdefault(name, version)
         while broker.subscriber_count(TOPIC):
             gevent.sleep(POLL_SECONDS)
-            moved = {name: version for name, version in _counters().items()
-                     if version > _announced.get(name, 0)}
+            moved = {name: version for name, version in _counters().items() if version > _announced.get(name, 0)}
             if moved:
                 announce(moved)
     except Exception:

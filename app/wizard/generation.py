@@ -30,6 +30,7 @@ Image sizes (`SIZES`): the exact ratio on a 1024-pixel long side, multiples of 6
 Providers with a fixed list of sizes (OpenAI's dall-e-3 / gpt-image-1 take only 1024x1024 and
 one portrait and one landscape size) can be given their own mapping with `sizes=`.
 """
+
 import base64
 import binascii
 import io
@@ -61,8 +62,7 @@ from app.wizard import json_output
 
 log = logging.getLogger("bundle.wizard.generation")
 
-SIZES = {"1:1": "1024x1024", "3:4": "768x1024", "4:3": "1024x768",
-         "9:16": "576x1024", "16:9": "1024x576"}
+SIZES = {"1:1": "1024x1024", "3:4": "768x1024", "4:3": "1024x768", "9:16": "576x1024", "16:9": "1024x576"}
 
 DEFAULT_IMAGE_SYSTEM = (
     "Create a single safe-for-work illustration suitable for a general audience. "
@@ -76,11 +76,11 @@ HOST_DEFAULT = "host default"
 UNKNOWN_MODEL = "unknown"
 IDEAS_BATCH = (5, 6)
 
-TEXT_ANSWER_LIMIT = 8 * 1024 * 1024      # a chat answer; far above any useful completion
-IMAGE_ANSWER_LIMIT = 64 * 1024 * 1024    # a JSON answer carrying a base64 image
+TEXT_ANSWER_LIMIT = 8 * 1024 * 1024  # a chat answer; far above any useful completion
+IMAGE_ANSWER_LIMIT = 64 * 1024 * 1024  # a JSON answer carrying a base64 image
 IMAGE_DOWNLOAD_LIMIT = 32 * 1024 * 1024  # an image fetched from the answer's `url`
-MAX_IMAGE_PIXELS = 40_000_000            # refuse decompression bombs before decoding
-OFFLOAD_OVER = 256 * 1024                # parse/repair larger texts off the loop
+MAX_IMAGE_PIXELS = 40_000_000  # refuse decompression bombs before decoding
+OFFLOAD_OVER = 256 * 1024  # parse/repair larger texts off the loop
 CONNECT_TIMEOUT = 10.0
 REDIRECTS = 30  # requests' own limit, which the wizard's calls had
 KEY_SHAPE = re.compile(r"[!-~]{1,512}")  # a key goes into a header: printable ASCII only
@@ -101,6 +101,7 @@ class GenerationFailed(ProviderFailed):
 
 class _Wording(Wording):
     """How the wizard words a provider's failures (every time-out names the whole call's)."""
+
     error: type[ProviderFailed] = GenerationFailed
     timed_out = connect_timed_out = "the AI provider did not answer within {seconds:g} s"
     unreachable = "{name} cannot be reached ({cause})"
@@ -146,9 +147,20 @@ class _InvalidOutput(Exception):
 
 
 class Generator:
-    def __init__(self, *, base_url, api_key, text_model, image_model, provider="openai",
-                 timeout=60.0, concurrency=4, image_system=None, sizes=None,
-                 json_response_format=True):
+    def __init__(
+        self,
+        *,
+        base_url,
+        api_key,
+        text_model,
+        image_model,
+        provider="openai",
+        timeout=60.0,
+        concurrency=4,
+        image_system=None,
+        sizes=None,
+        json_response_format=True,
+    ):
         self.base_url = (base_url or "").rstrip("/")
         self._api_key = api_key or ""
         self.text_model = text_model or ""
@@ -193,31 +205,44 @@ class Generator:
 
     # -- text ----------------------------------------------------------------------
 
-    def text(self, messages, *, system=None, json_mode=False, kind=None, model=None,
-             on_chunk=None, on_phase=None, on_reasoning=None):
+    def text(
+        self,
+        messages,
+        *,
+        system=None,
+        json_mode=False,
+        kind=None,
+        model=None,
+        on_chunk=None,
+        on_phase=None,
+        on_reasoning=None,
+    ):
         """One chat completion. `messages` is a list of {role, content} (ValueError otherwise).
         `on_chunk(text)` gets content deltas as they stream, `on_reasoning(text)` the
         reasoning deltas some providers stream beside them, `on_phase(name, detail)` the
         phases queued, started, repairing, retrying, done and failed."""
         if not self.available_text:
-            raise GenerationUnavailable(
-                "AI text generation is not configured (set WIZ_AI_BASE_URL and WIZ_TEXT_MODEL)")
-        body = {"model": model or self.text_model,
-                "messages": _chat_messages(messages, system)}
+            raise GenerationUnavailable("AI text generation is not configured (set WIZ_AI_BASE_URL and WIZ_TEXT_MODEL)")
+        body = {"model": model or self.text_model, "messages": _chat_messages(messages, system)}
         if json_mode and self.json_response_format:
             body["response_format"] = {"type": "json_object"}
         phase = _Phases(on_phase)
-        timing = {"requestedModel": model or HOST_DEFAULT, "resolvedModel": UNKNOWN_MODEL,
-                  "queueMs": 0, "attemptMs": 0, "repairMs": 0, "totalMs": 0, "attempts": 0}
+        timing = {
+            "requestedModel": model or HOST_DEFAULT,
+            "resolvedModel": UNKNOWN_MODEL,
+            "queueMs": 0,
+            "attemptMs": 0,
+            "repairMs": 0,
+            "totalMs": 0,
+            "attempts": 0,
+        }
         clock = Deadline(self.timeout)
         try:
             with _Guard(clock, self._words), self._slot(clock, timing, phase):
                 if json_mode:
-                    content = self._json_attempts(body, kind, clock, timing, phase, on_chunk,
-                                                  on_reasoning)
+                    content = self._json_attempts(body, kind, clock, timing, phase, on_chunk, on_reasoning)
                 else:
-                    content = self._attempt(body, clock, timing, phase, on_chunk,
-                                            on_reasoning).content
+                    content = self._attempt(body, clock, timing, phase, on_chunk, on_reasoning).content
         except GenerationFailed as exc:
             timing["totalMs"] = clock.elapsed_ms()
             exc.timing = dict(timing) if json_mode else None
@@ -225,9 +250,12 @@ class Generator:
             raise
         timing["totalMs"] = clock.elapsed_ms()
         phase("done", {"totalMs": timing["totalMs"], "attempts": timing["attempts"]})
-        return TextOutcome(content=content, timing=dict(timing) if json_mode else None,
-                           resolved_model=timing["resolvedModel"],
-                           requested_model=timing["requestedModel"])
+        return TextOutcome(
+            content=content,
+            timing=dict(timing) if json_mode else None,
+            resolved_model=timing["resolvedModel"],
+            requested_model=timing["requestedModel"],
+        )
 
     def _json_attempts(self, body, kind, clock, timing, phase, on_chunk, on_reasoning):
         """The first generation and at most one rerun; the accepted JSON, serialized."""
@@ -239,9 +267,11 @@ class Generator:
             if value is not None:
                 return json.dumps(value, ensure_ascii=False)
         raise GenerationFailed(
-            502, "the model's output was not valid JSON"
-                 + (" with 5 or 6 ideas" if kind == "ideas" else "")
-                 + " after a local repair and one rerun")
+            502,
+            "the model's output was not valid JSON"
+            + (" with 5 or 6 ideas" if kind == "ideas" else "")
+            + " after a local repair and one rerun",
+        )
 
     def _accept(self, content, kind, clock, timing, phase):
         """The parsed value if `content` is acceptable, as is or after a local repair; None
@@ -276,14 +306,14 @@ class Generator:
         return answer
 
     def _complete(self, body, clock):
-        return openai_chat.complete(self._chat_post(clock), self._words, body,
-                                    limit=TEXT_ANSWER_LIMIT, loads=_loads)
+        return openai_chat.complete(self._chat_post(clock), self._words, body, limit=TEXT_ANSWER_LIMIT, loads=_loads)
 
     def _stream(self, body, clock, relay, reasoning):
         """Collects a streamed completion: content deltas go to `relay` in order."""
         parts, model = [], None
-        for delta in openai_chat.stream(self._chat_post(clock), self._words, body,
-                                        limit=TEXT_ANSWER_LIMIT, loads=_loads):
+        for delta in openai_chat.stream(
+            self._chat_post(clock), self._words, body, limit=TEXT_ANSWER_LIMIT, loads=_loads
+        ):
             model = delta.model or model
             if delta.reasoning:
                 reasoning(delta.reasoning)
@@ -302,14 +332,19 @@ class Generator:
         ratio outside SIZES."""
         if not self.available_image:
             raise GenerationUnavailable(
-                "AI image generation is not configured (set WIZ_AI_BASE_URL and WIZ_IMAGE_MODEL)")
+                "AI image generation is not configured (set WIZ_AI_BASE_URL and WIZ_IMAGE_MODEL)"
+            )
         if not isinstance(subject, str) or not subject.strip():
             raise ValueError("the image subject must be a non-empty string")
         if aspect_ratio not in self.sizes:
             raise ValueError(f"aspectRatio must be one of {', '.join(self.sizes)}")
         model = model or self.image_model
-        body = {"model": model, "prompt": _image_prompt(system or self.image_system, subject),
-                "n": 1, "size": self.sizes[aspect_ratio]}
+        body = {
+            "model": model,
+            "prompt": _image_prompt(system or self.image_system, subject),
+            "n": 1,
+            "size": self.sizes[aspect_ratio],
+        }
         if not model.startswith("gpt-image"):
             # OpenAI's gpt-image models always answer base64 and refuse this field.
             body["response_format"] = "b64_json"
@@ -345,8 +380,7 @@ class Generator:
         headers = {"Accept": "image/*"}
         if same_origin(url, self.base_url) and self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"  # the key stays with its origin
-        with self._exchange(clock, self._download_words).open("GET", url, headers,
-                                                              redirects=REDIRECTS) as exchange:
+        with self._exchange(clock, self._download_words).open("GET", url, headers, redirects=REDIRECTS) as exchange:
             declared = exchange.header("Content-Length").strip()
             if declared.isdigit() and int(declared) > IMAGE_DOWNLOAD_LIMIT:
                 raise GenerationFailed(502, "the generated image is larger than the size cap")
@@ -368,11 +402,11 @@ class Generator:
             headers["Accept"] = "text/event-stream"
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
-        return self._exchange(clock, self._words).open("POST", self.base_url + path, headers, body,
-                                                       redirects=REDIRECTS)
+        return self._exchange(clock, self._words).open("POST", self.base_url + path, headers, body, redirects=REDIRECTS)
 
 
 # -- the deadline and the queue ----------------------------------------------------------
+
 
 class _Guard:
     """Where a time-out outside a provider exchange (the deadline passed in the queue, or
@@ -417,8 +451,8 @@ class _Slot:
             self.timing["queueMs"] = _ms(time.monotonic() - started)
         if not acquired:
             raise GenerationFailed(
-                504, f"no generation slot became free within {self.clock.seconds:g} s "
-                     f"({self.concurrency} at once)")
+                504, f"no generation slot became free within {self.clock.seconds:g} s ({self.concurrency} at once)"
+            )
         return self
 
     def __exit__(self, *exc):
@@ -436,6 +470,7 @@ def _new_slots(concurrency):
 
 # -- reading answers -----------------------------------------------------------------
 
+
 def _loads(data):
     return blocking(json.loads, data) if len(data) > OFFLOAD_OVER else json.loads(data)
 
@@ -448,6 +483,7 @@ def _first_image(payload):
 
 
 # -- JSON output -----------------------------------------------------------------------
+
 
 def _parse_strict(content):
     try:
@@ -472,8 +508,8 @@ def _valid_ideas(value):
         return False
     ideas = value["ideas"]
     return len(ideas) in IDEAS_BATCH and all(
-        isinstance(idea, dict) and _filled(idea.get("title")) and _filled(idea.get("description"))
-        for idea in ideas)
+        isinstance(idea, dict) and _filled(idea.get("title")) and _filled(idea.get("description")) for idea in ideas
+    )
 
 
 def _filled(text):
@@ -482,6 +518,7 @@ def _filled(text):
 
 # -- requests and images -------------------------------------------------------------
 
+
 def _chat_messages(messages, system):
     if not isinstance(messages, list):
         raise ValueError("messages must be a list of {role, content}")
@@ -489,8 +526,11 @@ def _chat_messages(messages, system):
     if isinstance(system, str) and system.strip():
         out.append({"role": "system", "content": system})
     for message in messages:
-        if (not isinstance(message, dict) or not isinstance(message.get("role"), str)
-                or not isinstance(message.get("content"), str)):
+        if (
+            not isinstance(message, dict)
+            or not isinstance(message.get("role"), str)
+            or not isinstance(message.get("content"), str)
+        ):
             raise ValueError("messages must be a list of {role, content} with string values")
         out.append({"role": message["role"], "content": message["content"]})
     return out
@@ -513,8 +553,7 @@ def _to_webp(raw):
     try:
         with Image.open(io.BytesIO(raw)) as img:
             if img.format not in ("PNG", "JPEG", "WEBP"):
-                raise GenerationFailed(502, f"the AI provider's image is {img.format}, "
-                                            "not PNG, JPEG or WebP")
+                raise GenerationFailed(502, f"the AI provider's image is {img.format}, not PNG, JPEG or WebP")
             if img.width * img.height > MAX_IMAGE_PIXELS:
                 raise GenerationFailed(502, "the AI provider's image has too many pixels")
             img.load()
@@ -531,6 +570,7 @@ def _to_webp(raw):
 
 
 # -- small helpers -----------------------------------------------------------------------
+
 
 def _ms(seconds):
     return int(round(seconds * 1000))

@@ -9,6 +9,7 @@ only when WIZ_ALLOW_TEST_IDENTITY=1 and the request came straight from loopback:
 request that went through the proxy carries X-Forwarded-For / X-Real-IP (the proxy
 always sets them, and strips the test headers too).
 """
+
 import re
 from dataclasses import dataclass
 
@@ -51,10 +52,12 @@ def parse_groups(value):
 
 
 def _test_identity_allowed():
-    return (current_app.config["WIZARD"].allow_test_identity
-            and is_loopback(request.remote_addr)
-            and "X-Forwarded-For" not in request.headers
-            and "X-Real-IP" not in request.headers)
+    return (
+        current_app.config["WIZARD"].allow_test_identity
+        and is_loopback(request.remote_addr)
+        and "X-Forwarded-For" not in request.headers
+        and "X-Real-IP" not in request.headers
+    )
 
 
 def _headers():

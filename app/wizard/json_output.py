@@ -17,6 +17,7 @@ What it does fix: code fences, a sentence before the object or prose after it,
 trailing commas, missing closing brackets and braces, single quotes, a missing
 quote around a value.
 """
+
 import json
 import re
 
@@ -69,7 +70,7 @@ def _opener(text):
 
 
 def _goes_on_as_json(text, position):
-    rest = text[position + 1:].lstrip()
+    rest = text[position + 1 :].lstrip()
     if not rest:
         return False
     if text[position] == "{":

@@ -13,6 +13,7 @@ same bytes shares it, and a name never points at other bytes. Files not written 
 STALE_SECONDS are removed now and then; one removed while a request was about to be
 sent it is answered by the worker instead (the site's fallback), never a 404.
 """
+
 import os
 import tempfile
 import time
@@ -22,7 +23,7 @@ from flask import Response, current_app
 ACCEL_HEADER = "X-Wiz-Accel-Lists"
 INTERNAL_PREFIX = "/_wizard_lists/"
 STALE_SECONDS = 600
-PRUNE_EVERY = 64          # new files between two sweeps of the folder
+PRUNE_EVERY = 64  # new files between two sweeps of the folder
 
 _written_since_prune = 0
 

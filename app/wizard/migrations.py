@@ -1,6 +1,7 @@
 """The wizard database's schema: its numbered history (app.common.migrations) and how
 a process opens the database. Add a step at the end of STEPS for every change of a
 model's table, and change the model to match."""
+
 from app.common.db import connect_database
 from app.common.migrations import History, Step
 from app.wizard import cache, events

@@ -4,6 +4,7 @@ Every collection row has the same typed columns (the ones the API filters on or
 the server owns) and keeps the rest of its payload as JSON in `data`. `seq` orders
 rows newest first without ties; `id` is the public identifier.
 """
+
 import uuid
 from datetime import UTC, datetime
 
@@ -37,7 +38,7 @@ class CollectionRow(BaseModel):
     blueprint_id = CharField(null=True, index=True)
     key = CharField(null=True)
     likes_count = IntegerField(null=True)
-    data = JSONField(default=dict)   # on SQLite, json_set lays fields over it in place
+    data = JSONField(default=dict)  # on SQLite, json_set lays fields over it in place
 
 
 class Wizard(CollectionRow):
@@ -79,6 +80,7 @@ class LlmLog(CollectionRow):
 
 class LlmTiming(BaseModel):
     """Queue, attempt, repair and outcome of each JSON text call (not a collection)."""
+
     seq = AutoField()
     id = CharField(unique=True, default=new_id)
     created_at = CharField(default=now_text)
@@ -92,7 +94,7 @@ class LlmTiming(BaseModel):
     repair_ms = IntegerField()
     total_ms = IntegerField()
     attempts = IntegerField()
-    outcome = CharField()           # ok | failed
+    outcome = CharField()  # ok | failed
     error = TextField(null=True)
 
     class Meta:
@@ -102,6 +104,7 @@ class LlmTiming(BaseModel):
 class CollectionVersion(BaseModel):
     """A counter per collection, raised in every write transaction: readers (in any
     worker process) tell from it whether a cached answer is still current."""
+
     name = CharField(primary_key=True)
     version = IntegerField(default=0)
 
@@ -111,6 +114,7 @@ class CollectionVersion(BaseModel):
 
 class Marker(BaseModel):
     """Things done once in the life of the database (seeding the global wizards)."""
+
     key = CharField(primary_key=True)
     created_at = CharField(default=now_text)
 
@@ -128,4 +132,3 @@ COLLECTIONS = {
     "llm_logs": LlmLog,
 }
 MODELS = [*COLLECTIONS.values(), LlmTiming, CollectionVersion, Marker]
-

@@ -6,6 +6,7 @@ on the same origin. Identity comes from the same proxy headers as the API; a pag
 asked without one (straight at the service, not through nginx) answers a 401 page,
 and the admin page a 403 page to anyone who is not an administrator.
 """
+
 from flask import Blueprint, make_response, render_template
 
 from app.common.failures import Failure
@@ -13,8 +14,7 @@ from app.wizard import identity
 from app.wizard.models import COLLECTIONS
 
 # The pages' templates and static files (/static/...) are the service's own folders.
-bp = Blueprint("pages", __name__, template_folder="templates", static_folder="static",
-               static_url_path="/static")
+bp = Blueprint("pages", __name__, template_folder="templates", static_folder="static", static_url_path="/static")
 NAV = (("pages.home", "Home"), ("pages.blueprints", "Blueprints"), ("pages.library", "Library"))
 
 
@@ -33,15 +33,24 @@ def _identified(template, admin_only=False, **context):
     try:
         who = identity.require_identity()
     except Failure as exc:
-        return _refusal(401, "Sign-in required",
-                        "This page is served through the site's proxy, which tells the service who you are. "
-                        f"This request came without that identity ({exc.message}).")
+        return _refusal(
+            401,
+            "Sign-in required",
+            "This page is served through the site's proxy, which tells the service who you are. "
+            f"This request came without that identity ({exc.message}).",
+        )
     if admin_only and not who.is_admin:
-        return _refusal(403, "Administrators only",
-                        "The admin pages are for members of the groups admins or wiz-admins. "
-                        + ("You are not signed in: sign in with an administrator account."
-                           if who.is_public else f"You are signed in as {who.username}, who is not one of them."),
-                        who=who)
+        return _refusal(
+            403,
+            "Administrators only",
+            "The admin pages are for members of the groups admins or wiz-admins. "
+            + (
+                "You are not signed in: sign in with an administrator account."
+                if who.is_public
+                else f"You are signed in as {who.username}, who is not one of them."
+            ),
+            who=who,
+        )
     return _page(template, who=who, **context)
 
 

@@ -27,6 +27,7 @@ alone. So publishing is on with SQLite (one host by nature) and off with Postgre
 where another host's page could read its own host's file before that host heard of the
 write.
 """
+
 import contextlib
 import fcntl
 import json
@@ -45,9 +46,9 @@ from app.wizard.models import database
 
 log = logging.getLogger("bundle.wizard")
 VISITOR = Identity(PUBLIC, frozenset())
-LOCK_WAIT_SECONDS = 0.002   # between two tries of the folder's lock (held for a file's write)
+LOCK_WAIT_SECONDS = 0.002  # between two tries of the folder's lock (held for a file's write)
 
-_folder = None   # set by enable(): where this process publishes; None: it does not
+_folder = None  # set by enable(): where this process publishes; None: it does not
 # A view's state (`<name>.state`): the counter no older build may be stored below, the
 # tag of the published bytes, and the whole-second mtime of the last file written.
 NEVER_STORED = {"version": 0, "tag": None, "mtime": 0}
@@ -77,7 +78,7 @@ def offer(name):
     if _folder is None or os.path.exists(_body_path(name)):
         return
     with _locked():
-        if _read_state(name) is None:   # from now on every write of `name` rebuilds it
+        if _read_state(name) is None:  # from now on every write of `name` rebuilds it
             _write_state(name, NEVER_STORED)
     _publish(name)
 
@@ -95,7 +96,7 @@ def refresh(versions):
 def _publish(name):
     try:
         with connection_for_block(database):
-            version = cache.version(name)   # the view built next is at least this new
+            version = cache.version(name)  # the view built next is at least this new
             view = collections.list_rows(name, VISITOR, {})
         store(name, version, view)
     except Exception:
@@ -114,7 +115,7 @@ def store(name, version, view):
             return
         if state["tag"] == view.tag and _body_is(name, state):
             if version > state["version"]:
-                _write_state(name, {**state, "version": version})   # same bytes: the file and its ETag stay
+                _write_state(name, {**state, "version": version})  # same bytes: the file and its ETag stay
             return
         mtime = max(int(time.time()), state["mtime"] + 1)
         # The state first: a body cut short by a crash does not match it, and is replaced.
@@ -138,7 +139,7 @@ def _remove_bodies(folder):
     if not os.path.isdir(folder):
         return
     for entry in os.scandir(folder):
-        if entry.name.endswith((".json", ".tmp")):   # (a .tmp: a write cut short)
+        if entry.name.endswith((".json", ".tmp")):  # (a .tmp: a write cut short)
             # Without the lock (on PostgreSQL) another starting worker may remove it first.
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(entry.path)
@@ -150,9 +151,9 @@ def _forget_versions_past_the_database():
     with connection_for_block(database):
         for entry in os.scandir(_folder):
             if entry.name.endswith(".state"):
-                name = entry.name[:-len(".state")]
+                name = entry.name[: -len(".state")]
                 state = _read_state(name)
-                if state is None:   # unreadable: started again
+                if state is None:  # unreadable: started again
                     _write_state(name, NEVER_STORED)
                 elif cache.version(name) < state["version"]:
                     _write_state(name, {**NEVER_STORED, "mtime": state["mtime"]})
@@ -201,12 +202,12 @@ class _locked:
                     return self
                 except BlockingIOError:
                     gevent.sleep(LOCK_WAIT_SECONDS)
-        except BaseException:   # a timeout while waiting
+        except BaseException:  # a timeout while waiting
             self.handle.close()
             raise
 
     def __exit__(self, *exc):
-        self.handle.close()   # releases the lock
+        self.handle.close()  # releases the lock
 
 
 events.on_announce(refresh)

@@ -4,6 +4,7 @@
 The type is decided from the bytes, never from the declared type or the name: a
 file is kept only when Pillow opens it as PNG, JPEG or WebP.
 """
+
 import io
 import os
 import re
@@ -22,8 +23,10 @@ bp = Blueprint("uploads", __name__)
 EXTENSIONS = {"PNG": "png", "JPEG": "jpg", "WEBP": "webp"}
 # A stored name is the UUID's canonical text (8-4-4-4-12), what a client matching
 # `<uuid>` expects; names of 32 bare hex digits, which earlier releases wrote, keep working.
-_STORED_NAME = re.compile(r"^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{32})"
-                          r"\.(png|jpg|webp)$")
+_STORED_NAME = re.compile(
+    r"^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{32})"
+    r"\.(png|jpg|webp)$"
+)
 
 
 def image_format(data):
@@ -45,7 +48,7 @@ def store(data, extension):
 
 
 def _write(folder, name, data):
-    os.makedirs(folder, exist_ok=True)   # created lazily, as every DATA_DIR layout
+    os.makedirs(folder, exist_ok=True)  # created lazily, as every DATA_DIR layout
     atomic_write(os.path.join(folder, name), data)
 
 
@@ -64,8 +67,7 @@ def upload():
         raise Invalid("file: is empty", field="file")
     kind = blocking(image_format, data)
     if kind is None:
-        raise Invalid("file: not a PNG, JPEG or WebP image (the type is read from the file's bytes)",
-                      field="file")
+        raise Invalid("file: not a PNG, JPEG or WebP image (the type is read from the file's bytes)", field="file")
     return {"url": store(data, EXTENSIONS[kind])}, 201
 
 

@@ -7,6 +7,7 @@ routes/ (each route module defines its blueprint; init_app registers them), tunn
 (an agent's connection, app streams, proxied requests), access/ (accounts, sessions,
 OIDC, grants, limits, app-host tokens), transport/ (mux driver, websockets, mesh),
 core/ (models, migrations, request schemas)."""
+
 import logging
 
 from app.common.config import PROJECT_ROOT
@@ -22,9 +23,10 @@ def error_body(status, message, extra):
     if extra.get("detail"):
         body["detail"] = extra["detail"]
     if extra.get("fields"):
-        body["validations"] = [{"field": field, "detail": "; ".join(map(str, problems))
-                                if isinstance(problems, list) else str(problems)}
-                               for field, problems in extra["fields"].items()]
+        body["validations"] = [
+            {"field": field, "detail": "; ".join(map(str, problems)) if isinstance(problems, list) else str(problems)}
+            for field, problems in extra["fields"].items()
+        ]
         if status == 400 and "validations" in body and message != "Validation failed.":
             body.setdefault("detail", message)
             body["message"] = "Validation failed."

@@ -15,6 +15,7 @@ create-owner claims a new platform as the provisioning does (as POST
 first): it creates the initial Owner, or, when the platform has its Owner already,
 says so and succeeds without reading a password (the playbook runs it every time).
 """
+
 import getpass
 import sys
 
@@ -95,8 +96,9 @@ def create_owner(username, email, name, stdin, out, err):
             return 0
         password = _read_password(stdin, err)
         try:
-            data = validated(FirstUserSchema(), {"username": username, "email": email, "name": name,
-                                                 "password": password})
+            data = validated(
+                FirstUserSchema(), {"username": username, "email": email, "name": name, "password": password}
+            )
             user = accounts.create_first(data["username"], data["email"], data["name"], data["password"])
         except Failure as exc:
             if exc.status == 409 and accounts.first_user_exists():  # another run got there first
@@ -124,14 +126,27 @@ def _account(parser):
 
 
 commands = CommandLine("python -m app.workspace", __doc__)
-commands.add("reset-password", "set a user's password and revoke their sessions",
-             lambda args, s: reset_password(args.username, s.stdin, s.out, s.err), _username)
-commands.add("create-admin", "create an Owner account (the first user, if none)",
-             lambda args, s: create_admin(args.username, args.email, args.name, s.stdin, s.out, s.err), _account)
-commands.add("create-owner", "create the initial Owner, unless the platform has one",
-             lambda args, s: create_owner(args.username, args.email, args.name, s.stdin, s.out, s.err), _account)
+commands.add(
+    "reset-password",
+    "set a user's password and revoke their sessions",
+    lambda args, s: reset_password(args.username, s.stdin, s.out, s.err),
+    _username,
+)
+commands.add(
+    "create-admin",
+    "create an Owner account (the first user, if none)",
+    lambda args, s: create_admin(args.username, args.email, args.name, s.stdin, s.out, s.err),
+    _account,
+)
+commands.add(
+    "create-owner",
+    "create the initial Owner, unless the platform has one",
+    lambda args, s: create_owner(args.username, args.email, args.name, s.stdin, s.out, s.err),
+    _account,
+)
 commands.add_copy_to_postgres(
-    lambda: CopyPlan(HISTORY, WorkspaceSettings.from_env(config.data_dir("workspace")).database_url))
+    lambda: CopyPlan(HISTORY, WorkspaceSettings.from_env(config.data_dir("workspace")).database_url)
+)
 
 
 def main(argv=None, stdin=sys.stdin, out=sys.stdout, err=sys.stderr):

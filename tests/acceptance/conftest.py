@@ -7,6 +7,7 @@ the staging box, or any staging host, through its public addresses.
 Without a URL for a service, the checks stand up their own target first: the
 service under gunicorn with the sample deck, behind a real nginx.
 """
+
 import pytest
 
 from tests.support.acceptance import target_for

@@ -1,4 +1,5 @@
 """Audio service, checked through its public address (nginx in front)."""
+
 APP = {"X-App-Request": "1"}
 
 
@@ -14,8 +15,9 @@ def test_health_ready_and_capabilities(audio):
 def test_speech_through_the_proxy(audio):
     voices = audio.get("/api/audio/voices", params={"locale": "en"}, headers=APP).json()["voices"]
     assert voices
-    response = audio.post("/api/audio/speech", json={"text": "Acceptance check.", "voiceId": voices[0]["id"]},
-                          headers=APP)
+    response = audio.post(
+        "/api/audio/speech", json={"text": "Acceptance check.", "voiceId": voices[0]["id"]}, headers=APP
+    )
     assert response.status_code == 200, response.text
     assert response.headers["Content-Type"] == "audio/mpeg" and response.content[:1] in (b"\xff", b"I")
     assert response.headers["Cache-Control"] == "no-store"

@@ -1,4 +1,5 @@
 """Deck review service, checked through its public address (nginx in front)."""
+
 import threading
 import time
 import uuid
@@ -70,6 +71,10 @@ def test_scribble_round_trip(decks, session):
 
 
 def test_body_over_64_mb_is_refused_by_the_proxy(decks, session):
-    response = decks.post(f"/api/sessions/{session['id']}/scribble", data=b"x" * (65 * 1024 * 1024),
-                          headers={"Content-Type": "application/json"}, timeout=120)
+    response = decks.post(
+        f"/api/sessions/{session['id']}/scribble",
+        data=b"x" * (65 * 1024 * 1024),
+        headers={"Content-Type": "application/json"},
+        timeout=120,
+    )
     assert response.status_code == 413

@@ -2,6 +2,7 @@
 an anonymous visitor: nginx makes every visitor without a session `public`.
 Checks 7, 9 and 10 are the browser's (tests/browser); check 8's restart half is
 proven where a test can restart the service (tests/wizard, the staging box)."""
+
 import json
 import re
 from urllib.parse import quote
@@ -14,15 +15,20 @@ def test_identity_answers_for_anonymous_visitors(wizard):
 
 
 def test_identity_headers_from_the_client_are_not_believed(wizard):
-    forged = {"Remote-User": "root", "Remote-Groups": "admins", "X-Wiz-Test-User": "root",
-              "X-Wiz-Test-Groups": "admins"}
+    forged = {
+        "Remote-User": "root",
+        "Remote-Groups": "admins",
+        "X-Wiz-Test-User": "root",
+        "X-Wiz-Test-Groups": "admins",
+    }
     assert wizard.get("/api/me", headers=forged).json()["is_admin"] is False
     assert wizard.get("/api/collections/llm_logs", headers=forged).status_code == 403
 
 
 def test_check_1_created_wizard_has_server_assigned_id_and_created_at(wizard):
-    response = wizard.post("/api/collections/wizards", json={
-        "name": "acceptance", "id": "client-id", "created_at": "2000-01-01T00:00:00Z"})
+    response = wizard.post(
+        "/api/collections/wizards", json={"name": "acceptance", "id": "client-id", "created_at": "2000-01-01T00:00:00Z"}
+    )
     assert response.status_code == 201
     row = response.json()
     assert row["id"] != "client-id" and row["created_at"] != "2000-01-01T00:00:00Z"
@@ -50,17 +56,22 @@ def test_check_3_unknown_filter_key_is_400(wizard):
 
 def test_check_5_json_smoke_call(wizard):
     # A target with no AI provider configured answers 503 here: checks 5 and 6 need one.
-    response = wizard.post("/api/ai/text", json={
-        "messages": [{"role": "user", "content": "Reply with a JSON object."}], "json": True,
-        "kind": "smoke", "templateKey": "acceptance"})
+    response = wizard.post(
+        "/api/ai/text",
+        json={
+            "messages": [{"role": "user", "content": "Reply with a JSON object."}],
+            "json": True,
+            "kind": "smoke",
+            "templateKey": "acceptance",
+        },
+    )
     assert response.status_code == 200, response.text
     assert isinstance(json.loads(response.json()["content"]), (dict, list))
     assert response.json()["timing"]["requestedModel"] == "host default"
 
 
 def test_check_6_image_smoke_call(wizard):
-    response = wizard.post("/api/ai/image", json={"subject": "a small red boat", "aspectRatio": "1:1",
-                                                  "kind": "smoke"})
+    response = wizard.post("/api/ai/image", json={"subject": "a small red boat", "aspectRatio": "1:1", "kind": "smoke"})
     assert response.status_code == 200, response.text
     url = response.json()["url"]
     assert re.fullmatch(r"/uploads/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.webp", url)

@@ -1,5 +1,6 @@
 """The Freesound sound library through the running service (gunicorn, gevent
 worker) against a local server that speaks Freesound's API v2."""
+
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -17,8 +18,14 @@ MAX_BYTES = 64 * 1024
 
 
 def env_for(fake, **extra):
-    return {"AUDIO_SOUNDLIB_PROVIDER": "freesound", "FREESOUND_API_KEY": KEY, "FREESOUND_API_URL": fake.api_url,
-            "AUDIO_PROBE_INTERVAL": "0.5", "AUDIO_PROVIDER_TIMEOUT": str(PROVIDER_TIMEOUT), **extra}
+    return {
+        "AUDIO_SOUNDLIB_PROVIDER": "freesound",
+        "FREESOUND_API_KEY": KEY,
+        "FREESOUND_API_URL": fake.api_url,
+        "AUDIO_PROBE_INTERVAL": "0.5",
+        "AUDIO_PROVIDER_TIMEOUT": str(PROVIDER_TIMEOUT),
+        **extra,
+    }
 
 
 def get(service, path, headers=APP, **kwargs):
@@ -46,9 +53,18 @@ def shared_fake():
 def fake(shared_fake):
     """The module's fake with its knobs back to their defaults after each test."""
     yield shared_fake
-    for knob, value in (("delay", 0.0), ("drip", 0.0), ("drip_bytes", 1), ("drip_headers", False),
-                        ("slow_on", "all"), ("preview_size", None), ("preview_content_length", True),
-                        ("preview_content_type", "audio/mpeg"), ("down", False), ("malformed", False)):
+    for knob, value in (
+        ("delay", 0.0),
+        ("drip", 0.0),
+        ("drip_bytes", 1),
+        ("drip_headers", False),
+        ("slow_on", "all"),
+        ("preview_size", None),
+        ("preview_content_length", True),
+        ("preview_content_type", "audio/mpeg"),
+        ("down", False),
+        ("malformed", False),
+    ):
         setattr(shared_fake, knob, value)
 
 
@@ -57,8 +73,9 @@ def service(start_module_service, shared_fake):
     """One service for the module's data-path tests. Its probe result is reused for
     a minute, so that a slow or broken fake shows in the call under test (502)
     rather than in the capability check before it (503)."""
-    return start_module_service("audio", env=env_for(shared_fake, AUDIO_PROBE_INTERVAL="60",
-                                                     AUDIO_MAX_RESPONSE_BYTES=str(MAX_BYTES)))
+    return start_module_service(
+        "audio", env=env_for(shared_fake, AUDIO_PROBE_INTERVAL="60", AUDIO_MAX_RESPONSE_BYTES=str(MAX_BYTES))
+    )
 
 
 # -- search and preview ------------------------------------------------------------------
@@ -75,16 +92,27 @@ def test_search_answers_normalized_results(service, fake):
     body = response.json()
     assert body["provider"] == "freesound"
     assert body["results"] == [
-        {"id": "freesound:1001", "name": "Heavy rain on a tin roof",
-         "tags": ["rain", "roof", "storm", "field-recording"], "duration": 12.5,
-         "license": "http://creativecommons.org/publicdomain/zero/1.0/",
-         "preview_url": "/api/audio/soundlib/preview/freesound:1001"},
-        {"id": "freesound:1002", "name": "Light rain in the garden", "tags": ["rain", "garden", "ambience"],
-         "duration": 30.25, "license": "https://creativecommons.org/licenses/by/4.0/",
-         "preview_url": "/api/audio/soundlib/preview/freesound:1002"},
+        {
+            "id": "freesound:1001",
+            "name": "Heavy rain on a tin roof",
+            "tags": ["rain", "roof", "storm", "field-recording"],
+            "duration": 12.5,
+            "license": "http://creativecommons.org/publicdomain/zero/1.0/",
+            "preview_url": "/api/audio/soundlib/preview/freesound:1001",
+        },
+        {
+            "id": "freesound:1002",
+            "name": "Light rain in the garden",
+            "tags": ["rain", "garden", "ambience"],
+            "duration": 30.25,
+            "license": "https://creativecommons.org/licenses/by/4.0/",
+            "preview_url": "/api/audio/soundlib/preview/freesound:1002",
+        },
     ]
-    assert fake.queries[-1] == ("/apiv2/search/text/", {
-        "query": "rain", "page_size": "2", "fields": "id,name,tags,duration,license,previews"})
+    assert fake.queries[-1] == (
+        "/apiv2/search/text/",
+        {"query": "rain", "page_size": "2", "fields": "id,name,tags,duration,license,previews"},
+    )
     assert fake.authorizations[-1] == ("/apiv2/search/text/", f"Token {KEY}")
 
 
@@ -120,8 +148,13 @@ def test_unknown_sounds_are_404(service, fake):
 
 def test_a_preview_url_on_another_host_is_502_and_never_fetched(service, fake):
     with FakeFreesound(key=KEY) as elsewhere:
-        fake.add_sound(5001, "Elsewhere", ["elsewhere"], 1.0,
-                       previews={"preview-hq-mp3": f"{elsewhere.base_url}/previews/1001-hq.mp3"})
+        fake.add_sound(
+            5001,
+            "Elsewhere",
+            ["elsewhere"],
+            1.0,
+            previews={"preview-hq-mp3": f"{elsewhere.base_url}/previews/1001-hq.mp3"},
+        )
         response = get(service, "/soundlib/preview/freesound:5001")
         assert response.status_code == 502
         assert "not allowed" in response.json()["error"]
@@ -209,8 +242,7 @@ def test_a_wrong_key_is_503_and_never_shown(start_service, fake, tmp_path):
 def test_a_missing_key_is_unavailable_without_asking_freesound(start_service, fake):
     before = len(fake.requests)
     service = start_service("audio", env=env_for(fake, FREESOUND_API_KEY=""))
-    assert soundlib(service) == {"available": False, "reason": "FREESOUND_API_KEY is not set",
-                                 "provider": "freesound"}
+    assert soundlib(service) == {"available": False, "reason": "FREESOUND_API_KEY is not set", "provider": "freesound"}
     search = get(service, "/soundlib/search", params={"q": "rain"})
     assert search.status_code == 503 and "FREESOUND_API_KEY is not set" in search.json()["error"]
     assert len(fake.requests) == before
@@ -221,8 +253,7 @@ def test_a_missing_key_is_unavailable_without_asking_freesound(start_service, fa
 
 def probes(fake):
     """Probe requests the fake received (a search for one id only)."""
-    return sum(1 for path, query in list(fake.queries)
-               if path == "/apiv2/search/text/" and query.get("fields") == "id")
+    return sum(1 for path, query in list(fake.queries) if path == "/apiv2/search/text/" and query.get("fields") == "id")
 
 
 def test_concurrent_capability_checks_cost_freesound_one_probe(start_service, fake):
@@ -241,8 +272,9 @@ def test_freesound_going_away_and_coming_back_flips_the_capability(start_service
     service = start_service("audio", env=env_for(fake, AUDIO_PROBE_TIMEOUT="10"))
     assert soundlib(service)["available"] is True
     fake.down = True
-    gone = wait_for(lambda: (lambda s: s if not s["available"] else None)(soundlib(service)),
-                    what="soundlib becoming unavailable")
+    gone = wait_for(
+        lambda: (lambda s: s if not s["available"] else None)(soundlib(service)), what="soundlib becoming unavailable"
+    )
     assert "cannot be reached" in gone["reason"] and KEY not in gone["reason"]
     search = get(service, "/soundlib/search", params={"q": "rain"})
     assert search.status_code == 503 and "cannot be reached" in search.json()["error"]
@@ -258,7 +290,8 @@ def test_a_slow_freesound_makes_the_capability_unavailable_within_the_probe_dead
     assert soundlib(service)["available"] is True
     fake.slow_on, fake.delay = "api", 6.0
     started = time.monotonic()
-    state = wait_for(lambda: (lambda s: s if not s["available"] else None)(soundlib(service)),
-                     what="soundlib becoming unavailable")
+    state = wait_for(
+        lambda: (lambda s: s if not s["available"] else None)(soundlib(service)), what="soundlib becoming unavailable"
+    )
     assert "1 s" in state["reason"]  # the probe's deadline (the probe runner's words or the provider's)
     assert time.monotonic() - started < fake.delay  # a probe that waited for the slow server takes this long

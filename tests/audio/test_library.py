@@ -1,4 +1,5 @@
 """The embedded sound library: search, preview, changes on disk, traversal."""
+
 import json
 import shutil
 
@@ -29,9 +30,15 @@ def test_preview_answers_the_file_with_its_identity(audio):
 
 
 def test_preview_of_unknown_or_escaping_ids_is_404(audio):
-    for path in ["/soundlib/preview/local:nope.mp3", "/soundlib/preview/local:../audio-data/engine.log",
-                 "/soundlib/preview/local:/etc/passwd", "/soundlib/preview/local:bell.json",
-                 "/soundlib/preview/freesound:123", "/soundlib/preview/bell.mp3", "/soundlib/preview/local:"]:
+    for path in [
+        "/soundlib/preview/local:nope.mp3",
+        "/soundlib/preview/local:../audio-data/engine.log",
+        "/soundlib/preview/local:/etc/passwd",
+        "/soundlib/preview/local:bell.json",
+        "/soundlib/preview/freesound:123",
+        "/soundlib/preview/bell.mp3",
+        "/soundlib/preview/local:",
+    ]:
         status, body, _ = raw(audio, "GET", path, {"X-App-Request": "1"})
         assert status == 404, (path, body)
         assert "error" in json.loads(body)
@@ -63,8 +70,11 @@ def test_library_follows_changes_on_disk(fresh_audio):
 def test_missing_folder_is_unavailable_not_empty(start_service, tmp_path):
     audio = start_audio(start_service, tmp_path, env={"SOUNDLIB_DIR": str(tmp_path / "nowhere")})
     caps = audio.get("/capabilities").json()
-    assert caps["soundlib"] == {"available": False, "provider": "local",
-                                "reason": f"the sound folder {tmp_path / 'nowhere'} does not exist"}
+    assert caps["soundlib"] == {
+        "available": False,
+        "provider": "local",
+        "reason": f"the sound folder {tmp_path / 'nowhere'} does not exist",
+    }
     search = audio.get("/soundlib/search", params={"q": "bell"})
     assert search.status_code == 503 and "does not exist" in search.json()["error"]
     assert audio.get("/ready").status_code == 200  # readiness is about speech only

@@ -3,6 +3,7 @@ at once (429 with Retry-After) while another address is still served, and synthe
 beyond the engine slots and their bounded queue are refused at once (503) instead of
 piling up. Outcomes are counted; the engine holds a synthesis (engine.hold, voice
 HELD_VOICE) until the test lets it go, so nothing depends on the machine's speed."""
+
 import threading
 import time
 from collections import Counter
@@ -18,8 +19,12 @@ WAIT = 60  # a bound for a condition that should come at once: never a timing as
 
 def speech(audio, address, voice=HELD_VOICE, text="flood"):
     # The service believes X-Real-IP from a loopback peer: that is how nginx names the client.
-    return requests.post(audio.url + "/speech", json={"text": text, "voiceId": voice},
-                         headers={**APP, "X-Real-IP": address}, timeout=WAIT + 30)
+    return requests.post(
+        audio.url + "/speech",
+        json={"text": text, "voiceId": voice},
+        headers={**APP, "X-Real-IP": address},
+        timeout=WAIT + 30,
+    )
 
 
 def wait_until(condition, what):
@@ -53,10 +58,17 @@ class Flood:
 
 
 def test_a_flood_from_one_address_does_not_keep_another_out(start_service, tmp_path):
-    audio = start_audio(start_service, tmp_path, env={
-        "AUDIO_SPEECH_PER_MINUTE": "30", "AUDIO_SPEECH_CONCURRENT_PER_ADDRESS": "2",
-        "AUDIO_MAX_CONCURRENT_SYNTHESIS": "4", "AUDIO_SYNTHESIS_QUEUE": "8",
-        "AUDIO_PROVIDER_TIMEOUT": "600"})
+    audio = start_audio(
+        start_service,
+        tmp_path,
+        env={
+            "AUDIO_SPEECH_PER_MINUTE": "30",
+            "AUDIO_SPEECH_CONCURRENT_PER_ADDRESS": "2",
+            "AUDIO_MAX_CONCURRENT_SYNTHESIS": "4",
+            "AUDIO_SYNTHESIS_QUEUE": "8",
+            "AUDIO_PROVIDER_TIMEOUT": "600",
+        },
+    )
     assert speech(audio, VISITOR, voice="en-us", text="warm").status_code == 200  # voices loaded
     audio.hold_flag.write_text("hold")
     flood = Flood([lambda: speech(audio, ATTACKER)] * 300)
@@ -78,9 +90,11 @@ def test_a_flood_from_one_address_does_not_keep_another_out(start_service, tmp_p
 
 
 def test_syntheses_beyond_the_slots_and_the_queue_are_refused_at_once(start_service, tmp_path):
-    audio = start_audio(start_service, tmp_path, env={
-        "AUDIO_MAX_CONCURRENT_SYNTHESIS": "2", "AUDIO_SYNTHESIS_QUEUE": "3",
-        "AUDIO_PROVIDER_TIMEOUT": "600"})  # a queued request waits for its slot, however long
+    audio = start_audio(
+        start_service,
+        tmp_path,
+        env={"AUDIO_MAX_CONCURRENT_SYNTHESIS": "2", "AUDIO_SYNTHESIS_QUEUE": "3", "AUDIO_PROVIDER_TIMEOUT": "600"},
+    )  # a queued request waits for its slot, however long
     assert speech(audio, VISITOR, voice="en-us", text="warm").status_code == 200
     audio.hold_flag.write_text("hold")
     # Ten addresses, one request each: no per-address limit is reached.

@@ -1,5 +1,6 @@
 """Readiness probes: one probe for many callers, reused for the interval, and the
 provider going away and coming back."""
+
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -142,26 +143,31 @@ def test_an_expired_unavailable_result_is_never_answered_the_fresh_probe_is():
     probe = Probe(check, interval=10, timeout=1, clock=clock)
     first = probe.state()
     assert not first.available and probe.expires_in(first) == 10
-    state["ok"] = True                      # the admin creates the folder
+    state["ok"] = True  # the admin creates the folder
     clock.now = 9.9
-    assert probe.state() is first           # still within its interval
+    assert probe.state() is first  # still within its interval
     clock.now = 10.0
     answers = [g.get() for g in [gevent.spawn(probe.state) for _ in range(20)]]
     assert all(a.available for a in answers) and len({id(a) for a in answers}) == 1
 
 
-@pytest.mark.parametrize("rate,pitch,volume,expected", [
-    (1, 1, 1, {"rate": "+0%", "pitch": "+0Hz", "volume": "+0%"}),
-    (0.5, 0, 0, {"rate": "-50%", "pitch": "-50Hz", "volume": "-100%"}),
-    (2, 2, 0.25, {"rate": "+100%", "pitch": "+50Hz", "volume": "-75%"}),
-])
+@pytest.mark.parametrize(
+    "rate,pitch,volume,expected",
+    [
+        (1, 1, 1, {"rate": "+0%", "pitch": "+0Hz", "volume": "+0%"}),
+        (0.5, 0, 0, {"rate": "-50%", "pitch": "-50Hz", "volume": "-100%"}),
+        (2, 2, 0.25, {"rate": "+100%", "pitch": "+50Hz", "volume": "-75%"}),
+    ],
+)
 def test_edge_strings(rate, pitch, volume, expected):
     from app.audio.edge import edge_strings
+
     assert edge_strings(rate, pitch, volume) == expected
 
 
 def test_espeak_mapping():
     from app.audio.espeak import espeak_arguments
+
     assert espeak_arguments("en-us", 1, 1, 1) == ["-v", "en-us", "-s", "175", "-p", "50", "-a", "100", "--stdout"]
     assert espeak_arguments("en", 0.5, 2, 0)[3:8] == ["88", "-p", "99", "-a", "0"]
 
@@ -196,7 +202,7 @@ def test_a_sound_folder_created_after_start_is_available_at_the_next_probe(start
     data_dir = tmp_path / "audio-data"
     data_dir.mkdir()
     audio = start_audio(start_service, data_dir, {"AUDIO_PROBE_INTERVAL": "2"})
-    shutil.rmtree(data_dir / "soundlib")    # as if it were seeded after the start
+    shutil.rmtree(data_dir / "soundlib")  # as if it were seeded after the start
     before = requests.get(audio.url + "/capabilities", timeout=10)
     deadline = time.monotonic() + 10
     while before.json()["soundlib"]["available"] and time.monotonic() < deadline:
@@ -206,10 +212,11 @@ def test_a_sound_folder_created_after_start_is_available_at_the_next_probe(start
     assert before.headers["X-Accel-Expires"] in ("0", "1")  # nginx keeps it no longer than it is fresh
     unavailable_since = time.monotonic()
     seed(str(data_dir / "soundlib"))
-    while time.monotonic() - unavailable_since < 2.5:   # past that answer's 2 s interval
+    while time.monotonic() - unavailable_since < 2.5:  # past that answer's 2 s interval
         time.sleep(0.1)
     after = requests.get(audio.url + "/capabilities", timeout=10).json()
     assert after["soundlib"]["available"] is True, after
-    search = requests.get(audio.url + "/soundlib/search", params={"q": "bell"}, headers={"X-App-Request": "1"},
-                          timeout=10)
+    search = requests.get(
+        audio.url + "/soundlib/search", params={"q": "bell"}, headers={"X-App-Request": "1"}, timeout=10
+    )
     assert search.status_code == 200 and search.json()["results"]

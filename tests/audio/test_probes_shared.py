@@ -1,6 +1,7 @@
 """Probes shared through Redis (REDIS_URL): one probe per interval for the whole
 deployment. A short Redis lock decides which process probes; the others read its
 result, stored with its time."""
+
 import json
 import os
 import subprocess
@@ -50,14 +51,14 @@ def test_one_process_probes_and_the_other_reads_its_result(redis_server):
     clock = FakeClock()
     engine, (first, second) = shared_pair(redis_server, clock)
     assert first.state().available and engine.calls == 1
-    assert second.state().available and engine.calls == 1   # read, not probed
-    clock.now += 10                                          # past the interval, for both
-    second.state()                                           # answered at once, refreshed behind
+    assert second.state().available and engine.calls == 1  # read, not probed
+    clock.now += 10  # past the interval, for both
+    second.state()  # answered at once, refreshed behind
     second._prober.join(timeout=10)
     assert engine.calls == 2
     first.state()
     first._prober.join(timeout=10)
-    assert engine.calls == 2                                 # the fresh result was there to read
+    assert engine.calls == 2  # the fresh result was there to read
     assert first.state().checked_at == second.state().checked_at == clock.now
 
 
@@ -70,8 +71,9 @@ def test_while_another_process_holds_the_lock_its_result_is_awaited(redis_server
     # Runs until its first yield: its Redis calls do not yield here (no monkey patch in
     # pytest), so that is the pause between two looks for the lock holder's result.
     gevent.sleep(0)
-    client.set(probe._result_key, json.dumps({"available": False, "reason": "no sound folder",
-                                              "checked_at": clock.now}))
+    client.set(
+        probe._result_key, json.dumps({"available": False, "reason": "no sound folder", "checked_at": clock.now})
+    )
     result = waiting.get(timeout=10)
     assert (result.available, result.reason, engine.calls) == (False, "no sound folder", 0)
 
@@ -88,8 +90,11 @@ def _pids_with_redis(redis_server, url):
     """The pids of the processes connected to the database of `url` (connections are
     named bundle-<role>-<pid>)."""
     db = url.rsplit("/", 1)[1]
-    return {int(c["name"].rsplit("-", 1)[1]) for c in redis.Redis.from_url(redis_server.url()).client_list()
-            if c.get("name", "").startswith("bundle-") and c.get("db") == db}
+    return {
+        int(c["name"].rsplit("-", 1)[1])
+        for c in redis.Redis.from_url(redis_server.url()).client_list()
+        if c.get("name", "").startswith("bundle-") and c.get("db") == db
+    }
 
 
 def test_a_flood_on_four_workers_costs_one_probe_per_interval(start_service, tmp_path, redis_server):
@@ -98,10 +103,14 @@ def test_a_flood_on_four_workers_costs_one_probe_per_interval(start_service, tmp
     would probe at its start already)."""
     interval, url = 2.0, redis_server.new_url()
     started = time.monotonic()
-    audio = start_audio(lambda name, **kwargs: start_service(name, workers=WORKERS, **kwargs), tmp_path,
-                        {"AUDIO_PROBE_INTERVAL": str(interval), "REDIS_URL": url})
-    pids = wait_for(lambda: len(audio.service.worker_pids()) == WORKERS and set(audio.service.worker_pids()),
-                    f"{WORKERS} workers")
+    audio = start_audio(
+        lambda name, **kwargs: start_service(name, workers=WORKERS, **kwargs),
+        tmp_path,
+        {"AUDIO_PROBE_INTERVAL": str(interval), "REDIS_URL": url},
+    )
+    pids = wait_for(
+        lambda: len(audio.service.worker_pids()) == WORKERS and set(audio.service.worker_pids()), f"{WORKERS} workers"
+    )
     # Each worker's start-up probe went through Redis.
     wait_for(lambda: _pids_with_redis(redis_server, url) >= pids, "every worker's start-up probe")
     stop, statuses = threading.Event(), []
@@ -124,10 +133,22 @@ def test_a_flood_on_four_workers_costs_one_probe_per_interval(start_service, tmp
 
 
 def test_a_bad_redis_url_stops_the_start_with_one_line_naming_it(tmp_path):
-    env = {**os.environ, "SERVICE": "audio", "HOST": "127.0.0.1", "PORT": str(free_port()),
-           "DATA_DIR": str(tmp_path), "REDIS_URL": "http://:hunter2@example.org/0"}
-    done = subprocess.run([str(GUNICORN), "-c", "gunicorn.conf.py", "wsgi:app"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=60)
+    env = {
+        **os.environ,
+        "SERVICE": "audio",
+        "HOST": "127.0.0.1",
+        "PORT": str(free_port()),
+        "DATA_DIR": str(tmp_path),
+        "REDIS_URL": "http://:hunter2@example.org/0",
+    }
+    done = subprocess.run(
+        [str(GUNICORN), "-c", "gunicorn.conf.py", "wsgi:app"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode != 0
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "REDIS_URL" in errors[0], done.stderr

@@ -1,4 +1,5 @@
 """Engine subprocesses: early exits, caps and deadlines."""
+
 import pytest
 
 from app.audio.process import run_engine

@@ -70,11 +70,17 @@ def test_range_on_preview_is_416(audio):
     assert response.status_code == 416 and response.json()["field"] == "Range"
 
 
-@pytest.mark.parametrize("params,field", [
-    ({}, "q"), ({"q": ""}, "q"), ({"q": "x" * 121}, "q"),
-    ({"q": "bell", "results": "0"}, "results"), ({"q": "bell", "results": "21"}, "results"),
-    ({"q": "bell", "results": "two"}, "results"),
-])
+@pytest.mark.parametrize(
+    "params,field",
+    [
+        ({}, "q"),
+        ({"q": ""}, "q"),
+        ({"q": "x" * 121}, "q"),
+        ({"q": "bell", "results": "0"}, "results"),
+        ({"q": "bell", "results": "21"}, "results"),
+        ({"q": "bell", "results": "two"}, "results"),
+    ],
+)
 def test_search_parameters(audio, params, field):
     response = audio.get("/soundlib/search", params=params)
     assert response.status_code == 400 and response.json()["field"] == field

@@ -1,4 +1,5 @@
 """Speech through the service's routes, in process: real espeak-ng, MP3 out, every bound."""
+
 import io
 
 import pytest
@@ -33,34 +34,46 @@ def test_rate_changes_the_duration(audio):
     assert slow > 2.5 * fast, (slow, fast)
 
 
-@pytest.mark.parametrize("field,value", [
-    ("rate", 0.5), ("rate", 2), ("pitch", 0), ("pitch", 2), ("volume", 0), ("volume", 1),
-    ("text", "x" * 180), ("locale", "e" * 35),
-])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("rate", 0.5),
+        ("rate", 2),
+        ("pitch", 0),
+        ("pitch", 2),
+        ("volume", 0),
+        ("volume", 1),
+        ("text", "x" * 180),
+        ("locale", "e" * 35),
+    ],
+)
 def test_values_at_the_edges_pass(audio, field, value):
     response = audio.speech({"text": "edge", "voiceId": "en-us", field: value})
     assert response.status_code == 200, response.text
 
 
-@pytest.mark.parametrize("body,field", [
-    ({"text": "x", "voiceId": "en-us", "rate": 0.49}, "rate"),
-    ({"text": "x", "voiceId": "en-us", "rate": 2.01}, "rate"),
-    ({"text": "x", "voiceId": "en-us", "rate": "1"}, "rate"),
-    ({"text": "x", "voiceId": "en-us", "rate": True}, "rate"),
-    ({"text": "x", "voiceId": "en-us", "pitch": -0.01}, "pitch"),
-    ({"text": "x", "voiceId": "en-us", "pitch": 2.01}, "pitch"),
-    ({"text": "x", "voiceId": "en-us", "volume": 1.01}, "volume"),
-    ({"text": "x", "voiceId": "en-us", "volume": None}, "volume"),
-    ({"text": "", "voiceId": "en-us"}, "text"),
-    ({"text": "x" * 181, "voiceId": "en-us"}, "text"),
-    ({"text": 5, "voiceId": "en-us"}, "text"),
-    ({"voiceId": "en-us"}, "text"),
-    ({"text": "x"}, "voiceId"),
-    ({"text": "x", "voiceId": "v" * 121}, "voiceId"),
-    ({"text": "x", "voiceId": "no-such-voice"}, "voiceId"),
-    ({"text": "x", "voiceId": "en-us", "locale": "e" * 36}, "locale"),
-    ({"text": "x", "voiceId": "en-us", "extra": 1}, "extra"),
-])
+@pytest.mark.parametrize(
+    "body,field",
+    [
+        ({"text": "x", "voiceId": "en-us", "rate": 0.49}, "rate"),
+        ({"text": "x", "voiceId": "en-us", "rate": 2.01}, "rate"),
+        ({"text": "x", "voiceId": "en-us", "rate": "1"}, "rate"),
+        ({"text": "x", "voiceId": "en-us", "rate": True}, "rate"),
+        ({"text": "x", "voiceId": "en-us", "pitch": -0.01}, "pitch"),
+        ({"text": "x", "voiceId": "en-us", "pitch": 2.01}, "pitch"),
+        ({"text": "x", "voiceId": "en-us", "volume": 1.01}, "volume"),
+        ({"text": "x", "voiceId": "en-us", "volume": None}, "volume"),
+        ({"text": "", "voiceId": "en-us"}, "text"),
+        ({"text": "x" * 181, "voiceId": "en-us"}, "text"),
+        ({"text": 5, "voiceId": "en-us"}, "text"),
+        ({"voiceId": "en-us"}, "text"),
+        ({"text": "x"}, "voiceId"),
+        ({"text": "x", "voiceId": "v" * 121}, "voiceId"),
+        ({"text": "x", "voiceId": "no-such-voice"}, "voiceId"),
+        ({"text": "x", "voiceId": "en-us", "locale": "e" * 36}, "locale"),
+        ({"text": "x", "voiceId": "en-us", "extra": 1}, "extra"),
+    ],
+)
 def test_bad_values_are_400_naming_the_field(audio, body, field):
     response = audio.speech(body)
     assert response.status_code == 400, response.text

@@ -1,6 +1,7 @@
 """Every bench in bench/ runs to its end with its smallest settings, so that none rots
 between the sessions that measure with it. This checks that a bench finishes and prints
 its figures, never the figures themselves: timing is the bench's business, not a test's."""
+
 import os
 import subprocess
 import sys
@@ -36,8 +37,13 @@ def test_every_bench_has_smoke_settings():
 
 @pytest.mark.parametrize("bench", sorted(SMOKE_ARGUMENTS))
 def test_the_bench_runs_to_its_end(bench, tmp_path):
-    run = subprocess.run([sys.executable, "-m", f"bench.{bench}", *SMOKE_ARGUMENTS[bench]], cwd=ROOT,
-                         capture_output=True, text=True, timeout=900,
-                         env={**os.environ, "TMPDIR": str(tmp_path)})
+    run = subprocess.run(
+        [sys.executable, "-m", f"bench.{bench}", *SMOKE_ARGUMENTS[bench]],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
     assert run.returncode == 0, f"{bench} exited {run.returncode}:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
     assert run.stdout.strip(), f"{bench} printed no figures"

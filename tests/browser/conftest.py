@@ -12,6 +12,7 @@ Fixtures:
   `.service` (the RunningService), `.api` (its direct address), `.proxy`,
   `.restart_service()`. Stopped at the end of the test.
 """
+
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ def browser():
     if not Path(CHROMIUM).exists():
         pytest.skip(f"BROWSER TESTS SKIPPED: {CHROMIUM} is missing (Debian package chromium; make test installs it)")
     from playwright.sync_api import sync_playwright
+
     with sync_playwright() as playwright:
         chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         yield chromium
@@ -41,7 +43,7 @@ def context(browser, request):
         suffix = f"-{index + 1}" if index else ""
         try:
             open_page.screenshot(path=str(ARTIFACTS / f"{artifact_name(request)}{suffix}.png"), full_page=True)
-        except Exception as exc:   # a screenshot must not hide the test's own result
+        except Exception as exc:  # a screenshot must not hide the test's own result
             print(f"no screenshot of page {index}: {exc}")
     ctx.close()
 
@@ -58,9 +60,13 @@ def site(tmp_path_factory):
     def start(name, env=None, variables=None, data_dir=None, hosts=None, listen_port=None):
         data_dir = data_dir or tmp_path_factory.mktemp(f"browser-{name}")
         service = services.start(name, data_dir, env=env)
-        proxy = nginx.start(tmp_path_factory.mktemp(f"browser-{name}-nginx"), listen_port,
-                            upstreams={name: f"127.0.0.1:{service.port}"}, hosts=hosts,
-                            variables=variables or {})
+        proxy = nginx.start(
+            tmp_path_factory.mktemp(f"browser-{name}-nginx"),
+            listen_port,
+            upstreams={name: f"127.0.0.1:{service.port}"},
+            hosts=hosts,
+            variables=variables or {},
+        )
         started.append(Site(service, proxy, name, env))
         return started[-1]
 

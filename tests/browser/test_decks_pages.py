@@ -1,6 +1,7 @@
 """The deck review pages in a real browser, through nginx: live notes between two
 tabs, a scribble drawn with the pointer and stored as PNG, and a review page that
 reconnects by itself after the service restarts, with no duplicate and no gap."""
+
 import requests
 from playwright.sync_api import expect
 
@@ -13,8 +14,9 @@ def review_site(site, tmp_path):
     body = copy_sample_deck(data_dir)
     running = site("decks", data_dir=data_dir)
     requests.post(f"{running.api}/api/decks/import", json=body, timeout=10).raise_for_status()
-    created = requests.post(f"{running.api}/api/sessions", json={"deck_id": "welcome", "title": "Browser review"},
-                            timeout=10)
+    created = requests.post(
+        f"{running.api}/api/sessions", json={"deck_id": "welcome", "title": "Browser review"}, timeout=10
+    )
     created.raise_for_status()
     return running, created.json()["id"]
 
@@ -74,8 +76,11 @@ def test_the_review_page_reconnects_after_a_restart_with_no_gap_or_duplicate(sit
     # The page notices the stream ended and reconnects by itself (1 s, then doubling).
     expect(tab.locator("#conn")).to_have_attribute("data-state", "live", timeout=30_000)
     for text in ("after the restart 1", "after the restart 2"):
-        requests.post(f"{running.api}/api/sessions/{session_id}/events",
-                      json={"type": "note", "slide": 1, "text": text}, timeout=10).raise_for_status()
+        requests.post(
+            f"{running.api}/api/sessions/{session_id}/events",
+            json={"type": "note", "slide": 1, "text": text},
+            timeout=10,
+        ).raise_for_status()
     expect(tab.locator("#feed")).to_contain_text("after the restart 2", timeout=5000)
     seqs = feed_seqs(tab)
-    assert sorted(seqs) == list(range(1, max(seqs) + 1)), seqs    # every event, once
+    assert sorted(seqs) == list(range(1, max(seqs) + 1)), seqs  # every event, once

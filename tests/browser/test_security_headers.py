@@ -2,6 +2,7 @@
 the real nginx sites, and each service's pages in headless Chromium under them: the
 Content-Security-Policy blocks nothing our own pages need (Chromium reports every
 violation as a `securitypolicyviolation` event, counted here)."""
+
 import pytest
 import requests
 from playwright.sync_api import expect
@@ -33,8 +34,7 @@ def start_site(site, tmp_path_factory, name):
 
 
 def through_nginx(running, path, **kwargs):
-    return requests.get(running.proxy.url + path, headers=running.proxy.headers(running.name), timeout=10,
-                        **kwargs)
+    return requests.get(running.proxy.url + path, headers=running.proxy.headers(running.name), timeout=10, **kwargs)
 
 
 def assert_security_headers(response):
@@ -43,8 +43,14 @@ def assert_security_headers(response):
     assert headers.get("X-Frame-Options") == "DENY"
     assert headers.get("Referrer-Policy") == "same-origin"
     policy = headers.get("Content-Security-Policy", "")
-    for directive in ("default-src 'self'", "script-src 'self'", "object-src 'none'", "base-uri 'none'",
-                      "frame-ancestors 'none'", "form-action 'self'"):
+    for directive in (
+        "default-src 'self'",
+        "script-src 'self'",
+        "object-src 'none'",
+        "base-uri 'none'",
+        "frame-ancestors 'none'",
+        "form-action 'self'",
+    ):
         assert directive in policy, (response.url, policy)
     assert "unsafe-eval" not in policy and "script-src 'self' 'unsafe-inline'" not in policy
 
@@ -66,8 +72,9 @@ def assert_runs_under_the_policy(page, url, ready):
     """Open `url`, wait for the locator `ready(page)` to be in the page (the page's script
     ran), and fail on any CSP violation Chromium reported meanwhile."""
     messages = []
-    page.on("console", lambda message: messages.append(message.text)
-            if "Content Security Policy" in message.text else None)
+    page.on(
+        "console", lambda message: messages.append(message.text) if "Content Security Policy" in message.text else None
+    )
     page.goto(url)
     expect(ready(page)).to_be_attached()
     violations = page.evaluate("window.__cspViolations || []") + messages
@@ -75,14 +82,18 @@ def assert_runs_under_the_policy(page, url, ready):
 
 
 def test_the_workspace_pages_run_under_the_policy(site, context, tmp_path):
-    port = services.free_port()   # the access URL names nginx's port: the terminal's websocket checks its Origin
+    port = services.free_port()  # the access URL names nginx's port: the terminal's websocket checks its Origin
     running = site("workspace", listen_port=port, env={"WORKSPACE_ACCESS_URL": f"http://workspace.localhost:{port}"})
     context.add_init_script(VIOLATIONS)
     tab = context.new_page()
     assert_runs_under_the_policy(tab, running.url + "/login", lambda p: p.get_by_label("Email"))
     token = requests.post(running.api + "/api/v2/users/first", json=OWNER, timeout=10).json()["session_token"]
-    created = requests.post(running.api + "/api/v2/users/me/workspaces", headers={"Workspace-Session-Token": token},
-                            json={"name": "dev", "agents": [{"name": "main"}]}, timeout=10)
+    created = requests.post(
+        running.api + "/api/v2/users/me/workspaces",
+        headers={"Workspace-Session-Token": token},
+        json={"name": "dev", "agents": [{"name": "main"}]},
+        timeout=10,
+    )
     assert created.status_code == 201, created.text
     agent = AgentProcess(tmp_path, running.api, created.json()["agents"][0]["token"])
     try:
@@ -90,8 +101,7 @@ def test_the_workspace_pages_run_under_the_policy(site, context, tmp_path):
         tab = context.new_page()
         assert_runs_under_the_policy(tab, running.url + "/", lambda p: p.locator("#username"))
         tab = context.new_page()
-        assert_runs_under_the_policy(tab, running.url + "/@owner/dev.main/terminal",
-                                         lambda p: p.locator(".xterm-rows"))
+        assert_runs_under_the_policy(tab, running.url + "/@owner/dev.main/terminal", lambda p: p.locator(".xterm-rows"))
         expect(tab.locator("#terminal-status")).to_have_text("connected", timeout=20_000)
         tab.locator("#terminal").click()
         tab.keyboard.type("echo csp-$((6*7))\n")
@@ -113,8 +123,9 @@ def test_the_deck_pages_run_under_the_policy(site, context, tmp_path):
     tab = context.new_page()
     assert_runs_under_the_policy(tab, running.url + "/", lambda p: p.locator("#decks-list li").first)
     tab = context.new_page()
-    assert_runs_under_the_policy(tab, f"{running.url}/review/{created.json()['id']}",
-                                     lambda p: p.locator('#conn[data-state="live"]'))
+    assert_runs_under_the_policy(
+        tab, f"{running.url}/review/{created.json()['id']}", lambda p: p.locator('#conn[data-state="live"]')
+    )
 
 
 def test_the_notebook_api_docs_run_under_the_policy(site, context, tmp_path_factory):
@@ -130,5 +141,4 @@ def test_the_wizard_pages_run_under_the_policy(site, context, tmp_path_factory):
     context.add_init_script(VIOLATIONS)
     for path in ("/", "/blueprints", "/library"):
         tab = context.new_page()
-        assert_runs_under_the_policy(tab, running.url + path,
-                                         lambda p: p.locator('#live[data-state="live"]'))
+        assert_runs_under_the_policy(tab, running.url + path, lambda p: p.locator('#live[data-state="live"]'))

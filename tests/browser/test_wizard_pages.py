@@ -5,6 +5,7 @@ with the Authelia-shaped test provider, its session cookie (which production set
 the parent domain) makes the browser a signed-in user. Generation goes to the local
 OpenAI-compatible fake, whose models are chosen by name.
 """
+
 import io
 import json
 import re
@@ -21,7 +22,7 @@ from tests.support.wizard import FORWARD_AUTH_PASSWORD
 
 KEY = "sk-test-wizard-pages-0123456789"
 SEVEN = ["wizards", "blueprints", "prompt_history", "saved_prompts", "likes", "admin_prompts", "llm_logs"]
-LIVE_WITHIN_MS = 2000   # check 10: a change in one tab shows in another within 2 s
+LIVE_WITHIN_MS = 2000  # check 10: a change in one tab shows in another within 2 s
 CANONICAL_UUID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 
 
@@ -50,8 +51,13 @@ def screenshot(page, name):
 
 
 def ai_env(fake):
-    return {"WIZ_AI_BASE_URL": fake.base_url(), "WIZ_AI_API_KEY": KEY, "WIZ_TEXT_MODEL": "fake-ideas-5",
-            "WIZ_IMAGE_MODEL": "fake-webp", "WIZ_AI_PROVIDER": "fake-openai"}
+    return {
+        "WIZ_AI_BASE_URL": fake.base_url(),
+        "WIZ_AI_API_KEY": KEY,
+        "WIZ_TEXT_MODEL": "fake-ideas-5",
+        "WIZ_IMAGE_MODEL": "fake-webp",
+        "WIZ_AI_PROVIDER": "fake-openai",
+    }
 
 
 def wizard_site(site, tmp_path, env=None, provider=None):
@@ -73,8 +79,9 @@ def sign_in(context, wizard, provider, username):
 def http(wizard, method, path, **kwargs):
     """A request through the site's nginx from outside the browser (the host name
     *.localhost resolves in Chromium only, so the Host header names the site)."""
-    return requests.request(method, wizard.proxy.url + path, headers=wizard.proxy.headers("wizard"), timeout=10,
-                            **kwargs)
+    return requests.request(
+        method, wizard.proxy.url + path, headers=wizard.proxy.headers("wizard"), timeout=10, **kwargs
+    )
 
 
 def open_page(page, url):
@@ -112,19 +119,21 @@ def like_button(page, title):
 
 # ---- Home: building, saving, generating -------------------------------------------------
 
+
 def test_build_a_prompt_from_a_seed_wizard_and_save_it(site, page, tmp_path):
-    wizard = wizard_site(site, tmp_path)   # no AI provider configured
+    wizard = wizard_site(site, tmp_path)  # no AI provider configured
     open_page(page, wizard.url + "/")
     page.get_by_role("button", name="Start the wizard Product description").click()
     expect(page.locator("#step-count")).to_have_text("· step 1 of 3")
     page.get_by_label("What is the product?").fill("a cast-iron kettle")
-    page.keyboard.press("Control+Enter")              # keyboard use: the next step
+    page.keyboard.press("Control+Enter")  # keyboard use: the next step
     page.get_by_label("Who buys it?").fill("people who camp")
     page.get_by_role("button", name="Next").click()
     page.get_by_label("warm").check()
     page.get_by_role("button", name="Build prompt").click()
-    expected = ("Write a product description of a cast-iron kettle for people who camp, "
-                "in a warm tone, in at most 120 words.")
+    expected = (
+        "Write a product description of a cast-iron kettle for people who camp, in a warm tone, in at most 120 words."
+    )
     expect(page.get_by_label("Prompt (edit it as you like)")).to_have_value(expected)
     expect(page.locator("#save-status")).to_have_text("Prompt built and added to your history.")
     page.get_by_role("button", name="Save to library").click()
@@ -158,15 +167,17 @@ def test_generate_ideas_with_live_thoughts_and_an_image(site, page, tmp_path, fa
     image = page.locator("#image")
     expect(image).to_have_attribute("src", re.compile(rf"^/uploads/{CANONICAL_UUID}\.webp$"))
     expect(page.locator("#image-caption")).to_contain_text("16:9 · fake-openai · fake-webp")
-    page.wait_for_function("document.getElementById('image').complete"
-                           " && document.getElementById('image').naturalWidth > 0")
+    page.wait_for_function(
+        "document.getElementById('image').complete && document.getElementById('image').naturalWidth > 0"
+    )
     served = http(wizard, "GET", image.get_attribute("src"))
     assert served.headers["Content-Type"] == "image/webp" and served.content[8:12] == b"WEBP"
     width, height = Image.open(io.BytesIO(served.content)).size
-    assert width * 9 == height * 16   # the ratio asked for
+    assert width * 9 == height * 16  # the ratio asked for
 
 
 # ---- Blueprints: likes, uploads -------------------------------------------------------------
+
 
 def test_check_9_a_like_and_its_count_persist_across_a_reload(site, page, tmp_path):
     wizard = wizard_site(site, tmp_path)
@@ -194,12 +205,16 @@ def test_check_9_a_like_and_its_count_persist_across_a_reload(site, page, tmp_pa
 def test_a_cover_of_the_wrong_type_or_over_8_mb_is_refused_with_the_apis_message(site, page, tmp_path):
     wizard = wizard_site(site, tmp_path)
     open_page(page, wizard.url + "/blueprints")
-    create_blueprint(page, "Not an image", {"name": "cover.png", "mimeType": "image/png",
-                                            "buffer": b"plain text pretending to be a PNG"})
+    create_blueprint(
+        page,
+        "Not an image",
+        {"name": "cover.png", "mimeType": "image/png", "buffer": b"plain text pretending to be a PNG"},
+    )
     error = page.locator("#blueprint-error")
-    expect(error).to_have_text("The cover image was not accepted: file: not a PNG, JPEG or WebP image "
-                               "(the type is read from the file's bytes)")
-    huge = tmp_path / "huge.png"   # over the API's limit, under nginx's (the API answers)
+    expect(error).to_have_text(
+        "The cover image was not accepted: file: not a PNG, JPEG or WebP image (the type is read from the file's bytes)"
+    )
+    huge = tmp_path / "huge.png"  # over the API's limit, under nginx's (the API answers)
     huge.write_bytes(png_bytes() + b"\0" * (8 * 1024 * 1024))
     create_blueprint(page, "Too large", str(huge))
     expect(error).to_contain_text("The cover image was not accepted")
@@ -209,6 +224,7 @@ def test_a_cover_of_the_wrong_type_or_over_8_mb_is_refused_with_the_apis_message
 
 
 # ---- Live: two tabs --------------------------------------------------------------------------
+
 
 def test_check_10_a_change_in_one_tab_shows_in_another_without_reload(site, context, tmp_path):
     wizard = wizard_site(site, tmp_path)
@@ -229,7 +245,7 @@ def test_check_10_a_change_in_one_tab_shows_in_another_without_reload(site, cont
     like_button(first, "Shared board").click()
     other = like_button(second, "Shared board")
     expect(other.locator(".like-count")).to_have_text("1", timeout=LIVE_WITHIN_MS)
-    expect(other).to_have_attribute("aria-pressed", "true", timeout=LIVE_WITHIN_MS)   # same identity
+    expect(other).to_have_attribute("aria-pressed", "true", timeout=LIVE_WITHIN_MS)  # same identity
 
     # A delete in one library disappears from the other.
     open_page(first, wizard.url + "/library")
@@ -242,8 +258,10 @@ def test_check_10_a_change_in_one_tab_shows_in_another_without_reload(site, cont
 
 # ---- Admin ---------------------------------------------------------------------------------
 
-def test_check_7_the_database_viewer_shows_the_seven_collections(site, context, browser, tmp_path,
-                                                                 forward_auth_provider, fake_ai):
+
+def test_check_7_the_database_viewer_shows_the_seven_collections(
+    site, context, browser, tmp_path, forward_auth_provider, fake_ai
+):
     wizard = wizard_site(site, tmp_path, env=ai_env(fake_ai), provider=forward_auth_provider)
     sign_in(context, wizard, forward_auth_provider, "ada")
     page = context.new_page()
@@ -257,7 +275,8 @@ def test_check_7_the_database_viewer_shows_the_seven_collections(site, context, 
     # Rows newest first: the seeded wizards; the filter box goes to ?filter=.
     expect(page.locator("#rows tbody tr")).to_have_count(3)
     assert page.locator("#rows tbody tr td:nth-child(2)").all_inner_texts() == sorted(
-        page.locator("#rows tbody tr td:nth-child(2)").all_inner_texts(), reverse=True)
+        page.locator("#rows tbody tr td:nth-child(2)").all_inner_texts(), reverse=True
+    )
     page.get_by_label("Filter").fill('{"user_id": "nobody"}')
     page.get_by_role("button", name="Apply").click()
     expect(page.locator("#rows tbody tr")).to_have_count(0)
@@ -316,18 +335,24 @@ def test_check_7_the_database_viewer_shows_the_seven_collections(site, context, 
 
 # ---- Layout, errors, identity ------------------------------------------------------------------
 
+
 def test_pages_are_readable_at_360_px_without_horizontal_scroll(site, context, tmp_path):
     wizard = wizard_site(site, tmp_path)
     long_word = "Supercalifragilisticexpialidocious" * 3
-    for collection, row in (("saved_prompts", {"title": long_word, "prompt": long_word}),
-                            ("prompt_history", {"prompt": long_word, "wizard_name": "Long"}),
-                            ("blueprints", {"title": long_word, "description": long_word, "is_public": True})):
+    for collection, row in (
+        ("saved_prompts", {"title": long_word, "prompt": long_word}),
+        ("prompt_history", {"prompt": long_word, "wizard_name": "Long"}),
+        ("blueprints", {"title": long_word, "description": long_word, "is_public": True}),
+    ):
         created = http(wizard, "POST", f"/api/collections/{collection}", json=row)
         assert created.status_code == 201, created.text
     page = context.new_page()
     page.set_viewport_size({"width": 360, "height": 740})
-    for path, ready in (("/", "#wizards-lists .card"), ("/blueprints", "#gallery .blueprint"),
-                        ("/library", "#history .entry")):
+    for path, ready in (
+        ("/", "#wizards-lists .card"),
+        ("/blueprints", "#gallery .blueprint"),
+        ("/library", "#history .entry"),
+    ):
         open_page(page, wizard.url + path)
         expect(page.locator(ready).first).to_be_visible()
         if path == "/":
@@ -361,6 +386,6 @@ def test_client_errors_are_reported_to_the_service(site, page, tmp_path, capfd):
 def test_pages_without_an_identity_answer_401(site, page, tmp_path):
     wizard = wizard_site(site, tmp_path)
     for path in ("/", "/blueprints", "/library", "/admin"):
-        response = page.goto(wizard.service.base_url + path)   # straight at gunicorn, not through nginx
+        response = page.goto(wizard.service.base_url + path)  # straight at gunicorn, not through nginx
         assert response.status == 401, path
         expect(page.get_by_role("heading", name="Sign-in required")).to_be_visible()

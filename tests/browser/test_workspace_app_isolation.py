@@ -11,6 +11,7 @@ WORKSPACE_DANGEROUS_ALLOW_PATH_APP_SHARING, the answer's CSP sandbox gives the s
 opaque origin, with the same result. Either way her cookie is as it was and she is still
 herself on the dashboard. (The websocket's own Origin check, added elsewhere, is not
 what these tests rely on: the 401s show that no cookie came with the handshake.)"""
+
 import json
 import subprocess
 import time
@@ -81,30 +82,40 @@ def platform(tmp_path, tmp_path_factory):
                 env["WORKSPACE_WILDCARD_ACCESS_URL"] = f"*.apps.localhost:{port}"
             log_path = tmp_path / f"platform-{port}.log"
             with open(log_path, "wb") as log:
-                service = services.start("workspace", tmp_path_factory.mktemp("platform"), env=env, stdout=log,
-                                         stderr=subprocess.STDOUT)
+                service = services.start(
+                    "workspace", tmp_path_factory.mktemp("platform"), env=env, stdout=log, stderr=subprocess.STDOUT
+                )
             started.append(service)
-        proxy = nginx.start(tmp_path_factory.mktemp("nginx"), port,
-                            upstreams={"workspace": f"127.0.0.1:{service.port}"}, hosts={"workspace": PLATFORM},
-                            variables={"workspace_apps_host": "*.apps.localhost"} if wildcard else {})
+        proxy = nginx.start(
+            tmp_path_factory.mktemp("nginx"),
+            port,
+            upstreams={"workspace": f"127.0.0.1:{service.port}"},
+            hosts={"workspace": PLATFORM},
+            variables={"workspace_apps_host": "*.apps.localhost"} if wildcard else {},
+        )
         started.append(proxy)
         api = service.base_url + "/api/v2"
         owner = requests.post(api + "/users/first", json=OWNER, timeout=10).json()["session_token"]
-        requests.post(api + "/users", json=MALLORY, headers={"Workspace-Session-Token": owner},
-                      timeout=10).raise_for_status()
-        mallory = requests.post(api + "/users/login", json={"email": MALLORY["email"], "password": MALLORY["password"]},
-                                timeout=10).json()["session_token"]
+        requests.post(
+            api + "/users", json=MALLORY, headers={"Workspace-Session-Token": owner}, timeout=10
+        ).raise_for_status()
+        mallory = requests.post(
+            api + "/users/login", json={"email": MALLORY["email"], "password": MALLORY["password"]}, timeout=10
+        ).json()["session_token"]
         victim_agent = _workspace(api, owner, "dev", [])
-        hostile = HostileApp(SCRIPT % {"platform": f"{PLATFORM}:{port}", "agent": victim_agent["id"],
-                                       "attacker": ATTACKER_TOKEN})
+        hostile = HostileApp(
+            SCRIPT % {"platform": f"{PLATFORM}:{port}", "agent": victim_agent["id"], "attacker": ATTACKER_TOKEN}
+        )
         started.append(hostile)
-        evil_agent = _workspace(api, mallory, "evil", [{"slug": "hostile", "url": hostile.url,
-                                                        "sharing_level": "authenticated"}])
+        evil_agent = _workspace(
+            api, mallory, "evil", [{"slug": "hostile", "url": hostile.url, "sharing_level": "authenticated"}]
+        )
         for agent, token in ((victim_agent, owner), (evil_agent, mallory)):
             started.append(AgentProcess(tmp_path, service.base_url, agent["token"]))
             wait_status(Workspace(service), token, agent["id"], "connected")
-        return type("Platform", (), {"url": access, "port": port, "api": api, "log": ServiceLog(log_path),
-                                     "owner": owner})
+        return type(
+            "Platform", (), {"url": access, "port": port, "api": api, "log": ServiceLog(log_path), "owner": owner}
+        )
 
     yield start
     for item in reversed(started):
@@ -112,9 +123,12 @@ def platform(tmp_path, tmp_path_factory):
 
 
 def _workspace(api, token, name, apps):
-    created = requests.post(api + "/users/me/workspaces", json={"name": name, "agents": [{"name": "main",
-                                                                                         "apps": apps}]},
-                            headers={"Workspace-Session-Token": token}, timeout=10)
+    created = requests.post(
+        api + "/users/me/workspaces",
+        json={"name": name, "agents": [{"name": "main", "apps": apps}]},
+        headers={"Workspace-Session-Token": token},
+        timeout=10,
+    )
     assert created.status_code == 201, created.text
     return created.json()["agents"][0]
 
@@ -143,8 +157,9 @@ def _attacks_failed(page, running, context, mark):
     cookies = [c for c in context.cookies(running.url) if c["name"] == "workspace_session_token"]
     assert [c["value"] for c in cookies] == [cookies[0]["value"]] and cookies[0]["value"] != ATTACKER_TOKEN
     assert cookies[0]["domain"] == PLATFORM
-    mine = requests.get(running.api + "/users/me/workspaces", headers={"Workspace-Session-Token": running.owner},
-                        timeout=10).json()
+    mine = requests.get(
+        running.api + "/users/me/workspaces", headers={"Workspace-Session-Token": running.owner}, timeout=10
+    ).json()
     assert "planted" not in json.dumps(mine)
     dashboard = page.context.new_page()
     dashboard.goto(running.url + "/")

@@ -4,6 +4,7 @@ victim's Chromium post the sign-in and sign-out forms and open the terminal's
 websocket. Two attackers: another site (127.0.0.1), and a page of the same site on
 another origin (workspace.localhost on another port: SameSite=Lax cookies go there,
 as they go to any sibling host of the platform)."""
+
 import html
 import json
 import threading
@@ -50,10 +51,13 @@ class Attacker:
         return f"http://{host}:{self.port}{path}"
 
     def autosubmit(self, path, action, fields=None):
-        inputs = "".join(f'<input type="hidden" name="{html.escape(k)}" value="{html.escape(v)}">'
-                         for k, v in (fields or {}).items())
-        self.pages[path] = (f'<!doctype html><title>win a prize</title><form method="post" action="{action}">'
-                            f'{inputs}</form><script>document.forms[0].submit()</script>')
+        inputs = "".join(
+            f'<input type="hidden" name="{html.escape(k)}" value="{html.escape(v)}">' for k, v in (fields or {}).items()
+        )
+        self.pages[path] = (
+            f'<!doctype html><title>win a prize</title><form method="post" action="{action}">'
+            f"{inputs}</form><script>document.forms[0].submit()</script>"
+        )
 
     def stop(self):
         self.server.shutdown()
@@ -73,11 +77,15 @@ def platform(site):
     its Owner and a second account, Mallory's (the attacker's own)."""
     with services.held_port() as port:
         pass
-    running = site("workspace", listen_port=port, env={
-        "WORKSPACE_ACCESS_URL": f"http://workspace.localhost:{port}", "WORKSPACE_AGENT_PING_SECONDS": "1"})
+    running = site(
+        "workspace",
+        listen_port=port,
+        env={"WORKSPACE_ACCESS_URL": f"http://workspace.localhost:{port}", "WORKSPACE_AGENT_PING_SECONDS": "1"},
+    )
     owner = requests.post(running.api + "/api/v2/users/first", json=OWNER, timeout=10).json()["session_token"]
-    requests.post(running.api + "/api/v2/users", json=MALLORY, headers={"Workspace-Session-Token": owner},
-                  timeout=10).raise_for_status()
+    requests.post(
+        running.api + "/api/v2/users", json=MALLORY, headers={"Workspace-Session-Token": owner}, timeout=10
+    ).raise_for_status()
     running.owner_token = owner
     return running
 
@@ -91,8 +99,9 @@ ATTACKER_HOSTS = ["127.0.0.1", "workspace.localhost"]  # another site; the same 
 
 @pytest.mark.parametrize("host", ATTACKER_HOSTS)
 def test_another_origins_form_cannot_sign_the_browser_in_as_the_attacker(platform, attacker, context, page, host):
-    attacker.autosubmit("/login", platform.url + "/login",
-                        {"email": MALLORY["email"], "password": MALLORY["password"], "redirect": "/"})
+    attacker.autosubmit(
+        "/login", platform.url + "/login", {"email": MALLORY["email"], "password": MALLORY["password"], "redirect": "/"}
+    )
     page.goto(attacker.url("/login", host))
     expect(page.locator("#refused")).to_contain_text("came from another site")
     assert page.url == platform.url + "/login"
@@ -111,26 +120,39 @@ def test_another_origins_form_cannot_sign_the_browser_out(platform, attacker, co
     assert [cookie["value"] for cookie in _session_cookies(context)] == [token]
     page.goto(platform.url + "/")
     expect(page.locator("#username")).to_have_text("owner")
-    assert requests.get(platform.api + "/api/v2/users/me", headers={"Workspace-Session-Token": token},
-                        timeout=10).status_code == 200
+    assert (
+        requests.get(
+            platform.api + "/api/v2/users/me", headers={"Workspace-Session-Token": token}, timeout=10
+        ).status_code
+        == 200
+    )
     # Her own sign-out button does sign her out, and the token is revoked on the server.
     page.get_by_role("button", name="Sign out").click()
     expect(page.get_by_role("button", name="Sign in")).to_be_visible()
-    assert requests.get(platform.api + "/api/v2/users/me", headers={"Workspace-Session-Token": token},
-                        timeout=10).status_code == 401
+    assert (
+        requests.get(
+            platform.api + "/api/v2/users/me", headers={"Workspace-Session-Token": token}, timeout=10
+        ).status_code
+        == 401
+    )
 
 
 def test_another_origins_page_cannot_open_the_terminals_websocket(platform, attacker, page, tmp_path):
-    created = requests.post(platform.api + "/api/v2/users/me/workspaces",
-                            json={"name": "dev", "agents": [{"name": "main"}]},
-                            headers={"Workspace-Session-Token": platform.owner_token}, timeout=10)
+    created = requests.post(
+        platform.api + "/api/v2/users/me/workspaces",
+        json={"name": "dev", "agents": [{"name": "main"}]},
+        headers={"Workspace-Session-Token": platform.owner_token},
+        timeout=10,
+    )
     agent = created.json()["agents"][0]
     process = AgentProcess(tmp_path, platform.api, agent["token"])
     try:
         sign_in_to_the_workspace(page, platform.url)
         expect(page.locator(f'[data-agent-id="{agent["id"]}"]')).to_have_text("connected", timeout=20_000)
-        pty = (platform.url.replace("http://", "ws://") + f"/api/v2/workspaceagents/{agent['id']}/pty"
-               f"?reconnect={uuid.uuid4()}")
+        pty = (
+            platform.url.replace("http://", "ws://") + f"/api/v2/workspaceagents/{agent['id']}/pty"
+            f"?reconnect={uuid.uuid4()}"
+        )
         marker = tmp_path / "typed-by-the-attacker"
         # A page of the same site (the victim's cookie goes with its websocket) types a command.
         attacker.pages["/ws"] = f"""<!doctype html><title>waiting</title><script>

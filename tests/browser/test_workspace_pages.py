@@ -1,6 +1,7 @@
 """The workspace platform's sign-in pages in a real browser, through nginx: the login
 page with its password form and single-sign-on button, a password sign-in that lands
 on the dashboard, and a sign-in through the (Authelia-shaped) identity provider."""
+
 import secrets
 
 import pytest
@@ -22,17 +23,31 @@ def platform(site):
     secret = secrets.token_urlsafe(32)
     with services.held_port() as port:  # until the provider has a port of its own
         access_url = f"http://workspace.localhost:{port}"
-        idp = OidcProvider({
-            "clients": [{"client_id": "workspace", "client_name": "Workspace",
-                         "client_secret_digest": pbkdf2_sha512_digest(secret, rounds=1000),
-                         "redirect_uris": [access_url + "/api/v2/users/oidc/callback"]}],
-            "users": [{"username": "dave", "password": IDP_PASSWORD, "email": "dave@example.net", "name": "Dave"}],
-        }).start()
+        idp = OidcProvider(
+            {
+                "clients": [
+                    {
+                        "client_id": "workspace",
+                        "client_name": "Workspace",
+                        "client_secret_digest": pbkdf2_sha512_digest(secret, rounds=1000),
+                        "redirect_uris": [access_url + "/api/v2/users/oidc/callback"],
+                    }
+                ],
+                "users": [{"username": "dave", "password": IDP_PASSWORD, "email": "dave@example.net", "name": "Dave"}],
+            }
+        ).start()
     with idp:
-        running = site("workspace", listen_port=port, env={
-            "WORKSPACE_ACCESS_URL": access_url, "WORKSPACE_OIDC_ISSUER_URL": idp.issuer,
-            "WORKSPACE_OIDC_CLIENT_ID": "workspace", "WORKSPACE_OIDC_CLIENT_SECRET": secret,
-            "WORKSPACE_OIDC_SIGN_IN_TEXT": SIGN_IN_TEXT})
+        running = site(
+            "workspace",
+            listen_port=port,
+            env={
+                "WORKSPACE_ACCESS_URL": access_url,
+                "WORKSPACE_OIDC_ISSUER_URL": idp.issuer,
+                "WORKSPACE_OIDC_CLIENT_ID": "workspace",
+                "WORKSPACE_OIDC_CLIENT_SECRET": secret,
+                "WORKSPACE_OIDC_SIGN_IN_TEXT": SIGN_IN_TEXT,
+            },
+        )
         requests.post(running.api + "/api/v2/users/first", json=OWNER, timeout=10).raise_for_status()
         yield running
 

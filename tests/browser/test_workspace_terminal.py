@@ -2,6 +2,7 @@
 real agent process: the agent's status changes on the dashboard as it connects and
 goes away, and the terminal page runs a command in the workspace's shell and shows
 its output (xterm.js served from the bundle's own files)."""
+
 import requests
 from playwright.sync_api import expect
 
@@ -17,12 +18,18 @@ def _platform_with_workspace(site):
     # sends no Sec-Fetch-Site on websockets): the address the browser uses.
     with services.held_port() as port:
         pass
-    running = site("workspace", listen_port=port, env={
-        "WORKSPACE_AGENT_PING_SECONDS": "1", "WORKSPACE_ACCESS_URL": f"http://workspace.localhost:{port}"})
+    running = site(
+        "workspace",
+        listen_port=port,
+        env={"WORKSPACE_AGENT_PING_SECONDS": "1", "WORKSPACE_ACCESS_URL": f"http://workspace.localhost:{port}"},
+    )
     token = requests.post(running.api + "/api/v2/users/first", json=OWNER, timeout=10).json()["session_token"]
-    created = requests.post(running.api + "/api/v2/users/me/workspaces",
-                            json={"name": "dev", "agents": [{"name": "main"}]},
-                            headers={"Workspace-Session-Token": token}, timeout=10)
+    created = requests.post(
+        running.api + "/api/v2/users/me/workspaces",
+        json={"name": "dev", "agents": [{"name": "main"}]},
+        headers={"Workspace-Session-Token": token},
+        timeout=10,
+    )
     assert created.status_code == 201, created.text
     return running, created.json()["agents"][0]
 
@@ -35,7 +42,7 @@ def test_the_dashboard_follows_the_agent_and_the_terminal_runs_a_command(site, p
 
     process = AgentProcess(tmp_path, running.api, agent["token"])
     try:
-        expect(badge).to_have_text("connected", timeout=20_000)   # live, without a reload
+        expect(badge).to_have_text("connected", timeout=20_000)  # live, without a reload
 
         page.get_by_role("link", name="Terminal").click()
         expect(page.locator("#terminal-status")).to_have_text("connected")

@@ -1,6 +1,7 @@
 """create_app's contract as gunicorn starts it: an unknown service or a bad setting
 stops the start with one line. The factory in process is
 tests/unit/common/test_app_factory.py."""
+
 import subprocess
 from pathlib import Path
 
@@ -11,9 +12,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def start_gunicorn(env):
     """Start a service as production does, expecting it to refuse to start."""
-    return subprocess.run([str(ROOT / ".venv/bin/gunicorn"), "-c", "gunicorn.conf.py", "wsgi:app"], cwd=ROOT,
-                          env={"PORT": "0", "PATH": "/usr/bin:/bin", **env}, capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(
+        [str(ROOT / ".venv/bin/gunicorn"), "-c", "gunicorn.conf.py", "wsgi:app"],
+        cwd=ROOT,
+        env={"PORT": "0", "PATH": "/usr/bin:/bin", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 @pytest.mark.parametrize("value", ["", "bogus"])
@@ -32,8 +38,11 @@ def test_a_bad_setting_stops_the_start_with_a_message_naming_it(tmp_path):
 
 
 def test_half_an_oidc_configuration_stops_the_start(tmp_path):
-    result = start_gunicorn({"SERVICE": "workspace", "DATA_DIR": str(tmp_path),
-                             "WORKSPACE_OIDC_ISSUER_URL": "https://auth.example"})
+    result = start_gunicorn(
+        {"SERVICE": "workspace", "DATA_DIR": str(tmp_path), "WORKSPACE_OIDC_ISSUER_URL": "https://auth.example"}
+    )
     assert result.returncode != 0
-    assert ("OIDC is half configured: WORKSPACE_OIDC_CLIENT_ID, WORKSPACE_OIDC_CLIENT_SECRET must be set too"
-            in result.stderr)
+    assert (
+        "OIDC is half configured: WORKSPACE_OIDC_CLIENT_ID, WORKSPACE_OIDC_CLIENT_SECRET must be set too"
+        in result.stderr
+    )

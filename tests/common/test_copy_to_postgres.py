@@ -1,6 +1,7 @@
 """Moving an install from its SQLite file to PostgreSQL, as an admin would:
 `python -m app.<service> copy-to-postgres <URL>` with the service stopped, then the
 service started on DATABASE_URL finds everything (sessions included)."""
+
 import re
 import subprocess
 import sys
@@ -15,9 +16,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def copy_command(service, data_dir, url):
-    return subprocess.run([sys.executable, "-m", f"app.{service}", "copy-to-postgres", url], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120,
-                          env={"DATA_DIR": str(data_dir), "PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        [sys.executable, "-m", f"app.{service}", "copy-to-postgres", url],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"DATA_DIR": str(data_dir), "PATH": "/usr/bin:/bin"},
+    )
 
 
 def counts(output):
@@ -30,9 +36,12 @@ def test_the_workspace_moves_with_its_users_and_sessions(start_service, postgres
     before = Workspace(start_service("workspace", data_dir=data_dir))
     token = before.first_user()
     for n in range(3):
-        requests.post(before.api + "/users", json={"email": f"u{n}@example.com", "username": f"u{n}",
-                                                   "password": "a good long passphrase"},
-                      headers=before.as_user(token), timeout=10).raise_for_status()
+        requests.post(
+            before.api + "/users",
+            json={"email": f"u{n}@example.com", "username": f"u{n}", "password": "a good long passphrase"},
+            headers=before.as_user(token),
+            timeout=10,
+        ).raise_for_status()
     before.service.stop()
 
     url = postgres_server.new_database()
@@ -47,9 +56,15 @@ def test_the_workspace_moves_with_its_users_and_sessions(start_service, postgres
     assert me.status_code == 200 and me.json()["username"] == OWNER["username"]
     assert after.login("u2@example.com", "a good long passphrase").status_code == 201
     # New rows get new ids after the copied ones (the sequences moved on).
-    assert requests.post(after.api + "/users", json={"email": "new@example.com", "username": "new",
-                                                     "password": "a good long passphrase"},
-                         headers=after.as_user(token), timeout=10).status_code == 201
+    assert (
+        requests.post(
+            after.api + "/users",
+            json={"email": "new@example.com", "username": "new", "password": "a good long passphrase"},
+            headers=after.as_user(token),
+            timeout=10,
+        ).status_code
+        == 201
+    )
 
     again = copy_command("workspace", data_dir, url)
     assert again.returncode == 2 and "not empty" in again.stderr
@@ -59,8 +74,10 @@ def test_the_wizard_moves_with_its_rows_and_counters(start_service, postgres_ser
     data_dir = tmp_path / "wizard"
     service = start_service("wizard", data_dir=data_dir, env=TEST_IDENTITY)
     owner = WizardClient(service.base_url, "owner")
-    made = [owner.post("/api/collections/blueprints", json={"title": f"b{n}", "is_public": True}).json()["id"]
-            for n in range(5)]
+    made = [
+        owner.post("/api/collections/blueprints", json={"title": f"b{n}", "is_public": True}).json()["id"]
+        for n in range(5)
+    ]
     owner.as_user("fan").post("/api/likes/toggle", json={"blueprint_id": made[0]}).raise_for_status()
     listed = owner.get("/api/collections/blueprints").json()
     assert len(listed) == 5

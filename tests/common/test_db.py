@@ -1,4 +1,5 @@
 """Opening a service's SQLite database from several processes at once."""
+
 import sqlite3
 import subprocess
 import sys
@@ -21,9 +22,17 @@ print("opened", flush=True)
 def open_together(path, processes):
     """Starts `processes` openers, lets them go together once all are ready; their
     (exit code, stderr)."""
-    openers = [subprocess.Popen([sys.executable, "-c", OPENER, str(path)], cwd=ROOT, stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-               for _ in range(processes)]
+    openers = [
+        subprocess.Popen(
+            [sys.executable, "-c", OPENER, str(path)],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(processes)
+    ]
     for opener in openers:
         assert opener.stdout.readline() == "ready\n", opener.stderr.read()
     for opener in openers:

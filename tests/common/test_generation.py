@@ -1,6 +1,7 @@
 """The change counter (app/common/change_counter.py): one value for every process of
 a host (a mapped file) or of every host (Redis); unknown, never stale, when Redis is
 down."""
+
 import subprocess
 import sys
 

@@ -5,6 +5,7 @@ This was the cause of the deck test's rare "Remote end closed connection without
 response": of 200 client threads on two busy cores, one connected and sent its
 POST more than 2 s later, and gunicorn's gevent worker had closed it unanswered.
 """
+
 import socket
 import time
 
@@ -57,6 +58,7 @@ def test_an_idle_kept_alive_connection_is_closed_after_the_keepalive(decks):
 
 # --------------------------------------------------------------------------- one send for a small answer
 
+
 class _RecordingSocket:
     """What gunicorn's response writes, one entry per send."""
 
@@ -81,6 +83,7 @@ def _response(method="GET"):
     from gunicorn.config import Config
 
     from gunicorn_worker import OneSendResponse
+
     sock = _RecordingSocket()
     return OneSendResponse(_Request(method), sock, Config()), sock
 
@@ -98,6 +101,7 @@ def test_a_small_answer_goes_out_in_one_send_with_its_head():
 
 def test_a_large_body_is_sent_after_its_head_as_it_is():
     from gunicorn_worker import ONE_SEND_BYTES
+
     body = b"x" * (ONE_SEND_BYTES + 1)
     response, sock = _response()
     response.start_response("200 OK", [("Content-Length", str(len(body)))])
@@ -137,6 +141,7 @@ def test_the_service_answers_head_and_body_together(decks):
             first = _first_bytes(sock, 65536)
             head, _, body = first.partition(b"\r\n\r\n")
             assert head.startswith(b"HTTP/1.1 200 "), first
-            length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
-                              if line.lower().startswith(b"content-length:")))
+            length = int(
+                next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))
+            )
             assert len(body) == length, first

@@ -2,6 +2,7 @@
 gevent worker: JSON nested deep enough to exhaust a recursive parser answers 400 in the
 service's own error body (it answered 500), and a path or a client error report with
 line breaks cannot forge a line of the service's log."""
+
 import http.client
 import json
 
@@ -18,8 +19,12 @@ SERVICES = {
     "workspace": ({}, "/api/v2/users/login", {}, "message"),
     "decks": ({}, "/api/sessions", {}, "error"),
     "notebook": ({"NOTEBOOK_ALLOW_NO_PASSWORD": "1"}, "/api/notebooks", {}, "detail"),
-    "audio": ({"AUDIO_PUBLIC_ORIGIN": "https://audio.test.example"}, "/api/audio/speech",
-              {"X-App-Request": "1"}, "error"),
+    "audio": (
+        {"AUDIO_PUBLIC_ORIGIN": "https://audio.test.example"},
+        "/api/audio/speech",
+        {"X-App-Request": "1"},
+        "error",
+    ),
     "wizard": (TEST_IDENTITY, "/api/errors", {"X-Wiz-Test-User": "alice"}, "error"),
 }
 # Past the depth json.loads itself fails at (a RecursionError near 1,000), in 6 KB:
@@ -45,8 +50,9 @@ def running(start_module_service, tmp_path_factory):
 def test_deeply_nested_json_is_a_400_in_the_service_error_body(running, name, body):
     service, log = running[name]
     _env, path, headers, field = SERVICES[name]
-    response = requests.post(service.base_url + path, data=body, timeout=30,
-                             headers={"Content-Type": "application/json", **headers})
+    response = requests.post(
+        service.base_url + path, data=body, timeout=30, headers={"Content-Type": "application/json", **headers}
+    )
     assert response.status_code == 400, response.text
     assert f"nested deeper than {MAX_JSON_DEPTH} levels" in response.json()[field]
     assert "unhandled error" not in log.text()
@@ -58,8 +64,12 @@ def test_json_as_deep_as_allowed_is_parsed(running, name):
     own checks (a 400 naming a field, or the wizard's 400 on its missing message)."""
     service, _log = running[name]
     _env, path, headers, field = SERVICES[name]
-    response = requests.post(service.base_url + path, data=DEEPEST_ALLOWED, timeout=30,
-                             headers={"Content-Type": "application/json", **headers})
+    response = requests.post(
+        service.base_url + path,
+        data=DEEPEST_ALLOWED,
+        timeout=30,
+        headers={"Content-Type": "application/json", **headers},
+    )
     assert response.status_code == 400, response.text
     assert "nested" not in response.json()[field]
 
@@ -69,8 +79,9 @@ def test_a_deeply_nested_filter_is_a_400_in_the_wizard(running):
     # Brackets sent unencoded: 2,000 deep fits gunicorn's 4 KB request line.
     connection = http.client.HTTPConnection("127.0.0.1", service.port, timeout=30)
     try:
-        connection.request("GET", "/api/collections/wizards?filter=" + "[" * 2000 + "]" * 2000,
-                           headers={"X-Wiz-Test-User": "alice"})
+        connection.request(
+            "GET", "/api/collections/wizards?filter=" + "[" * 2000 + "]" * 2000, headers={"X-Wiz-Test-User": "alice"}
+        )
         response = connection.getresponse()
         assert response.status == 400
         assert json.loads(response.read())["error"] == f"filter: nested deeper than {MAX_JSON_DEPTH} levels"
@@ -105,10 +116,14 @@ def test_a_path_with_line_breaks_logs_one_escaped_line(running, name):
 def test_a_client_error_report_logs_one_escaped_line_within_its_limits(running):
     service, log = running["wizard"]
     forged = "boom\nFAKE-LF\rFAKE-CR\x85FAKE-NEL\u2028FAKE-LS\u202eFAKE-RLO-report"
-    response = requests.post(service.base_url + "/api/errors", timeout=30, headers={"X-Wiz-Test-User": "alice"},
-                             json={"type": "TypeError\nFAKE", "message": forged, "stack": "at a\nat b" + "s" * 20000})
+    response = requests.post(
+        service.base_url + "/api/errors",
+        timeout=30,
+        headers={"X-Wiz-Test-User": "alice"},
+        json={"type": "TypeError\nFAKE", "message": forged, "stack": "at a\nat b" + "s" * 20000},
+    )
     assert response.status_code == 204, response.text
-    log.wait_for("POST /api/errors 204")   # the request's line comes after the report's
+    log.wait_for("POST /api/errors 204")  # the request's line comes after the report's
     text = log.text()
     lines = [line for line in text.splitlines() if "client: TypeError" in line]
     assert len(lines) == 1, text
@@ -116,4 +131,4 @@ def test_a_client_error_report_logs_one_escaped_line_within_its_limits(running):
     for escaped in ("\\nFAKE-LF", "\\rFAKE-CR", "\\x85FAKE-NEL", "\\u2028FAKE-LS", "\\u202eFAKE-RLO-report"):
         assert escaped in lines[0]
     assert "TypeError\\nFAKE" in lines[0] and "at a | at b" in lines[0]
-    assert len(lines[0]) < 12_000   # type, message and stack each cut to their limit
+    assert len(lines[0]) < 12_000  # type, message and stack each cut to their limit

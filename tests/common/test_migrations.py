@@ -1,6 +1,7 @@
 """Migrations with several processes: steps applied exactly once by processes starting
 together, and a service that refuses a newer database with one line. The migrations
 in process are tests/unit/common/test_migrations.py."""
+
 import sqlite3
 import subprocess
 import sys
@@ -44,8 +45,16 @@ RACER = textwrap.dedent("""
 def test_processes_starting_together_apply_each_step_exactly_once(tmp_path):
     path = tmp_path / "shared.db"
     release_database(path)
-    racers = [subprocess.Popen([sys.executable, "-c", RACER, str(path)], cwd=ROOT, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True) for _ in range(6)]
+    racers = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACER, str(path)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(6)
+    ]
     outcomes = [racer.communicate(timeout=120) for racer in racers]
     assert [racer.returncode for racer in racers] == [0] * 6, [err[-2000:] for _, err in outcomes]
     assert [out.strip() for out, _ in outcomes] == ["3"] * 6
@@ -58,6 +67,7 @@ def test_processes_starting_together_apply_each_step_exactly_once(tmp_path):
 def test_a_service_refuses_to_start_on_a_newer_database_with_one_line(tmp_path):
     """Through the real gunicorn: the worker exits at once and says what is wrong."""
     from app.wizard.migrations import HISTORY as WIZARD
+
     data_dir = tmp_path / "wizard-data"
     data_dir.mkdir()
     prepare = textwrap.dedent(f"""
@@ -68,9 +78,17 @@ def test_a_service_refuses_to_start_on_a_newer_database_with_one_line(tmp_path):
     """)
     subprocess.run([sys.executable, "-c", prepare], cwd=ROOT, check=True, timeout=60)
     env = {"SERVICE": "wizard", "PORT": "0", "DATA_DIR": str(data_dir), "PATH": "/usr/bin:/bin"}
-    started = subprocess.run([str(ROOT / ".venv/bin/gunicorn"), "-c", "gunicorn.conf.py", "wsgi:app"], cwd=ROOT,
-                             env=env, capture_output=True, text=True, timeout=60)
+    started = subprocess.run(
+        [str(ROOT / ".venv/bin/gunicorn"), "-c", "gunicorn.conf.py", "wsgi:app"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert started.returncode != 0
     errors = [line for line in started.stderr.splitlines() if line.startswith("error:")]
-    assert errors == [f"error: the wizard database is at schema version {WIZARD.newest + 1}, newer than this "
-                      f"code's {WIZARD.newest}: run the release that migrated it, or a newer one"], started.stderr
+    assert errors == [
+        f"error: the wizard database is at schema version {WIZARD.newest + 1}, newer than this "
+        f"code's {WIZARD.newest}: run the release that migrated it, or a newer one"
+    ], started.stderr

@@ -6,6 +6,7 @@ not the service.
 The wait is made with a lock the test holds, not with a sleep: a request reading the
 locked table waits in PostgreSQL for exactly as long as the test wants.
 """
+
 import os
 import subprocess
 import sys
@@ -32,8 +33,9 @@ def wizard_on_postgres(start_service, postgres_server):
 def waiting_on_a_lock(url):
     """How many server processes of that database wait on a lock now."""
     with psycopg.connect(url, autocommit=True) as conn:
-        return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                            " AND wait_event_type = 'Lock'").fetchone()[0]
+        return conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        ).fetchone()[0]
 
 
 def test_a_request_waiting_on_the_database_does_not_hold_up_its_worker(wizard_on_postgres):
@@ -47,7 +49,7 @@ def test_a_request_waiting_on_the_database_does_not_hold_up_its_worker(wizard_on
             assert client.get("/api/collections/blueprints").status_code == 200
             assert client.get("/healthz").status_code == 200
         assert not blocked.done()
-        holder.commit()   # releases the lock
+        holder.commit()  # releases the lock
         assert blocked.result(timeout=30).status_code == 200
 
 
@@ -58,7 +60,7 @@ def test_a_database_restart_fails_requests_in_flight_cleanly_then_heals(wizard_o
         holder.execute("LOCK TABLE prompt_history IN ACCESS EXCLUSIVE MODE")
         in_flight = pool.submit(client.get, "/api/collections/prompt_history")
         wait_for(lambda: waiting_on_a_lock(url) == 1, "the request to wait on the table lock")
-        postgres_server.restart()          # cuts every connection, the holder's and the request's
+        postgres_server.restart()  # cuts every connection, the holder's and the request's
         holder.close()
         cut = in_flight.result(timeout=30)
     assert cut.status_code == 503
@@ -73,9 +75,18 @@ def test_a_database_restart_fails_requests_in_flight_cleanly_then_heals(wizard_o
 
 
 def test_a_database_url_of_another_engine_stops_the_start_with_one_line(tmp_path):
-    done = subprocess.run([sys.executable, "-c", "import wsgi"], cwd=Path(__file__).resolve().parents[2],
-                          capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "SERVICE": "wizard", "DATA_DIR": str(tmp_path),
-                               "DATABASE_URL": "mysql://bundle:s3cret@db.example/wizard"})
+    done = subprocess.run(
+        [sys.executable, "-c", "import wsgi"],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={
+            **os.environ,
+            "SERVICE": "wizard",
+            "DATA_DIR": str(tmp_path),
+            "DATABASE_URL": "mysql://bundle:s3cret@db.example/wizard",
+        },
+    )
     assert done.returncode == 3
     assert done.stderr == "error: DATABASE_URL must be sqlite:///<path> or postgresql://..., got mysql:...\n"

@@ -3,6 +3,7 @@ others never fails one of those requests. Here, for each service, one of two gun
 workers is stopped gracefully (gunicorn boots a replacement, which opens the service's
 data on its own) while clients keep reading through the other; every answer must be a
 200. (The notebook, with its job worker, is in tests/notebook/test_restarts.py.)"""
+
 import os
 import signal
 import threading
@@ -18,9 +19,11 @@ CLIENTS = 4
 
 
 def _workspace_reader(service):
-    first = requests.post(f"{service.base_url}/api/v2/users/first", json={
-        "email": "owner@example.com", "username": "owner", "name": "Owner", "password": "a long passphrase 42"},
-        timeout=30)
+    first = requests.post(
+        f"{service.base_url}/api/v2/users/first",
+        json={"email": "owner@example.com", "username": "owner", "name": "Owner", "password": "a long passphrase 42"},
+        timeout=30,
+    )
     assert first.status_code == 201, first.text
     token = first.json()["session_token"]
     return "/api/v2/users/me", {"Workspace-Session-Token": token}
@@ -60,8 +63,10 @@ def test_a_worker_restarted_while_requests_run_fails_none_of_them(start_service,
         wait_for(lambda: len(statuses) >= 40, "the first reads")
         old = set(service.worker_pids())
         os.kill(sorted(old)[0], signal.SIGTERM)
-        wait_for(lambda: len(set(service.worker_pids()) - old) == 1 and len(service.worker_pids()) == 2,
-                  "the replacement worker")
+        wait_for(
+            lambda: len(set(service.worker_pids()) - old) == 1 and len(service.worker_pids()) == 2,
+            "the replacement worker",
+        )
         mark = len(statuses)
         wait_for(lambda: len(statuses) >= mark + 80, "reads after the restart")
     finally:

@@ -1,6 +1,7 @@
 """The shared provider transport (app/common/provider_http.py) under gevent's patching,
 in a process of its own: the head's deadline holds. The transport in plain threads is
 tests/unit/common/test_provider_http.py."""
+
 import os
 import subprocess
 import sys
@@ -46,7 +47,13 @@ print([c.value for c in calls], answer)
 
 
 def test_under_gevent_the_head_is_bounded(fake):
-    run = subprocess.run([sys.executable, "-c", GEVENT_SCRIPT, fake.base], cwd=ROOT, capture_output=True,
-                         text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    run = subprocess.run(
+        [sys.executable, "-c", GEVENT_SCRIPT, fake.base],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip().splitlines()[-1] == "[504, 504, 504] {'ok': True}"

@@ -6,6 +6,7 @@ Each scenario runs in a child Python with gevent's monkey patch, as in a gunicor
 worker (the broker's reader is a greenlet on gevent's sockets, and wait_for's sleep
 is gevent's); two RedisBroker objects in it stand for two worker processes. The scenarios are the functions below
 whose names start with `scenario_`; the tests run them."""
+
 import subprocess
 import sys
 
@@ -20,9 +21,11 @@ from devtools.waiting import wait_for
 
 
 def run_patched(scenario, *args):
-    code = ("from gevent import monkey; monkey.patch_all()\n"
-            f"from tests.common.test_redis_broker import {scenario}\n"
-            f"{scenario}(*{args!r})\n")
+    code = (
+        "from gevent import monkey; monkey.patch_all()\n"
+        f"from tests.common.test_redis_broker import {scenario}\n"
+        f"{scenario}(*{args!r})\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-4000:]
     return done.stderr
@@ -70,6 +73,7 @@ def test_a_process_broker_closed_before_its_first_use_stays_closed(monkeypatch):
 
 
 # --------------------------------------------------------------------------- scenarios (in the child)
+
 
 def scenario_one_order(url):
     first, second = RedisBroker(url), RedisBroker(url)
@@ -136,6 +140,7 @@ def scenario_connection_lost(url, admin_url):
 
 def _subscribe_once_back(broker, topic):
     """The reader reconnects with backoff; until then subscriptions are closed at once."""
+
     def attempt():
         sub = broker.subscribe(topic)
         assert sub.closed_reason is None or sub.closed_reason.startswith("live events are unavailable")
@@ -148,7 +153,7 @@ def scenario_unreachable(url):
     broker = RedisBroker(url)
     sub = broker.subscribe("t")
     assert sub.closed_reason.startswith("live events are unavailable") and "secret" not in sub.closed_reason
-    broker.publish("t", {"n": 1})   # logged, not raised
+    broker.publish("t", {"n": 1})  # logged, not raised
     later = broker.subscribe("t")
     assert later.closed_reason.startswith("live events are unavailable")
     assert broker.subscriber_count("t") == 0

@@ -1,6 +1,7 @@
 """The process's Redis client: REDIS_URL read at first use, its mistakes named without
 the password, and, under the gunicorn gevent worker, cooperative: a request waiting
 on Redis leaves the worker free to answer the others."""
+
 import os
 import signal
 import threading
@@ -47,8 +48,11 @@ def test_a_request_waiting_on_redis_leaves_the_worker_free(start_service, redis_
     outcome, done = {}, threading.Event()
 
     def write():
-        outcome["status"] = WizardClient(service.base_url, "alice").post(
-            "/api/collections/saved_prompts", json={"text": "written while Redis is frozen"}).status_code
+        outcome["status"] = (
+            WizardClient(service.base_url, "alice")
+            .post("/api/collections/saved_prompts", json={"text": "written while Redis is frozen"})
+            .status_code
+        )
         done.set()
 
     redis_server.process.send_signal(signal.SIGSTOP)

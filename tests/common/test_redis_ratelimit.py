@@ -1,5 +1,6 @@
 """The shared sliding-window limiter against a real Redis: one count for every process,
 the window sliding, and a Redis that fails leaving each process to count alone."""
+
 import redis
 
 from app.common import ratelimit, redis_client

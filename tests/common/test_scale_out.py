@@ -1,5 +1,6 @@
 """Four workers on PostgreSQL and Redis, as a scaled-out deployment runs: what
 several processes writing at once must not break."""
+
 import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -18,10 +19,19 @@ WORKERS = 4
 @pytest.fixture
 def scaled_out(start_service, postgres_server, redis_server):
     """start(name, env=None) -> a service with 4 workers on a new database and Redis."""
+
     def start(name, env=None):
-        return start_service(name, workers=WORKERS, env={"DATABASE_URL": postgres_server.new_database(),
-                                                         "REDIS_URL": redis_server.new_url(), **MESH_ENV,
-                                                         **(env or {})})
+        return start_service(
+            name,
+            workers=WORKERS,
+            env={
+                "DATABASE_URL": postgres_server.new_database(),
+                "REDIS_URL": redis_server.new_url(),
+                **MESH_ENV,
+                **(env or {}),
+            },
+        )
+
     return start
 
 
@@ -33,8 +43,12 @@ def test_wizard_like_toggles_from_four_workers_keep_the_count_equal_to_the_rows(
 
     def toggle(user):
         # A connection of its own per toggle, so that they spread over the workers.
-        return requests.post(service.base_url + "/api/likes/toggle", json={"blueprint_id": target},
-                             headers={"X-Wiz-Test-User": user, "X-Wiz-Test-Groups": ""}, timeout=60)
+        return requests.post(
+            service.base_url + "/api/likes/toggle",
+            json={"blueprint_id": target},
+            headers={"X-Wiz-Test-User": user, "X-Wiz-Test-Groups": ""},
+            timeout=60,
+        )
 
     def likes_in_database():
         with peek(service) as db:
@@ -49,7 +63,7 @@ def test_wizard_like_toggles_from_four_workers_keep_the_count_equal_to_the_rows(
     assert likes_in_database() == (50, 50)
 
     with ThreadPoolExecutor(50) as pool:
-        same = list(pool.map(toggle, ["user0"] * 50))   # an even number: ends as it began
+        same = list(pool.map(toggle, ["user0"] * 50))  # an even number: ends as it began
     assert [r.status_code for r in same] == [200] * 50
     assert [r.json()["liked"] for r in same].count(True) == 25
     assert likes_in_database() == (50, 50)
@@ -68,8 +82,11 @@ def test_workspace_first_user_race_over_four_workers_makes_one_owner(scaled_out)
     ws = Workspace(scaled_out("workspace"))
 
     def first(n):
-        return requests.post(ws.api + "/users/first", json={**OWNER, "username": f"owner{n}",
-                                                             "email": f"owner{n}@example.com"}, timeout=60)
+        return requests.post(
+            ws.api + "/users/first",
+            json={**OWNER, "username": f"owner{n}", "email": f"owner{n}@example.com"},
+            timeout=60,
+        )
 
     with ThreadPoolExecutor(20) as pool:
         answers = list(pool.map(first, range(20)))

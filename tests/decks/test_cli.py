@@ -1,4 +1,5 @@
 """`python -m app.decks tail`: prints events as they arrive and reconnects by itself."""
+
 import json
 import queue
 import subprocess
@@ -32,8 +33,13 @@ def test_tail_prints_events_and_survives_a_restart(start_service, tmp_path):
     sid = requests.post(f"{url}/api/sessions", json={"deck_id": "welcome"}, timeout=10).json()["id"]
     post_event(url, sid, {"type": "note", "slide": 0, "text": "before tail"}).raise_for_status()
 
-    tail = subprocess.Popen([sys.executable, "-m", "app.decks", "tail", sid, "--url", url, "--format", "json"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    tail = subprocess.Popen(
+        [sys.executable, "-m", "app.decks", "tail", sid, "--url", url, "--format", "json"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         lines = lines_of(tail)
         assert json.loads(lines.get(timeout=15))["text"] == "before tail"
@@ -54,6 +60,11 @@ def test_tail_prints_events_and_survives_a_restart(start_service, tmp_path):
 
 
 def test_tail_of_a_missing_session_says_so(shared_decks_server):
-    result = subprocess.run([sys.executable, "-m", "app.decks", "tail", "nope", "--url", shared_decks_server.base_url],
-                            cwd=ROOT, capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        [sys.executable, "-m", "app.decks", "tail", "nope", "--url", shared_decks_server.base_url],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert result.returncode == 2 and "session nope does not exist" in result.stderr

@@ -1,5 +1,6 @@
 """The event log is the irreplaceable data: concurrency, torn lines, restores
 while running, and a worker killed mid-append."""
+
 import json
 import os
 import shutil
@@ -80,15 +81,20 @@ def test_restoring_a_newer_copy_while_running_never_reuses_a_seq(start_service, 
     note(service, sid, "first").raise_for_status()  # the process now caches seq 1
 
     def newer_copy(last):
-        lines = [json.dumps({"seq": n, "ts": "2026-01-01T00:00:00.000Z", "type": "note", "slide": 0,
-                             "text": f"restored {n}"}) + "\n" for n in range(1, last + 1)]
+        lines = [
+            json.dumps(
+                {"seq": n, "ts": "2026-01-01T00:00:00.000Z", "type": "note", "slide": 0, "text": f"restored {n}"}
+            )
+            + "\n"
+            for n in range(1, last + 1)
+        ]
         copy = tmp_path / "backup.jsonl"
         copy.write_text("".join(lines))
         return copy
 
-    shutil.copyfile(newer_copy(6), path)          # same inode, new content
+    shutil.copyfile(newer_copy(6), path)  # same inode, new content
     assert note(service, sid, "after copy").json()["seq"] == 7
-    os.replace(newer_copy(9), path)               # a new inode at the path
+    os.replace(newer_copy(9), path)  # a new inode at the path
     assert note(service, sid, "after rename").json()["seq"] == 10
     events, _ = log_events(service, sid)
     assert [e["seq"] for e in events] == list(range(1, 11))
@@ -102,7 +108,7 @@ def test_restoring_an_older_copy_while_running_leaves_a_gap_not_a_reuse(start_se
     backup = read_log(service.data_dir, sid)
     for n in range(3, 6):
         note(service, sid, f"n{n}").raise_for_status()
-    path.write_bytes(backup)                       # roll back from seq 6 to seq 3
+    path.write_bytes(backup)  # roll back from seq 6 to seq 3
     assert note(service, sid, "after rollback").json()["seq"] == 7
     events, _ = log_events(service, sid)
     assert [e["seq"] for e in events] == [1, 2, 3, 7]
@@ -119,8 +125,11 @@ def test_worker_killed_during_appends_loses_nothing_acknowledged(start_service, 
             while not stop.is_set() and count < 400:
                 count += 1
                 try:
-                    response = http.post(f"{service.base_url}/api/sessions/{sid}/events", timeout=10,
-                                         json={"type": "note", "slide": 0, "text": f"p{n}-{count}"})
+                    response = http.post(
+                        f"{service.base_url}/api/sessions/{sid}/events",
+                        timeout=10,
+                        json={"type": "note", "slide": 0, "text": f"p{n}-{count}"},
+                    )
                 except requests.RequestException as exc:
                     failures.append(exc)
                     continue

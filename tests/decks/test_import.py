@@ -1,6 +1,7 @@
 """Deck import through a deck service of the test's own under gunicorn: the happy path,
 the copies it makes and the inputs it refuses. The import's route logic in process is
 tests/unit/decks/test_import.py."""
+
 import json
 import os
 
@@ -75,8 +76,9 @@ def test_reimport_rebuilds_in_place_and_leaves_sessions_alone(decks_server):
     url, data = decks_server.base_url, decks_server.data_dir
     post_import(url, decks_server.import_body)
     session = requests.post(f"{url}/api/sessions", json={"deck_id": "welcome"}, timeout=10).json()
-    requests.post(f"{url}/api/sessions/{session['id']}/events",
-                  json={"type": "note", "slide": 0, "text": "keep me"}, timeout=10).raise_for_status()
+    requests.post(
+        f"{url}/api/sessions/{session['id']}/events", json={"type": "note", "slide": 0, "text": "keep me"}, timeout=10
+    ).raise_for_status()
     sessions_before = tree(data / "sessions")
 
     md = data / "sources/welcome/deck.md"
@@ -101,9 +103,11 @@ def test_symlink_escaping_data_dir_and_bad_sources_are_rejected(decks_server):
     (data / "sources/bad-front.md").write_text("---\ntitle: [unclosed\n---\n# x")
     before = tree(data)
     base = {"id": "ok", "copy_from": "sources/welcome"}
-    for md_path, message in [("sources/link.md", "inside the service's data directory"),
-                             ("sources/latin1.md", "not valid UTF-8"),
-                             ("sources/bad-front.md", "front matter is not valid YAML")]:
+    for md_path, message in [
+        ("sources/link.md", "inside the service's data directory"),
+        ("sources/latin1.md", "not valid UTF-8"),
+        ("sources/bad-front.md", "front matter is not valid YAML"),
+    ]:
         response = post_import(decks_server.base_url, {**base, "md_path": md_path})
         assert response.status_code == 400
         assert message in response.json()["error"]
@@ -117,8 +121,9 @@ def test_non_json_and_wrong_bodies(decks_server):
     assert bad.status_code == 400 and "not valid JSON" in bad.json()["error"]
     listed = requests.post(url, json=["a"], timeout=10)
     assert listed.status_code == 400 and listed.json() == {"error": "the body must be a JSON object"}
-    huge = requests.post(url, data=json.dumps({"id": "x" * (2 * 1024 * 1024)}),
-                         headers={"Content-Type": "application/json"}, timeout=30)
+    huge = requests.post(
+        url, data=json.dumps({"id": "x" * (2 * 1024 * 1024)}), headers={"Content-Type": "application/json"}, timeout=30
+    )
     assert huge.status_code == 413
 
 
@@ -126,8 +131,12 @@ def test_unknown_deck_and_asset_traversal_are_404(decks_server):
     url = decks_server.base_url
     post_import(url, decks_server.import_body)
     assert requests.get(f"{url}/api/decks/nope", timeout=10).status_code == 404
-    for path in ["/api/decks/welcome/assets/..%2Fdeck.json", "/api/decks/welcome/assets/%2e%2e/deck.json",
-                 "/api/decks/..%2F..%2Fsessions/assets/x", "/api/decks/welcome/assets/images/nope.png"]:
+    for path in [
+        "/api/decks/welcome/assets/..%2Fdeck.json",
+        "/api/decks/welcome/assets/%2e%2e/deck.json",
+        "/api/decks/..%2F..%2Fsessions/assets/x",
+        "/api/decks/welcome/assets/images/nope.png",
+    ]:
         response = requests.get(url + path, timeout=10)
         assert response.status_code == 404, path
         assert "error" in response.json()

@@ -2,6 +2,7 @@
 of a 60 MB log costs the worker what the page holds (counted in bytes the worker read,
 /proc/<pid>/io's rchar, never timed), and a session's log stops at its cap with a 507
 that stores nothing."""
+
 import json
 import os
 
@@ -42,8 +43,11 @@ def test_a_page_costs_the_same_on_a_60_mb_log_as_on_a_small_one(start_service, t
     url = service.base_url
     small, big = new_session(service), new_session(service)
     post_event(url, small, {"type": "note", "slide": 0, "text": "one"}).raise_for_status()
-    line = lambda seq: json.dumps({"seq": seq, "ts": "2026-01-01T00:00:00.000Z", "type": "note",  # noqa: E731
-                                   "slide": 0, "text": "x" * 1000}).encode() + b"\n"
+
+    def line(seq):
+        event = {"seq": seq, "ts": "2026-01-01T00:00:00.000Z", "type": "note", "slide": 0, "text": "x" * 1000}
+        return json.dumps(event).encode() + b"\n"
+
     count = BIG_LOG_BYTES // len(line(1))
     with open(service.data_dir / "sessions" / big / "events.jsonl", "wb") as f:  # as a long review leaves it
         f.writelines(line(seq) for seq in range(1, count + 1))
@@ -65,8 +69,7 @@ def test_a_page_costs_the_same_on_a_60_mb_log_as_on_a_small_one(start_service, t
 
     # The stream's replay reads from the same place: a reconnect near the end is cheap.
     before = worker_rchar(pid)
-    with requests.get(f"{url}/api/sessions/{big}/stream?after={count - 3}", stream=True,
-                      timeout=(5, 30)) as response:
+    with requests.get(f"{url}/api/sessions/{big}/stream?after={count - 3}", stream=True, timeout=(5, 30)) as response:
         seqs = []
         for raw in response.iter_lines():
             if raw.startswith(b"data:"):
@@ -104,8 +107,9 @@ def test_a_full_log_answers_507_and_stores_nothing(start_service, tmp_path):
 
     before = tree(service.data_dir)
     again = post_event(url, sid, {"type": "note", "slide": 0, "text": "s"})
-    scribble = requests.post(f"{url}/api/sessions/{sid}/scribble", timeout=10,
-                             json={"slide": 0, "image": data_url(png_bytes())})
+    scribble = requests.post(
+        f"{url}/api/sessions/{sid}/scribble", timeout=10, json={"slide": 0, "image": data_url(png_bytes())}
+    )
     assert again.status_code == 507 and scribble.status_code == 507, scribble.text
     assert tree(service.data_dir) == before  # no event, no orphan image
 
@@ -133,8 +137,12 @@ def test_a_replay_longer_than_a_page_arrives_whole_then_live_events(start_servic
     count = 1234
     with open(service.data_dir / "sessions" / sid / "events.jsonl", "wb") as f:
         for seq in range(1, count + 1):
-            f.write(json.dumps({"seq": seq, "ts": "2026-01-01T00:00:00.000Z", "type": "note", "slide": 0,
-                                "text": f"n{seq}"}).encode() + b"\n")
+            f.write(
+                json.dumps(
+                    {"seq": seq, "ts": "2026-01-01T00:00:00.000Z", "type": "note", "slide": 0, "text": f"n{seq}"}
+                ).encode()
+                + b"\n"
+            )
     seqs = []
     with requests.get(f"{url}/api/sessions/{sid}/stream?after=7", stream=True, timeout=(5, 30)) as response:
         for raw in response.iter_lines():

@@ -3,6 +3,7 @@ real service under gunicorn: the HTML, the static JS and CSS they load, and the
 JS itself (syntax and the pure reconnect helpers) when node is installed.
 
 A real-browser test of the pages is left for later (no Playwright here)."""
+
 import json
 import re
 import shutil
@@ -98,8 +99,9 @@ def unlabelled_controls(page):
     for tag, attrs, in_label in page.controls:
         if attrs.get("type") in ("hidden", "submit", "button"):
             continue
-        labelled = (in_label or attrs.get("id") in page.label_for
-                    or attrs.get("aria-label") or attrs.get("aria-labelledby"))
+        labelled = (
+            in_label or attrs.get("id") in page.label_for or attrs.get("aria-label") or attrs.get("aria-labelledby")
+        )
         if not labelled:
             missing.append((tag, attrs))
     return missing
@@ -115,8 +117,16 @@ def test_home_page_is_html_and_loads_its_module_and_css(decks_server):
     _, page = html_page(decks_server.base_url + "/")
     check_assets(decks_server.base_url, page, "/static/index.js")
     # The hooks index.js fills in: the start form, and the two lists with their status lines.
-    for element_id in ("start-form", "start-deck", "start-title", "start-error",
-                       "decks-status", "decks-list", "sessions-status", "sessions-list"):
+    for element_id in (
+        "start-form",
+        "start-deck",
+        "start-title",
+        "start-error",
+        "decks-status",
+        "decks-list",
+        "sessions-status",
+        "sessions-list",
+    ):
         assert element_id in page.by_id, element_id
     assert unlabelled_controls(page) == []
 
@@ -133,9 +143,24 @@ def test_review_page_shows_the_session_it_links_from(deck_session):
     assert attrs["data-deck-id"] == session["deck_id"] == "welcome"
     # review.js draws on these: the slide stage with its scribble canvas, the
     # navigation, the connection state, the forms and the feed.
-    for element_id in ("stage", "slide", "pad", "overlays", "prev", "next", "notes",
-                       "conn", "conn-state", "author", "comment-form", "verdict-form",
-                       "scribble-send", "scribble-clear", "show-scribbles", "feed"):
+    for element_id in (
+        "stage",
+        "slide",
+        "pad",
+        "overlays",
+        "prev",
+        "next",
+        "notes",
+        "conn",
+        "conn-state",
+        "author",
+        "comment-form",
+        "verdict-form",
+        "scribble-send",
+        "scribble-clear",
+        "show-scribbles",
+        "feed",
+    ):
         assert element_id in page.by_id, element_id
     assert page.by_id["pad"][0] == "canvas"
     assert unlabelled_controls(page) == []

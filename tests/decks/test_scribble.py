@@ -1,5 +1,6 @@
 """A scribble stored, logged and served by a deck service of the test's own under gunicorn.
 The overlays' validation in process is tests/unit/decks/test_scribble.py."""
+
 import os
 
 import requests

@@ -1,5 +1,6 @@
 """Sessions and typed events through a deck service of the test's own under gunicorn: what
 a write changes. The sessions' route logic in process is tests/unit/decks/test_sessions.py."""
+
 import json
 import os
 
@@ -88,6 +89,7 @@ def test_task_done_must_name_a_task(deck_session):
 
 def test_session_of_a_deleted_deck_refuses_slide_events(deck_session):
     import shutil
+
     service, session = deck_session
     shutil.rmtree(service.data_dir / "decks" / "welcome")
     response = post_event(service.base_url, session["id"], {"type": "note", "slide": 0, "text": "x"})

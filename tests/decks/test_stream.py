@@ -1,4 +1,5 @@
 """The live stream: replay, cursor, no gap or duplicate, keepalive, graceful stop."""
+
 import json
 import os
 import shutil
@@ -71,9 +72,14 @@ def test_no_gap_and_no_duplicate_while_events_flow_during_connects(deck_session)
 
     def poster():
         with ThreadPoolExecutor(4) as pool:
-            list(pool.map(lambda n: post_event(service.base_url, session["id"],
-                                               {"type": "note", "slide": 0, "text": f"{n}"}).raise_for_status(),
-                          range(total)))
+            list(
+                pool.map(
+                    lambda n: post_event(
+                        service.base_url, session["id"], {"type": "note", "slide": 0, "text": f"{n}"}
+                    ).raise_for_status(),
+                    range(total),
+                )
+            )
 
     posting = threading.Thread(target=poster)
     posting.start()
@@ -93,6 +99,7 @@ def test_streams_on_several_workers_see_events_posted_to_any_worker(start_servic
     """With two workers, events appended by one reach streams held by the other
     (through the log), in order and without gap."""
     from tests.support.decks import copy_sample_deck
+
     data = tmp_path / "data"
     data.mkdir()
     body = copy_sample_deck(data)
@@ -104,9 +111,14 @@ def test_streams_on_several_workers_see_events_posted_to_any_worker(start_servic
         reader.start()
         reader.wait_open()
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda n: post_event(service.base_url, session["id"],
-                                           {"type": "note", "slide": 0, "text": f"{n}"}).raise_for_status(),
-                      range(40)))
+        list(
+            pool.map(
+                lambda n: post_event(
+                    service.base_url, session["id"], {"type": "note", "slide": 0, "text": f"{n}"}
+                ).raise_for_status(),
+                range(40),
+            )
+        )
     for reader in readers:
         reader.join(30)
         assert reader.error is None and reader.seqs == list(range(1, 41))
@@ -148,6 +160,7 @@ def test_a_gone_client_is_noticed_on_the_next_write(start_service, tmp_path):
     import socket
 
     from tests.support.decks import copy_sample_deck
+
     data = tmp_path / "data"
     data.mkdir()
     body = copy_sample_deck(data)
@@ -175,6 +188,7 @@ def test_a_stream_opened_on_a_kept_alive_connection_while_stopping_is_closed(dec
     """A stopping worker still serves kept-alive connections: a stream opened
     there must end at once instead of holding the stop until the time-out."""
     import signal
+
     service, session = deck_session
     with requests.Session() as http:
         http.get(f"{service.base_url}/healthz", timeout=10).raise_for_status()
@@ -192,6 +206,7 @@ def two_workers(start_service, tmp_path):
     """A 2-worker service with the sample deck and one session, its stderr in a file:
     (service, session, log path)."""
     from tests.support.decks import copy_sample_deck
+
     data = tmp_path / "data"
     data.mkdir()
     body = copy_sample_deck(data)
@@ -222,15 +237,28 @@ def test_an_event_posted_through_one_worker_reaches_the_streams_of_the_other(sta
     service, session, log_path = two_workers(start_service, tmp_path)
     by_worker = streams_on_every_worker(service, stream_url(service, session, after=0), until=6)
     first, second = sorted(by_worker)
-    assert [note_via(service, pid, session, f"via {pid}")
-            for pid in (first, second, first, first, second, second)] == [1, 2, 3, 4, 5, 6]
+    assert [note_via(service, pid, session, f"via {pid}") for pid in (first, second, first, first, second, second)] == [
+        1,
+        2,
+        3,
+        4,
+        5,
+        6,
+    ]
     assert_every_stream_saw(by_worker, [1, 2, 3, 4, 5, 6])
     assert b"instead of at once" not in log_path.read_bytes()
 
 
 def restored_log(path, last):
-    path.write_text("".join(json.dumps({"seq": n, "ts": "2026-01-01T00:00:00.000Z", "type": "note", "slide": 0,
-                                        "text": f"restored {n}"}) + "\n" for n in range(1, last + 1)))
+    path.write_text(
+        "".join(
+            json.dumps(
+                {"seq": n, "ts": "2026-01-01T00:00:00.000Z", "type": "note", "slide": 0, "text": f"restored {n}"}
+            )
+            + "\n"
+            for n in range(1, last + 1)
+        )
+    )
     return path
 
 
@@ -245,7 +273,7 @@ def test_streams_on_both_workers_follow_a_log_restored_while_running(start_servi
     first, second = sorted(by_worker)
     assert note_via(service, first, session, "before the restores") == 1
 
-    os.replace(restored_log(tmp_path / "backup-5.jsonl", 5), events)      # a new inode at the path
+    os.replace(restored_log(tmp_path / "backup-5.jsonl", 5), events)  # a new inode at the path
     assert [note_via(service, second, session, "a"), note_via(service, first, session, "b")] == [6, 7]
 
     shutil.copyfile(restored_log(tmp_path / "backup-9.jsonl", 9), events)  # same inode, new content
@@ -254,7 +282,7 @@ def test_streams_on_both_workers_follow_a_log_restored_while_running(start_servi
     backup = tmp_path / "backup-session"
     shutil.copytree(session_dir, backup)
     restored_log(backup / "events.jsonl", 12)
-    shutil.rmtree(session_dir)                                             # the whole directory put back
+    shutil.rmtree(session_dir)  # the whole directory put back
     os.rename(backup, session_dir)
     assert note_via(service, first, session, "d") == 13
     assert_every_stream_saw(by_worker, list(range(1, 14)))

@@ -1,6 +1,7 @@
 """The devtools OpenID provider's command line, in processes of its own: the digest
 command and a provider served from a YAML file. The provider in process is
 tests/unit/devtools/test_oidc_provider.py."""
+
 import subprocess
 import sys
 import time
@@ -24,20 +25,44 @@ DIGEST = pbkdf2_sha512_digest(SECRET, rounds=1000)
 
 def make_config(**client):
     return {
-        "clients": [{
-            "client_id": "workspace", "client_secret_digest": DIGEST, "public": False,
-            "authorization_policy": "one_factor", "consent_mode": "implicit",
-            "token_endpoint_auth_method": "client_secret_basic", "redirect_uris": [REDIRECT_URI],
-            "scopes": ["openid", "profile", "email", "groups"], "grant_types": ["authorization_code"],
-            "response_types": ["code"], "pkce_challenge_method": "S256", **client}],
-        "users": [{"username": "alice", "password": PASSWORD, "email": "alice@example.com",
-                   "email_verified": True, "name": "Alice", "groups": ["admins"]}],
+        "clients": [
+            {
+                "client_id": "workspace",
+                "client_secret_digest": DIGEST,
+                "public": False,
+                "authorization_policy": "one_factor",
+                "consent_mode": "implicit",
+                "token_endpoint_auth_method": "client_secret_basic",
+                "redirect_uris": [REDIRECT_URI],
+                "scopes": ["openid", "profile", "email", "groups"],
+                "grant_types": ["authorization_code"],
+                "response_types": ["code"],
+                "pkce_challenge_method": "S256",
+                **client,
+            }
+        ],
+        "users": [
+            {
+                "username": "alice",
+                "password": PASSWORD,
+                "email": "alice@example.com",
+                "email_verified": True,
+                "name": "Alice",
+                "groups": ["admins"],
+            }
+        ],
     }
 
 
 def test_digest_command_reads_the_secret_from_stdin():
-    result = subprocess.run([sys.executable, "-m", "devtools.oidc_provider", "digest", "--rounds", "1000"],
-                            cwd=ROOT, input="rotated secret\n", capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        [sys.executable, "-m", "devtools.oidc_provider", "digest", "--rounds", "1000"],
+        cwd=ROOT,
+        input="rotated secret\n",
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert result.returncode == 0, result.stderr
     digest = result.stdout.strip()
     assert verify_pbkdf2_sha512("rotated secret", digest)
@@ -46,17 +71,20 @@ def test_digest_command_reads_the_secret_from_stdin():
 
 def test_command_line_serves_a_yaml_config(tmp_path):
     import yaml
+
     config = tmp_path / "idp.yml"
     config.write_text(yaml.safe_dump(make_config()))
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "devtools.oidc_provider", "--config", str(config),
-                                "--port", str(port)], cwd=ROOT, stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "devtools.oidc_provider", "--config", str(config), "--port", str(port)],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 20
         while True:
             try:
-                metadata = requests.get(f"http://127.0.0.1:{port}/.well-known/openid-configuration",
-                                        timeout=2).json()
+                metadata = requests.get(f"http://127.0.0.1:{port}/.well-known/openid-configuration", timeout=2).json()
                 break
             except requests.ConnectionError:
                 assert process.poll() is None and time.monotonic() < deadline, "the provider did not start"

@@ -15,6 +15,7 @@ nothing). Of the workspace's websockets only the agent's connection is exercised
 real agent with the release's token, and an app through it); the terminal's and the
 relay's need nothing from the database that this does not already check.
 """
+
 import importlib
 import json
 import os
@@ -83,18 +84,24 @@ def assert_rows_kept(path, service, rewritten=()):
         release.executescript((DUMPS / f"{service}.sql").read_text())
         virtual = {name for (name,) in release.execute("SELECT name FROM pragma_table_list WHERE type = 'virtual'")}
         for table in expected:
-            columns = [row[1] for row in release.execute(f'PRAGMA table_info("{table}")')
-                       if (table, row[1]) not in rewritten]
+            columns = [
+                row[1] for row in release.execute(f'PRAGMA table_info("{table}")') if (table, row[1]) not in rewritten
+            ]
             if table in virtual:
                 columns.insert(0, "rowid")
             listed = ", ".join(column if column == "rowid" else f'"{column}"' for column in columns)
             query = f'SELECT {listed} FROM "{table}" ORDER BY {listed}'
             before, after = release.execute(query).fetchall(), current.execute(query).fetchall()
             if before != after:
-                changed = [column for i, column in enumerate(columns)
-                           if sorted(repr(row[i]) for row in before) != sorted(repr(row[i]) for row in after)]
-                raise AssertionError(f"{service}: the upgrade changed rows of {table!r}, in the column(s) {changed}: "
-                                     f"the release had {before}, now {after}")
+                changed = [
+                    column
+                    for i, column in enumerate(columns)
+                    if sorted(repr(row[i]) for row in before) != sorted(repr(row[i]) for row in after)
+                ]
+                raise AssertionError(
+                    f"{service}: the upgrade changed rows of {table!r}, in the column(s) {changed}: "
+                    f"the release had {before}, now {after}"
+                )
     finally:
         release.close()
         current.close()
@@ -109,9 +116,17 @@ def assert_schema_history(data_dir, service):
         recorded = connection.execute("SELECT version, name FROM schema_migrations ORDER BY version").fetchall()
     assert recorded == [(step.version, step.name) for step in history.steps]
     fresh = data_dir.parent / f"{service}-fresh-{data_dir.name}.db"
-    subprocess.run([sys.executable, "-c", f"from app.{service}.schema import open_database; "
-                    f"open_database({f'sqlite:///{fresh}'!r})"], cwd=ROOT, check=True, timeout=60,
-                   env={**os.environ, "PYTHONPATH": str(ROOT)})
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"from app.{service}.schema import open_database; open_database({f'sqlite:///{fresh}'!r})",
+        ],
+        cwd=ROOT,
+        check=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert schema_of(path) == schema_of(fresh), f"the migrated {service} schema is not the one a new database gets"
 
 
@@ -120,16 +135,27 @@ def schema_of(path):
     indexes}: what a migration must leave as a new database has it (column order aside:
     an added column comes last)."""
     with sqlite3.connect(path) as connection:
-        tables = [name for (name,) in connection.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
-            "AND name NOT LIKE 'search_fts_%'")]
-        return {table: {
-            "columns": {row[1]: tuple(row[2:6]) for row in connection.execute(f"PRAGMA table_info('{table}')")},
-            "foreign_keys": sorted(tuple(row[2:]) for row in connection.execute(
-                f"PRAGMA foreign_key_list('{table}')")),
-            "indexes": sorted((row[1].replace(table, "<table>"), row[2]) for row in connection.execute(
-                f"PRAGMA index_list('{table}')") if not row[1].startswith("sqlite_autoindex")),
-        } for table in tables}
+        tables = [
+            name
+            for (name,) in connection.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
+                "AND name NOT LIKE 'search_fts_%'"
+            )
+        ]
+        return {
+            table: {
+                "columns": {row[1]: tuple(row[2:6]) for row in connection.execute(f"PRAGMA table_info('{table}')")},
+                "foreign_keys": sorted(
+                    tuple(row[2:]) for row in connection.execute(f"PRAGMA foreign_key_list('{table}')")
+                ),
+                "indexes": sorted(
+                    (row[1].replace(table, "<table>"), row[2])
+                    for row in connection.execute(f"PRAGMA index_list('{table}')")
+                    if not row[1].startswith("sqlite_autoindex")
+                ),
+            }
+            for table in tables
+        }
 
 
 def assert_view(actual, recorded, ignore=(), where="view"):
@@ -170,23 +196,35 @@ def stream_opens(url, headers, first_records=0):
 
 # =========================================================================== workspace
 
+
 def _provider_at_release_issuer(oidc, base_url):
     """The identity provider again at the release's issuer (the stored links name it),
     or None, with a warning, when that port is taken."""
     from devtools.oidc_provider import OidcProvider, pbkdf2_sha512_digest
 
     port = urlsplit(oidc["issuer"]).port
-    idp = OidcProvider({
-        "clients": [{"client_id": oidc["client_id"], "client_name": "Workspace",
-                     "client_secret_digest": pbkdf2_sha512_digest(oidc["client_secret"], rounds=1000),
-                     "redirect_uris": [base_url + "/api/v2/users/oidc/callback"]}],
-        "users": [{**user, "password": oidc["password"]} for user in oidc["users"]],
-    }, port=port)
+    idp = OidcProvider(
+        {
+            "clients": [
+                {
+                    "client_id": oidc["client_id"],
+                    "client_name": "Workspace",
+                    "client_secret_digest": pbkdf2_sha512_digest(oidc["client_secret"], rounds=1000),
+                    "redirect_uris": [base_url + "/api/v2/users/oidc/callback"],
+                }
+            ],
+            "users": [{**user, "password": oidc["password"]} for user in oidc["users"]],
+        },
+        port=port,
+    )
     try:
         idp.start()
     except OSError:
-        warnings.warn(f"port {port} of the release's OIDC issuer is taken: sign-in through the stored OIDC links "
-                      "is not checked this time", stacklevel=2)
+        warnings.warn(
+            f"port {port} of the release's OIDC issuer is taken: sign-in through the stored OIDC links "
+            "is not checked this time",
+            stacklevel=2,
+        )
         return None
     assert idp.issuer == oidc["issuer"]
     return idp
@@ -218,8 +256,13 @@ def test_workspace_upgrade(start_service, tmp_path):
     env = {"WORKSPACE_ACCESS_URL": base_url, **fx["settings"]}
     idp = _provider_at_release_issuer(fx["oidc"], base_url)
     if idp is not None:
-        env.update({"WORKSPACE_OIDC_ISSUER_URL": idp.issuer, "WORKSPACE_OIDC_CLIENT_ID": fx["oidc"]["client_id"],
-                    "WORKSPACE_OIDC_CLIENT_SECRET": fx["oidc"]["client_secret"]})
+        env.update(
+            {
+                "WORKSPACE_OIDC_ISSUER_URL": idp.issuer,
+                "WORKSPACE_OIDC_CLIENT_ID": fx["oidc"]["client_id"],
+                "WORKSPACE_OIDC_CLIENT_SECRET": fx["oidc"]["client_secret"],
+            }
+        )
     local_app = LocalApp()
     agent = None
     try:
@@ -230,8 +273,9 @@ def test_workspace_upgrade(start_service, tmp_path):
 
         def call(method, route, token=None, **kwargs):
             headers = {TOKEN_HEADER: token} if token else {}
-            return requests.request(method, ws.api + route, headers=headers, timeout=TIMEOUT,
-                                    allow_redirects=False, **kwargs)
+            return requests.request(
+                method, ws.api + route, headers=headers, timeout=TIMEOUT, allow_redirects=False, **kwargs
+            )
 
         # The session tokens the release minted: still valid, the signed-out one still revoked.
         for name, entry in tokens.items():
@@ -282,13 +326,21 @@ def test_workspace_upgrade(start_service, tmp_path):
         main = next(a for a in fx["views"]["workspaces"]["dev"]["agents"] if a["name"] == "main")
         reported = fx["reported_app"]
         assert {"slug": reported["slug"], "url": reported["url"]} in [
-            {"slug": a["slug"], "url": a["url"]} for a in main["apps"]]
+            {"slug": a["slug"], "url": a["url"]} for a in main["apps"]
+        ]
         snapshot = stream_opens(ws.api + "/users/me/workspaces/watch", {TOKEN_HEADER: owner}, first_records=2)
         assert {s["agent_id"] for s in snapshot} == set(dev["agents"].values())
 
         # The other GET routes, with the loaded data.
-        for route in ("/healthz", "/api/v2/buildinfo", "/api/v2/users/authmethods", "/api/v2/users/first",
-                      "/login", "/static/vendor/xterm/xterm.js", "/static/dashboard.js"):
+        for route in (
+            "/healthz",
+            "/api/v2/buildinfo",
+            "/api/v2/users/authmethods",
+            "/api/v2/users/first",
+            "/login",
+            "/static/vendor/xterm/xterm.js",
+            "/static/dashboard.js",
+        ):
             ok(requests.get(ws.url + route, timeout=TIMEOUT), route)
         assert requests.get(ws.url + "/setup", timeout=TIMEOUT, allow_redirects=False).headers["Location"] == "/login"
         cookies = {"workspace_session_token": owner}
@@ -309,8 +361,12 @@ def test_workspace_upgrade(start_service, tmp_path):
         wait_status(ws, owner, main["id"], "connected")
         hello = requests.get(ws.url + "/@owner/dev.main/apps/code/hello", cookies=cookies, timeout=TIMEOUT)
         assert ok(hello).content, hello
-        assert requests.get(ws.url + "/@owner/dev.main/apps/code/hello", timeout=TIMEOUT,
-                            headers={TOKEN_HEADER: member}).status_code == 404
+        assert (
+            requests.get(
+                ws.url + "/@owner/dev.main/apps/code/hello", timeout=TIMEOUT, headers={TOKEN_HEADER: member}
+            ).status_code
+            == 404
+        )
 
         # Single sign-on through the links the release stored: the same accounts, none new.
         if idp is not None:
@@ -321,13 +377,24 @@ def test_workspace_upgrade(start_service, tmp_path):
             assert ws.count("oidclink") == fx["tables"]["oidclink"]
 
         # A write afterwards: a workspace and an account, read back.
-        created = call("POST", "/users/me/workspaces", owner, json={"name": "after-upgrade", "agents": [
-            {"name": "main", "apps": [{"slug": "web", "url": "http://127.0.0.1:8000"}]}]})
+        created = call(
+            "POST",
+            "/users/me/workspaces",
+            owner,
+            json={
+                "name": "after-upgrade",
+                "agents": [{"name": "main", "apps": [{"slug": "web", "url": "http://127.0.0.1:8000"}]}],
+            },
+        )
         assert created.status_code == 201, created.text
         again = ok(call("GET", f"/workspaces/{created.json()['id']}", owner)).json()
         assert again["name"] == "after-upgrade" and again["agents"][0]["apps"][0]["slug"] == "web"
-        account = call("POST", "/users", owner, json={"email": "late@example.com", "username": "late",
-                                                       "password": "plum orchard at noon"})
+        account = call(
+            "POST",
+            "/users",
+            owner,
+            json={"email": "late@example.com", "username": "late", "password": "plum orchard at noon"},
+        )
         assert account.status_code == 201, account.text
         late = call("POST", "/users/login", json={"email": "late@example.com", "password": "plum orchard at noon"})
         assert call("GET", "/users/me", late.json()["session_token"]).json()["id"] == account.json()["id"]
@@ -401,7 +468,9 @@ def test_wizard_upgrade(start_service, tmp_path):
 
     # Writes afterwards: a like taken back from a release row, and a new blueprint liked.
     assert ok(bob.post("/api/likes/toggle", json={"blueprint_id": blueprints["foggy"]["id"]})).json() == {
-        "liked": False, "likes_count": 1}
+        "liked": False,
+        "likes_count": 1,
+    }
     created = alice.post("/api/collections/blueprints", json={"title": "After the upgrade", "is_public": True})
     assert created.status_code == 201, created.text
     new_id = created.json()["id"]
@@ -412,6 +481,7 @@ def test_wizard_upgrade(start_service, tmp_path):
 
 # =========================================================================== notebook
 
+
 def test_notebook_upgrade(start_service, tmp_path):
     from devtools.fake_providers import FakeProviders
     from tests.support.notebook import PASSWORD, PROVIDER_HOST, Worker, notebook_env
@@ -420,9 +490,16 @@ def test_notebook_upgrade(start_service, tmp_path):
     data_dir = tmp_path / "notebook-data"
     path = load_release_database(data_dir, "notebook")
     assert fx["password"] == PASSWORD
-    env = notebook_env(data_dir, NOTEBOOK_ENCRYPTION_KEY=fx["encryption_key"], NOTEBOOK_EMBEDDING_PROVIDER="none",
-                       NOTEBOOK_MODEL_HOST_ALLOWLIST=f"{PROVIDER_HOST}/32", OPENAI_API_KEY="", OPENAI_BASE_URL="",
-                       ANTHROPIC_API_KEY="", OLLAMA_API_BASE="")
+    env = notebook_env(
+        data_dir,
+        NOTEBOOK_ENCRYPTION_KEY=fx["encryption_key"],
+        NOTEBOOK_EMBEDDING_PROVIDER="none",
+        NOTEBOOK_MODEL_HOST_ALLOWLIST=f"{PROVIDER_HOST}/32",
+        OPENAI_API_KEY="",
+        OPENAI_BASE_URL="",
+        ANTHROPIC_API_KEY="",
+        OLLAMA_API_BASE="",
+    )
     worker = Worker(data_dir, env)
     try:
         service = start_service("notebook", data_dir=data_dir, env=env)
@@ -430,7 +507,8 @@ def test_notebook_upgrade(start_service, tmp_path):
         assert_schema_history(data_dir, "notebook")
         with sqlite3.connect(path) as connection:  # the index's BM25 weights came along
             assert connection.execute("SELECT v FROM search_fts_config WHERE k = 'rank'").fetchone() == (
-                "bm25(5.0, 1.0)",)
+                "bm25(5.0, 1.0)",
+            )
         _check_notebook(service, fx, worker, FakeProviders, PROVIDER_HOST)
     finally:
         worker.stop()
@@ -450,10 +528,16 @@ def _check_notebook(service, fx, worker, FakeProviders, provider_host):
     # purpose since (for Open Notebook's clients): a text source's `asset` is null, and
     # `decryption_error` is a reason or null (checked just below).
     changed = {"sources": ("asset",), "credentials": ("decryption_error",)}
-    for kind, route in (("notebooks", "/notebooks/{}"), ("sources", "/sources/{}"), ("notes", "/notes/{}"),
-                        ("credentials", "/credentials/{}"), ("models", "/models/{}"),
-                        ("transformations", "/transformations/{}"), ("chat_sessions", "/chat/sessions/{}"),
-                        ("episodes", "/podcasts/episodes/{}")):
+    for kind, route in (
+        ("notebooks", "/notebooks/{}"),
+        ("sources", "/sources/{}"),
+        ("notes", "/notes/{}"),
+        ("credentials", "/credentials/{}"),
+        ("models", "/models/{}"),
+        ("transformations", "/transformations/{}"),
+        ("chat_sessions", "/chat/sessions/{}"),
+        ("episodes", "/podcasts/episodes/{}"),
+    ):
         for key, recorded in views[kind].items():
             current = get(route.format(recorded["id"]))
             assert_view(current, recorded, ignore=changed.get(kind, ()), where=f"{kind}.{key}")
@@ -482,7 +566,8 @@ def _check_notebook(service, fx, worker, FakeProviders, provider_host):
     for notebook in fx["shared_source"]["notebooks"]:
         assert shared in {s["id"] for s in get("/sources", params={"notebook_id": notebooks[notebook]})}
         assert {n["id"] for n in get("/notes", params={"notebook_id": notebooks[notebook]})} <= set(
-            fx["notes"].values())
+            fx["notes"].values()
+        )
         get("/chat/sessions", params={"notebook_id": notebooks[notebook]})
     for source_id in fx["sources"].values():
         assert get(f"/sources/{source_id}/status")["status"] == "completed"
@@ -504,8 +589,14 @@ def _check_notebook(service, fx, worker, FakeProviders, provider_host):
     assert completed["total_count"] == views["commands"]["total_count"]
     for command in views["commands"]["commands"]:
         assert get(f"/commands/{command['id']}") == command
-    for route in ("/health", "/openapi.json", "/docs", "/docs/ui/swagger-ui.css", "/docs/assets/docs.js",
-                  "/api/notebooks"):
+    for route in (
+        "/health",
+        "/openapi.json",
+        "/docs",
+        "/docs/ui/swagger-ui.css",
+        "/docs/assets/docs.js",
+        "/api/notebooks",
+    ):
         ok(call("GET", route), route)
 
     # Text search finds the release's sources, in a notebook's scope too.
@@ -525,8 +616,16 @@ def _check_notebook(service, fx, worker, FakeProviders, provider_host):
         made = call("POST", "/notebooks", json={"name": "After the upgrade", "description": "written by the test"})
         assert made.status_code == 201, made.text
         notebook_id = made.json()["id"]
-        source = call("POST", "/sources", json={"type": "text", "notebook_id": notebook_id, "title": "Seracs",
-                                                "content": "Seracs are towers of glacier ice on a crevassed glacier."})
+        source = call(
+            "POST",
+            "/sources",
+            json={
+                "type": "text",
+                "notebook_id": notebook_id,
+                "title": "Seracs",
+                "content": "Seracs are towers of glacier ice on a crevassed glacier.",
+            },
+        )
         assert source.status_code == 201, source.text + worker.log_text()[-2000:]
         assert source.json()["status"] is None and source.json()["embedded"] is True  # done: no job to follow
         assert get(f"/notebooks/{notebook_id}")["source_count"] == 1

@@ -7,6 +7,7 @@ local HTTP server on 127.0.0.2 that serves the links.
 them runs once on the embedded default (SQLite, huey's SQLite queue) and once scaled
 out (PostgreSQL, and the job queue on Redis). Each backend's stack is started once,
 at its first use, and shared by the modules after."""
+
 import http.server
 import threading
 
@@ -25,6 +26,7 @@ from tests.support.notebook import (
 
 # --------------------------------------------------------------------------- the link server
 
+
 @pytest.fixture(scope="session")
 def link_server():
     server = http.server.ThreadingHTTPServer((LINK_HOST, 0), LinkHandler)
@@ -41,6 +43,7 @@ def link_server():
 
 # --------------------------------------------------------------------------- service + worker
 
+
 @pytest.fixture(scope="session")
 def nb_sqlite(tmp_path_factory, link_server):
     client = shared_stack(tmp_path_factory, "notebook", "sqlite", link_server)
@@ -50,8 +53,9 @@ def nb_sqlite(tmp_path_factory, link_server):
 
 @pytest.fixture(scope="session")
 def nb_postgresql(tmp_path_factory, link_server, postgres_server, redis_server):
-    client = shared_stack(tmp_path_factory, "notebook", "postgresql", link_server,
-                          **scaled_out_env(postgres_server, redis_server))
+    client = shared_stack(
+        tmp_path_factory, "notebook", "postgresql", link_server, **scaled_out_env(postgres_server, redis_server)
+    )
     yield client
     stop_stack(client)
 
@@ -69,11 +73,14 @@ def notebook_id(nb):
 
 # --------------------------------------------------------------------------- model providers
 
+
 @pytest.fixture(scope="session")
 def fake_providers():
     from devtools.fake_providers import FakeProviders
-    with FakeProviders(host=PROVIDER_HOST, keys={"openai": "sk-good", "anthropic": "ant-good"},
-                       drip_seconds=LLM_TIMEOUT * 4) as fake:
+
+    with FakeProviders(
+        host=PROVIDER_HOST, keys={"openai": "sk-good", "anthropic": "ant-good"}, drip_seconds=LLM_TIMEOUT * 4
+    ) as fake:
         yield fake
 
 
@@ -86,8 +93,7 @@ def llm_nb_sqlite(tmp_path_factory, fake_providers):
 
 @pytest.fixture(scope="session")
 def llm_nb_postgresql(tmp_path_factory, fake_providers, postgres_server, redis_server):
-    client = llm_stack(tmp_path_factory, fake_providers, "postgresql",
-                       **scaled_out_env(postgres_server, redis_server))
+    client = llm_stack(tmp_path_factory, fake_providers, "postgresql", **scaled_out_env(postgres_server, redis_server))
     yield client
     stop_stack(client)
 

@@ -1,5 +1,6 @@
 """Configuration seen from outside: the password rule at start, no embedding model,
 CORS, and the documentation."""
+
 import os
 import subprocess
 
@@ -14,8 +15,13 @@ from tests.support.shared import ROOT
 def test_refuses_to_start_without_password(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("NOTEBOOK_")}
     env.update(SERVICE="notebook", PORT=str(services.free_port()), DATA_DIR=str(tmp_path))
-    done = subprocess.run([str(services.GUNICORN), "-c", "gunicorn.conf.py", "wsgi:app"], cwd=ROOT, env=env,
-                          capture_output=True, timeout=60)
+    done = subprocess.run(
+        [str(services.GUNICORN), "-c", "gunicorn.conf.py", "wsgi:app"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
     assert done.returncode != 0
     assert b"NOTEBOOK_PASSWORD is not set" in done.stderr
 
@@ -24,8 +30,13 @@ def test_refuses_to_start_without_password(tmp_path):
 def open_service(start_module_service, tmp_path_factory):
     """No password (allowed explicitly), no embedding model, CORS for one origin."""
     data_dir = tmp_path_factory.mktemp("notebook-open")
-    env = notebook_env(data_dir, NOTEBOOK_PASSWORD="", NOTEBOOK_ALLOW_NO_PASSWORD="1",
-                       NOTEBOOK_EMBEDDING_PROVIDER="none", NOTEBOOK_CORS_ORIGINS="https://app.example.org")
+    env = notebook_env(
+        data_dir,
+        NOTEBOOK_PASSWORD="",
+        NOTEBOOK_ALLOW_NO_PASSWORD="1",
+        NOTEBOOK_EMBEDDING_PROVIDER="none",
+        NOTEBOOK_CORS_ORIGINS="https://app.example.org",
+    )
     return start_module_service("notebook", data_dir=data_dir, env=env)
 
 
@@ -36,9 +47,11 @@ def test_without_password_when_allowed(open_service):
 def test_vector_search_without_model_is_400(open_service):
     url = open_service.base_url
     notebook = requests.post(url + "/notebooks", json={"name": "no model"}, timeout=10).json()["id"]
-    added = requests.post(url + "/sources", json={"type": "text", "notebook_id": notebook,
-                                                  "content": "Saturn has rings.", "async_processing": True},
-                          timeout=10)
+    added = requests.post(
+        url + "/sources",
+        json={"type": "text", "notebook_id": notebook, "content": "Saturn has rings.", "async_processing": True},
+        timeout=10,
+    )
     assert added.status_code == 202  # still accepted: processed without embeddings by a worker
     response = requests.post(url + "/search", json={"query": "rings", "type": "vector"}, timeout=10)
     assert response.status_code == 400
@@ -49,10 +62,15 @@ def test_vector_search_without_model_is_400(open_service):
 
 def test_cors_allows_configured_origin_only(open_service):
     url = open_service.base_url + "/notebooks"
-    preflight = requests.options(url, headers={"Origin": "https://app.example.org",
-                                               "Access-Control-Request-Method": "POST",
-                                               "Access-Control-Request-Headers": "authorization,content-type"},
-                                 timeout=10)
+    preflight = requests.options(
+        url,
+        headers={
+            "Origin": "https://app.example.org",
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization,content-type",
+        },
+        timeout=10,
+    )
     assert preflight.status_code == 204
     assert preflight.headers["Access-Control-Allow-Origin"] == "https://app.example.org"
     assert "Authorization" in preflight.headers["Access-Control-Allow-Headers"]
@@ -60,8 +78,9 @@ def test_cors_allows_configured_origin_only(open_service):
     assert simple.headers["Access-Control-Allow-Origin"] == "https://app.example.org"
     other = requests.get(url, headers={"Origin": "https://evil.example.com"}, timeout=10)
     assert "Access-Control-Allow-Origin" not in other.headers
-    refused = requests.options(url, headers={"Origin": "https://evil.example.com",
-                                             "Access-Control-Request-Method": "POST"}, timeout=10)
+    refused = requests.options(
+        url, headers={"Origin": "https://evil.example.com", "Access-Control-Request-Method": "POST"}, timeout=10
+    )
     assert refused.status_code == 403 and refused.json()["detail"]
 
 
@@ -79,7 +98,8 @@ def test_docs_and_openapi(nb):
     document = requests.get(nb.url + "/openapi.json", timeout=10).json()
     assert document["openapi"].startswith("3.")
     assert {"/notebooks", "/sources", "/sources/{source_id}/retry", "/search", "/commands/{command_id}"} <= set(
-        document["paths"])
+        document["paths"]
+    )
     create = document["components"]["schemas"]["NotebookCreate"]
     assert create["properties"]["name"]["maxLength"] == 200 and "name" in create["required"]
     assert document["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"

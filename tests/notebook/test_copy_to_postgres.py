@@ -1,6 +1,7 @@
 """Moving a notebook install from SQLite to PostgreSQL (`python -m app.notebook
 copy-to-postgres`): the rows come along, and the full-text index, which each engine
 keeps its own way, is made again on the target, so search finds what it found."""
+
 import os
 import subprocess
 import sys
@@ -29,9 +30,14 @@ def test_a_notebook_moves_to_postgresql_and_its_search_follows(tmp_path, postgre
         stop_stack(before)
 
     url = postgres_server.new_database()
-    done = subprocess.run([sys.executable, "-m", "app.notebook", "copy-to-postgres", url], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "DATA_DIR": str(data_dir)})
+    done = subprocess.run(
+        [sys.executable, "-m", "app.notebook", "copy-to-postgres", url],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "DATA_DIR": str(data_dir)},
+    )
     assert done.returncode == 0, done.stderr
     assert "indexed for text search" in done.stdout and "MISMATCH" not in done.stdout
 

@@ -1,5 +1,6 @@
 """The other embedding set-ups, each with its own service and worker: a host
 without the local model's packages, and an OpenAI-compatible endpoint."""
+
 import os
 import subprocess
 import sys
@@ -41,9 +42,13 @@ def test_without_the_model_packages_vector_search_says_so(stack_without_torch):
 @pytest.fixture
 def openai_stack(tmp_path):
     with FakeProviders(keys={"openai": "sk-test"}) as fake:
-        client = start_stack(tmp_path / "data", NOTEBOOK_EMBEDDING_PROVIDER="openai",
-                             NOTEBOOK_EMBEDDING_URL=fake.base_url("openai"), NOTEBOOK_EMBEDDING_API_KEY="sk-test",
-                             NOTEBOOK_EMBEDDING_MODEL="fake-embed-1")
+        client = start_stack(
+            tmp_path / "data",
+            NOTEBOOK_EMBEDDING_PROVIDER="openai",
+            NOTEBOOK_EMBEDDING_URL=fake.base_url("openai"),
+            NOTEBOOK_EMBEDDING_API_KEY="sk-test",
+            NOTEBOOK_EMBEDDING_MODEL="fake-embed-1",
+        )
         client.fake = fake
         yield client
         stop_stack(client)
@@ -52,22 +57,26 @@ def openai_stack(tmp_path):
 def test_openai_compatible_endpoint(openai_stack):
     nb = openai_stack
     notebook = nb.notebook()
-    volcano = nb.post("/sources", json={"type": "text", "notebook_id": notebook,
-                                        "content": "Volcanoes erupt molten lava and ash."})
-    tides = nb.post("/sources", json={"type": "text", "notebook_id": notebook,
-                                      "content": "The moon pulls the ocean into tides."})
+    volcano = nb.post(
+        "/sources", json={"type": "text", "notebook_id": notebook, "content": "Volcanoes erupt molten lava and ash."}
+    )
+    tides = nb.post(
+        "/sources", json={"type": "text", "notebook_id": notebook, "content": "The moon pulls the ocean into tides."}
+    )
     for response in (volcano, tides):
         assert response.status_code == 201, response.text
         assert response.json()["embedded_chunks"] == 1
     command_id = nb.get(f"/sources/{volcano.json()['id']}").json()["command_id"]
     command = nb.get(f"/commands/{command_id}").json()
     assert command["result"]["embedding_model"] == "fake-embed-1"
-    hits = nb.post("/search", json={"query": "lava and ash", "type": "vector", "notebook_id": notebook,
-                                    "minimum_score": 0.2}).json()["results"]
+    hits = nb.post(
+        "/search", json={"query": "lava and ash", "type": "vector", "notebook_id": notebook, "minimum_score": 0.2}
+    ).json()["results"]
     assert [hit["id"] for hit in hits] == [volcano.json()["id"]]
     sent = nb.fake.requests_to("/embeddings")
-    assert sent and all(seen["authorization"] == "Bearer sk-test" and seen["body"]["model"] == "fake-embed-1"
-                        for seen in sent)
+    assert sent and all(
+        seen["authorization"] == "Bearer sk-test" and seen["body"]["model"] == "fake-embed-1" for seen in sent
+    )
 
 
 def test_reembed_after_a_model_change(openai_stack):
@@ -75,12 +84,25 @@ def test_reembed_after_a_model_change(openai_stack):
     has not embedded, and vectors of one model are never compared with another's."""
     nb = openai_stack
     notebook = nb.notebook()
-    added = nb.post("/sources", json={"type": "text", "notebook_id": notebook, "embed": False,
-                                      "content": "Glaciers carve valleys out of rock."})
+    added = nb.post(
+        "/sources",
+        json={
+            "type": "text",
+            "notebook_id": notebook,
+            "embed": False,
+            "content": "Glaciers carve valleys out of rock.",
+        },
+    )
     assert added.status_code == 201 and added.json()["embedded_chunks"] == 0
     env = nb.env
-    queued = subprocess.run([sys.executable, "-m", "app.notebook", "reembed"], cwd=ROOT,
-                            env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
+    queued = subprocess.run(
+        [sys.executable, "-m", "app.notebook", "reembed"],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert queued.returncode == 0 and "queued 1 source(s)" in queued.stdout, queued.stderr
     command = _command_for(nb, added.json()["id"], "embed_source")
     assert nb.wait_command(command)["result"]["embedding_model"] == "fake-embed-1"
@@ -91,8 +113,14 @@ def test_reembed_after_a_model_change(openai_stack):
     nb.worker.stop()
     env2 = {**env, "NOTEBOOK_EMBEDDING_MODEL": "fake-embed-2"}
     nb.worker = Worker(nb.data_dir, env2)
-    queued = subprocess.run([sys.executable, "-m", "app.notebook", "reembed"], cwd=ROOT,
-                            env={**os.environ, **env2}, capture_output=True, text=True, timeout=120)
+    queued = subprocess.run(
+        [sys.executable, "-m", "app.notebook", "reembed"],
+        cwd=ROOT,
+        env={**os.environ, **env2},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "queued 1 source(s)" in queued.stdout, queued.stderr
     command = _command_for(nb, added.json()["id"], "embed_source", skip=1)
     assert nb.wait_command(command)["result"]["embedding_model"] == "fake-embed-2"
@@ -101,7 +129,8 @@ def test_reembed_after_a_model_change(openai_stack):
 
 
 def _command_for(nb, target, kind, skip=0):
-    commands = [c["id"] for c in nb.get("/commands?limit=100").json()["commands"]
-                if c["target"] == target and c["type"] == kind]
+    commands = [
+        c["id"] for c in nb.get("/commands?limit=100").json()["commands"] if c["target"] == target and c["type"] == kind
+    ]
     assert len(commands) > skip, commands
     return commands[0]  # newest first

@@ -1,6 +1,7 @@
 """The typical flow through the running service and worker: a notebook, a PDF, a
 text and a link (served by a local HTTP server), the commands, text and vector
 search, the results, and the original file downloaded again."""
+
 from tests.support import documents
 
 
@@ -14,8 +15,11 @@ def _hits(response):
 def test_typical_flow(nb, notebook_id):
     pdf = documents.pdf_bytes(documents.PDF_TEXT)
     # A PDF, synchronously: the answer is the processed source.
-    added = nb.post("/sources", data={"type": "upload", "notebook_id": notebook_id},
-                    files={"file": ("cell biology.pdf", pdf, "application/pdf")})
+    added = nb.post(
+        "/sources",
+        data={"type": "upload", "notebook_id": notebook_id},
+        files={"file": ("cell biology.pdf", pdf, "application/pdf")},
+    )
     assert added.status_code == 201, added.text
     pdf_source = added.json()
     assert pdf_source["status"] is None and pdf_source["command_id"] is None  # done: no job to follow
@@ -28,10 +32,25 @@ def test_typical_flow(nb, notebook_id):
     assert stored["status"] == "completed"
 
     # A text and a link, asynchronously (JSON body): answered at once with the command.
-    text = nb.post("/sources", json={"type": "text", "notebooks": [notebook_id], "title": "Plants",
-                                     "content": documents.TEXT_BODY, "async_processing": True})
-    link = nb.post("/api/sources", json={"type": "link", "notebook_id": notebook_id,
-                                         "url": nb.links.base_url + "/article.html", "async_processing": True})
+    text = nb.post(
+        "/sources",
+        json={
+            "type": "text",
+            "notebooks": [notebook_id],
+            "title": "Plants",
+            "content": documents.TEXT_BODY,
+            "async_processing": True,
+        },
+    )
+    link = nb.post(
+        "/api/sources",
+        json={
+            "type": "link",
+            "notebook_id": notebook_id,
+            "url": nb.links.base_url + "/article.html",
+            "async_processing": True,
+        },
+    )
     for response in (text, link):
         assert response.status_code == 202, response.text
         assert response.json()["status"] == "new" and response.json()["command_id"].startswith("command:")
@@ -52,22 +71,38 @@ def test_typical_flow(nb, notebook_id):
     assert [s["title"] for s in listed.json()] == sorted((s["title"] for s in listed.json()), key=str.lower)
 
     # Text search: BM25 over titles and chunks, one hit per source, scoped to the notebook.
-    ids, body = _hits(nb.post("/search", json={"query": "coral bleaching", "type": "text",
-                                               "notebook_id": notebook_id}))
+    ids, body = _hits(nb.post("/search", json={"query": "coral bleaching", "type": "text", "notebook_id": notebook_id}))
     assert ids[0] == link.json()["id"] and body["search_type"] == "text"
     assert body["results"][0]["relevance"] > 0 and body["results"][0]["matches"]
     ids, _ = _hits(nb.post("/search", json={"query": "mitochondria", "notebook_id": notebook_id}))
     assert ids == [pdf_source["id"]]
 
     # Vector search: the meaning, not the words.
-    ids, body = _hits(nb.post("/search", json={"query": "how do leaves turn sunshine into sugar",
-                                               "type": "vector", "notebook_id": notebook_id,
-                                               "minimum_score": 0.1}))
+    ids, body = _hits(
+        nb.post(
+            "/search",
+            json={
+                "query": "how do leaves turn sunshine into sugar",
+                "type": "vector",
+                "notebook_id": notebook_id,
+                "minimum_score": 0.1,
+            },
+        )
+    )
     assert ids[0] == text.json()["id"], body
     assert body["results"][0]["similarity"] > 0.3 and body["search_type"] == "vector"
-    ids, _ = _hits(nb.post("/search", json={"query": "energy currency made by organelles in cells",
-                                            "type": "vector", "notebook_id": notebook_id,
-                                            "minimum_score": 0.1, "search_notes": False}))
+    ids, _ = _hits(
+        nb.post(
+            "/search",
+            json={
+                "query": "energy currency made by organelles in cells",
+                "type": "vector",
+                "notebook_id": notebook_id,
+                "minimum_score": 0.1,
+                "search_notes": False,
+            },
+        )
+    )
     assert ids[0] == pdf_source["id"]
 
     # The original, byte for byte, as an attachment.
@@ -82,13 +117,19 @@ def test_typical_flow(nb, notebook_id):
 
 def test_docx_and_markdown_uploads(nb, notebook_id):
     docx = documents.docx_bytes(["Quantum entanglement links particles.", "Bell tests confirm it."])
-    added = nb.post("/sources", data={"type": "upload", "notebook_id": notebook_id, "embed": "false"},
-                    files={"file": ("physics.docx", docx)})
+    added = nb.post(
+        "/sources",
+        data={"type": "upload", "notebook_id": notebook_id, "embed": "false"},
+        files={"file": ("physics.docx", docx)},
+    )
     assert added.status_code == 201, added.text
     assert "Bell tests confirm it." in added.json()["full_text"]
     assert added.json()["embedded"] is False
-    markdown = nb.post("/sources", data={"type": "upload", "notebooks": f'["{notebook_id}"]', "embed": "false"},
-                       files={"file": ("notes.md", b"# Orbital mechanics\n\nKepler's laws describe orbits.")})
+    markdown = nb.post(
+        "/sources",
+        data={"type": "upload", "notebooks": f'["{notebook_id}"]', "embed": "false"},
+        files={"file": ("notes.md", b"# Orbital mechanics\n\nKepler's laws describe orbits.")},
+    )
     assert markdown.status_code == 201, markdown.text
     assert markdown.json()["title"] == "Orbital mechanics"
     ids, _ = _hits(nb.post("/search", json={"query": "kepler orbits", "notebook_id": notebook_id}))
@@ -97,13 +138,24 @@ def test_docx_and_markdown_uploads(nb, notebook_id):
 
 def test_notes_are_searchable_and_scoped(nb, notebook_id):
     other = nb.notebook()
-    created = nb.post("/notes", json={"content": "Tardigrades survive the vacuum of space.\nMore.",
-                                      "notebook_id": notebook_id})
+    created = nb.post(
+        "/notes", json={"content": "Tardigrades survive the vacuum of space.\nMore.", "notebook_id": notebook_id}
+    )
     assert created.status_code == 201, created.text
     note = created.json()
     assert note["title"] == "Tardigrades survive the vacuum of space." and note["note_type"] == "human"
-    assert nb.post("/notes", json={"content": "Tardigrades in another notebook", "notebook_id": other,
-                                   "note_type": "ai", "title": "elsewhere"}).status_code == 201
+    assert (
+        nb.post(
+            "/notes",
+            json={
+                "content": "Tardigrades in another notebook",
+                "notebook_id": other,
+                "note_type": "ai",
+                "title": "elsewhere",
+            },
+        ).status_code
+        == 201
+    )
     ids, _ = _hits(nb.post("/search", json={"query": "tardigrades", "notebook_id": notebook_id}))
     assert ids == [note["id"]]
     ids, _ = _hits(nb.post("/search", json={"query": "tardigrades", "search_notes": False}))
@@ -116,12 +168,24 @@ def test_notes_are_searchable_and_scoped(nb, notebook_id):
     ids, _ = _hits(nb.post("/search", json={"query": "water bears", "notebook_id": notebook_id}))
     assert ids == [note["id"]]
     # The worker embeds the note: then vector search finds it.
-    embedded = [c for c in nb.get("/commands?limit=100").json()["commands"]
-                if c["target"] == note["id"] and c["type"] == "embed_note"]
+    embedded = [
+        c
+        for c in nb.get("/commands?limit=100").json()["commands"]
+        if c["target"] == note["id"] and c["type"] == "embed_note"
+    ]
     assert embedded and all(nb.wait_command(c["id"])["status"] in ("completed", "canceled") for c in embedded)
     assert nb.get(f"/notes/{note['id']}").json()["embedded"] is True
-    ids, _ = _hits(nb.post("/search", json={"query": "resilient micro animals", "type": "vector",
-                                            "notebook_id": notebook_id, "minimum_score": 0.1}))
+    ids, _ = _hits(
+        nb.post(
+            "/search",
+            json={
+                "query": "resilient micro animals",
+                "type": "vector",
+                "notebook_id": notebook_id,
+                "minimum_score": 0.1,
+            },
+        )
+    )
     assert ids == [note["id"]]
 
     assert nb.delete(f"/notes/{note['id']}").json() == {"deleted": note["id"]}
@@ -133,25 +197,33 @@ def test_notes_are_searchable_and_scoped(nb, notebook_id):
 def test_notebook_crud_and_delete_semantics(nb):
     first, second = nb.notebook(), nb.notebook()
     assert nb.put(f"/notebooks/{first}", json={"description": "changed", "archived": True}).json()["archived"]
-    shared = nb.post("/sources", json={"type": "text", "notebooks": [first, second], "content": "Shared facts.",
-                                       "embed": False}).json()
-    own = nb.post("/sources", json={"type": "text", "notebook_id": first, "content": "Own facts.",
-                                    "embed": False}).json()
+    shared = nb.post(
+        "/sources", json={"type": "text", "notebooks": [first, second], "content": "Shared facts.", "embed": False}
+    ).json()
+    own = nb.post(
+        "/sources", json={"type": "text", "notebook_id": first, "content": "Own facts.", "embed": False}
+    ).json()
     nb.post("/notes", json={"content": "a note", "notebook_id": first})
     deleted = nb.delete(f"/notebooks/{first}")
     assert deleted.status_code == 200
     # By default a source that only this notebook held is kept (in no notebook), and the answer says so.
     body = deleted.json()
     assert {k: v for k, v in body.items() if k != "message"} == {
-        "deleted": first, "deleted_notes": 1, "deleted_sources": 0, "unlinked_sources": 1, "kept_sources": 1}
+        "deleted": first,
+        "deleted_notes": 1,
+        "deleted_sources": 0,
+        "unlinked_sources": 1,
+        "kept_sources": 1,
+    }
     assert "1 source(s) that only it held kept" in body["message"]
     assert nb.get(f"/sources/{own['id']}").json()["notebooks"] == []
     assert nb.get(f"/sources/{shared['id']}").json()["notebooks"] == [second]
     assert nb.get(f"/notebooks/{first}").status_code == 404
     # Asked to, it deletes them.
     third = nb.notebook()
-    mine = nb.post("/sources", json={"type": "text", "notebook_id": third, "content": "Mine only.",
-                                     "embed": False}).json()
+    mine = nb.post(
+        "/sources", json={"type": "text", "notebook_id": third, "content": "Mine only.", "embed": False}
+    ).json()
     gone = nb.delete(f"/notebooks/{third}", params={"delete_exclusive_sources": "true"}).json()
     assert (gone["deleted_sources"], gone["kept_sources"], gone["unlinked_sources"]) == (1, 0, 0)
     assert nb.get(f"/sources/{mine['id']}").status_code == 404

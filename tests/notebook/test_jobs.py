@@ -1,5 +1,6 @@
 """Background jobs through the real worker: sync and async adds, failures that
 stay failed, retry, cancel on delete while queued, DELETE /commands."""
+
 from tests.support import documents
 
 
@@ -82,8 +83,11 @@ def test_cancel_a_queued_command(nb, notebook_id):
 
 def test_corrupt_pdf_async_fails_and_sync_changes_nothing(nb, notebook_id):
     corrupt = b"%PDF-1.4\n1 0 obj << /Type /Catalog >> garbage without end"
-    added = nb.post("/sources", data={"type": "upload", "notebook_id": notebook_id, "async_processing": "true"},
-                    files={"file": ("broken.pdf", corrupt, "application/pdf")})
+    added = nb.post(
+        "/sources",
+        data={"type": "upload", "notebook_id": notebook_id, "async_processing": "true"},
+        files={"file": ("broken.pdf", corrupt, "application/pdf")},
+    )
     assert added.status_code == 202, added.text
     command = nb.wait_command(added.json()["command_id"])
     assert command["status"] == "failed" and "PDF" in command["error_message"]
@@ -91,22 +95,29 @@ def test_corrupt_pdf_async_fails_and_sync_changes_nothing(nb, notebook_id):
 
     before = nb.get(f"/sources?notebook_id={notebook_id}").headers["X-Total-Count"]
     uploads_before = sorted(p.name for p in (nb.data_dir / "uploads").iterdir())
-    sync = nb.post("/sources", data={"type": "upload", "notebook_id": notebook_id},
-                   files={"file": ("broken-again.pdf", corrupt, "application/pdf")})
+    sync = nb.post(
+        "/sources",
+        data={"type": "upload", "notebook_id": notebook_id},
+        files={"file": ("broken-again.pdf", corrupt, "application/pdf")},
+    )
     assert sync.status_code == 400 and "PDF" in sync.json()["detail"]
     assert nb.get(f"/sources?notebook_id={notebook_id}").headers["X-Total-Count"] == before
     assert sorted(p.name for p in (nb.data_dir / "uploads").iterdir()) == uploads_before
 
 
 def test_delete_removes_file_chunks_and_index(nb, notebook_id):
-    added = nb.post("/sources", data={"type": "upload", "notebook_id": notebook_id, "embed": "false"},
-                    files={"file": ("zebra.txt", b"Zebras have black and white stripes.")})
+    added = nb.post(
+        "/sources",
+        data={"type": "upload", "notebook_id": notebook_id, "embed": "false"},
+        files={"file": ("zebra.txt", b"Zebras have black and white stripes.")},
+    )
     assert added.status_code == 201, added.text
     source = added.json()
     stored = list((nb.data_dir / "uploads").glob("zebra*.txt"))
     assert len(stored) == 1
-    assert [h["id"] for h in nb.post("/search", json={"query": "zebras", "notebook_id": notebook_id})
-            .json()["results"]] == [source["id"]]
+    assert [
+        h["id"] for h in nb.post("/search", json={"query": "zebras", "notebook_id": notebook_id}).json()["results"]
+    ] == [source["id"]]
     deleted = nb.delete(f"/sources/{source['id']}").json()
     assert deleted["file_removed"] is True and deleted["chunks"] == 1
     assert not stored[0].exists()

@@ -5,6 +5,7 @@ every refusal has the right status and a {detail} that names the field, and
 changes nothing; the round trips change what they say and remove what they delete.
 Also: an encryption key changed between two starts, the default embedding model
 used for sources and vector search, and the nginx site's long time-outs."""
+
 import re
 import sqlite3
 
@@ -30,11 +31,18 @@ OTHER_KEY = "QmFkS2V5QmFkS2V5QmFkS2V5QmFkS2V5QmFkS2V5MDA="  # a Fernet key, not 
 
 @pytest.fixture(scope="module")
 def lnb(tmp_path_factory, fake_providers, link_server):
-    client = start_stack(tmp_path_factory.mktemp("notebook-llm-inputs") / "data",
-                         NOTEBOOK_ENCRYPTION_KEY=ENCRYPTION_KEY, NOTEBOOK_MODEL_HOST_ALLOWLIST=f"{PROVIDER_HOST}/32",
-                         NOTEBOOK_LLM_TIMEOUT=str(LLM_TIMEOUT), NOTEBOOK_EMBEDDING_PROVIDER="none",
-                         NOTEBOOK_MAX_TEXT_BYTES=str(MAX_TEXT), OPENAI_API_KEY="", OPENAI_BASE_URL="",
-                         ANTHROPIC_API_KEY="", OLLAMA_API_BASE="")
+    client = start_stack(
+        tmp_path_factory.mktemp("notebook-llm-inputs") / "data",
+        NOTEBOOK_ENCRYPTION_KEY=ENCRYPTION_KEY,
+        NOTEBOOK_MODEL_HOST_ALLOWLIST=f"{PROVIDER_HOST}/32",
+        NOTEBOOK_LLM_TIMEOUT=str(LLM_TIMEOUT),
+        NOTEBOOK_EMBEDDING_PROVIDER="none",
+        NOTEBOOK_MAX_TEXT_BYTES=str(MAX_TEXT),
+        OPENAI_API_KEY="",
+        OPENAI_BASE_URL="",
+        ANTHROPIC_API_KEY="",
+        OLLAMA_API_BASE="",
+    )
     client.fake, client.links = fake_providers, link_server
     yield client
     stop_stack(client)
@@ -52,24 +60,52 @@ def world(lnb):
     lang = model(nb, "fake-chat", "openai", cred)
     embed = model(nb, "fake-embed", "openai", cred, kind="embedding")
     assert nb.post("/models/config", json={"default_chat_model": lang["id"]}).status_code == 200
-    transformations = [nb.post("/transformations", json={"name": name, "prompt": "Summarize."}).json()
-                       for name in ("summary", "keywords")]
+    transformations = [
+        nb.post("/transformations", json={"name": name, "prompt": "Summarize."}).json()
+        for name in ("summary", "keywords")
+    ]
     notebook = nb.notebook("world")
-    source = nb.post("/sources", json={"type": "text", "notebook_id": notebook, "title": "Glaciers",
-                                       "content": "Glaciers carve valleys. Moraines mark where glaciers ended."})
+    source = nb.post(
+        "/sources",
+        json={
+            "type": "text",
+            "notebook_id": notebook,
+            "title": "Glaciers",
+            "content": "Glaciers carve valleys. Moraines mark where glaciers ended.",
+        },
+    )
     assert source.status_code == 201, source.text
     session = nb.post("/chat/sessions", json={"notebook_id": notebook, "title": "s"}).json()
-    return {"cred": cred["id"], "other_cred": other["id"], "lang": lang["id"], "embed": embed["id"],
-            "t": transformations[0]["id"], "t2": transformations[1]["id"], "notebook": notebook,
-            "empty_notebook": nb.notebook("empty"), "source": source.json()["id"], "session": session["id"]}
+    return {
+        "cred": cred["id"],
+        "other_cred": other["id"],
+        "lang": lang["id"],
+        "embed": embed["id"],
+        "t": transformations[0]["id"],
+        "t2": transformations[1]["id"],
+        "notebook": notebook,
+        "empty_notebook": nb.notebook("empty"),
+        "source": source.json()["id"],
+        "session": session["id"],
+    }
 
 
 def state(nb, w):
     """Everything the refused requests could have changed, as the API shows it."""
-    return {path: nb.get(path).json() for path in (
-        "/credentials", "/models", "/models/defaults", "/transformations", "/chat/sessions",
-        f"/chat/sessions/{w['session']}", "/podcasts/episodes", f"/sources/{w['source']}/insights",
-        "/commands?limit=100")}
+    return {
+        path: nb.get(path).json()
+        for path in (
+            "/credentials",
+            "/models",
+            "/models/defaults",
+            "/transformations",
+            "/chat/sessions",
+            f"/chat/sessions/{w['session']}",
+            "/podcasts/episodes",
+            f"/sources/{w['source']}/insights",
+            "/commands?limit=100",
+        )
+    }
 
 
 def refused(nb, w, cases):
@@ -100,16 +136,36 @@ def _fill(value, w):
 
 # --------------------------------------------------------------------------- credentials
 
+
 def _base_url_cases(port):
     good = f"http://{PROVIDER_HOST}:{port}/v1"
-    urls = [f"{good}/../../admin", f"{good}/%2e%2e/admin", f"{good}/./x", f"{good}?debug=1", f"{good}#x",
-            "file:///etc/passwd", "gopher://example.org/", "javascript:alert(1)", "ftp://example.org/v1",
-            "http://127.0.0.1:5055/v1", "http://localhost:11434", "http://169.254.169.254/latest",
-            "http://[::1]:8000/v1", "http://[::ffff:127.0.0.1]/v1", "http://0.0.0.0/v1", "http://10.1.2.3/v1",
-            "http://192.168.1.1/v1", f"http://user:pw@{PROVIDER_HOST}:{port}/v1", "http://2130706433/v1",
-            "not a url", 7]
-    cases = [("POST", "/credentials", {"name": "evil", "provider": "openai_compatible", "base_url": url}, 400,
-              "base_url") for url in urls]
+    urls = [
+        f"{good}/../../admin",
+        f"{good}/%2e%2e/admin",
+        f"{good}/./x",
+        f"{good}?debug=1",
+        f"{good}#x",
+        "file:///etc/passwd",
+        "gopher://example.org/",
+        "javascript:alert(1)",
+        "ftp://example.org/v1",
+        "http://127.0.0.1:5055/v1",
+        "http://localhost:11434",
+        "http://169.254.169.254/latest",
+        "http://[::1]:8000/v1",
+        "http://[::ffff:127.0.0.1]/v1",
+        "http://0.0.0.0/v1",
+        "http://10.1.2.3/v1",
+        "http://192.168.1.1/v1",
+        f"http://user:pw@{PROVIDER_HOST}:{port}/v1",
+        "http://2130706433/v1",
+        "not a url",
+        7,
+    ]
+    cases = [
+        ("POST", "/credentials", {"name": "evil", "provider": "openai_compatible", "base_url": url}, 400, "base_url")
+        for url in urls
+    ]
     cases += [("PUT", "/credentials/{cred}", {"base_url": url}, 400, "base_url") for url in urls[:12]]
     return cases
 
@@ -149,12 +205,22 @@ def test_credentials_refuse_bad_input(lnb, world):
         ("POST", "/credentials/{cred}/register-models", {}, 400, "models"),
         ("POST", "/credentials/{cred}/register-models", {"models": []}, 400, "models"),
         ("POST", "/credentials/{cred}/register-models", {"models": "fake-chat"}, 400, "models"),
-        ("POST", "/credentials/{cred}/register-models", {"models": [{"name": "x", "type": "video"}]}, 400,
-         "models.0.type"),
+        (
+            "POST",
+            "/credentials/{cred}/register-models",
+            {"models": [{"name": "x", "type": "video"}]},
+            400,
+            "models.0.type",
+        ),
         ("POST", "/credentials/{cred}/register-models", {"models": [{"type": "language"}]}, 400, "models.0.name"),
         # One bad choice among good ones: none is registered.
-        ("POST", "/credentials/{other_cred}/register-models",
-         {"models": [{"name": "claude-fake-1"}, {"name": "claude-embed", "type": "embedding"}]}, 400, "embedding"),
+        (
+            "POST",
+            "/credentials/{other_cred}/register-models",
+            {"models": [{"name": "claude-fake-1"}, {"name": "claude-embed", "type": "embedding"}]},
+            400,
+            "embedding",
+        ),
         ("POST", "/credentials/credential:nosuch/register-models", {"models": [{"name": "x"}]}, 404, "nosuch"),
     ]
     refused(nb, world, cases)
@@ -176,8 +242,9 @@ def test_credential_update_replaces_and_removes_the_key(lnb):
     removed = nb.put(f"/credentials/{cred['id']}", json={"api_key": None})
     assert removed.status_code == 200 and removed.json()["has_api_key"] is False
     with sqlite3.connect(nb.data_dir / "notebook.db") as db:
-        (stored,) = db.execute("SELECT api_key_encrypted FROM credential WHERE id = ?",
-                               (cred["id"].split(":")[1],)).fetchone()
+        (stored,) = db.execute(
+            "SELECT api_key_encrypted FROM credential WHERE id = ?", (cred["id"].split(":")[1],)
+        ).fetchone()
     assert stored is None
     nb.fake.reset()
     assert nb.post(f"/credentials/{cred['id']}/test").json()["success"] is False  # the fake wants a key
@@ -205,23 +272,36 @@ def test_a_credential_in_use_is_deleted_only_with_force(lnb):
 def test_a_key_encrypted_with_another_key_is_flagged_not_fatal(start_service, tmp_path, fake_providers):
     data_dir = tmp_path / "data"
     data_dir.mkdir()
-    extra = {"NOTEBOOK_MODEL_HOST_ALLOWLIST": f"{PROVIDER_HOST}/32", "NOTEBOOK_EMBEDDING_PROVIDER": "none",
-             "OPENAI_API_KEY": "", "OPENAI_BASE_URL": ""}
-    first = start_service("notebook", data_dir, env=notebook_env(data_dir, NOTEBOOK_ENCRYPTION_KEY=ENCRYPTION_KEY,
-                                                                 **extra))
+    extra = {
+        "NOTEBOOK_MODEL_HOST_ALLOWLIST": f"{PROVIDER_HOST}/32",
+        "NOTEBOOK_EMBEDDING_PROVIDER": "none",
+        "OPENAI_API_KEY": "",
+        "OPENAI_BASE_URL": "",
+    }
+    first = start_service(
+        "notebook", data_dir, env=notebook_env(data_dir, NOTEBOOK_ENCRYPTION_KEY=ENCRYPTION_KEY, **extra)
+    )
     nb = _Plain(first.base_url)
-    cred = nb.post("/credentials", json={"name": "locked", "provider": "openai", "api_key": "sk-good",
-                                         "base_url": fake_providers.base_url("openai")}).json()
-    keyless = nb.post("/credentials", json={"name": "open", "provider": "ollama",
-                                            "base_url": fake_providers.base_url("ollama")}).json()
-    chat = nb.post("/models", json={"name": "fake-chat", "provider": "openai", "type": "language",
-                                    "credential": cred["id"]}).json()
+    cred = nb.post(
+        "/credentials",
+        json={
+            "name": "locked",
+            "provider": "openai",
+            "api_key": "sk-good",
+            "base_url": fake_providers.base_url("openai"),
+        },
+    ).json()
+    keyless = nb.post(
+        "/credentials", json={"name": "open", "provider": "ollama", "base_url": fake_providers.base_url("ollama")}
+    ).json()
+    chat = nb.post(
+        "/models", json={"name": "fake-chat", "provider": "openai", "type": "language", "credential": cred["id"]}
+    ).json()
     session = nb.post("/chat/sessions", json={"model_override": chat["id"]}).json()
     assert cred["decryption_error"] is None
     first.stop()
 
-    second = start_service("notebook", data_dir, env=notebook_env(data_dir, NOTEBOOK_ENCRYPTION_KEY=OTHER_KEY,
-                                                                  **extra))
+    second = start_service("notebook", data_dir, env=notebook_env(data_dir, NOTEBOOK_ENCRYPTION_KEY=OTHER_KEY, **extra))
     nb = _Plain(second.base_url)
     listed = {c["id"]: c for c in nb.get("/credentials").json()}
     assert "another NOTEBOOK_ENCRYPTION_KEY" in listed[cred["id"]]["decryption_error"]
@@ -231,8 +311,10 @@ def test_a_key_encrypted_with_another_key_is_flagged_not_fatal(start_service, tm
     tested = nb.post(f"/credentials/{cred['id']}/test")
     assert tested.status_code == 200 and tested.json()["success"] is False
     assert "cannot be decrypted" in tested.json()["message"]
-    for response in (nb.post(f"/credentials/{cred['id']}/discover"),
-                     nb.post("/chat/execute", json={"session_id": session["id"], "message": "hi"})):
+    for response in (
+        nb.post(f"/credentials/{cred['id']}/discover"),
+        nb.post("/chat/execute", json={"session_id": session["id"], "message": "hi"}),
+    ):
         assert response.status_code == 400, response.text
         assert "cannot be decrypted" in response.json()["detail"] and cred["id"] in response.json()["detail"]
     assert nb.get(f"/chat/sessions/{session['id']}").json()["messages"] == []
@@ -260,6 +342,7 @@ class _Plain:
 
 # --------------------------------------------------------------------------- models, defaults
 
+
 def test_models_and_defaults_refuse_bad_input(lnb, world):
     cases = [
         ("POST", "/models", {}, 400, None),
@@ -269,12 +352,27 @@ def test_models_and_defaults_refuse_bad_input(lnb, world):
         ("POST", "/models", {"name": "m", "provider": "mistral", "type": "language"}, 400, "provider"),
         ("POST", "/models", {"name": "m", "provider": "openai", "type": "language", "size": 7}, 400, "size"),
         ("POST", "/models", {"name": "m", "provider": "anthropic", "type": "embedding"}, 400, "type"),
-        ("POST", "/models", {"name": "m", "provider": "openai", "type": "language",
-                             "credential": "credential:nosuch"}, 404, "credential:nosuch"),
-        ("POST", "/models", {"name": "m", "provider": "anthropic", "type": "language", "credential": "{cred}"},
-         400, "credential"),
-        ("POST", "/models", {"name": "fake-chat", "provider": "openai", "type": "language", "credential": "{cred}"},
-         409, "already registered"),
+        (
+            "POST",
+            "/models",
+            {"name": "m", "provider": "openai", "type": "language", "credential": "credential:nosuch"},
+            404,
+            "credential:nosuch",
+        ),
+        (
+            "POST",
+            "/models",
+            {"name": "m", "provider": "anthropic", "type": "language", "credential": "{cred}"},
+            400,
+            "credential",
+        ),
+        (
+            "POST",
+            "/models",
+            {"name": "fake-chat", "provider": "openai", "type": "language", "credential": "{cred}"},
+            409,
+            "already registered",
+        ),
         ("GET", "/models?type=chat", None, 400, "type"),
         ("GET", "/models?provider=mistral", None, 400, "provider"),
         ("GET", "/models/model:nosuch", None, 404, "model:nosuch"),
@@ -295,13 +393,19 @@ def test_models_and_defaults_refuse_bad_input(lnb, world):
             (method, path, {"default_chat_model": "{embed}"}, 400, "default_chat_model"),
             (method, path, {"default_embedding_model": "{lang}"}, 400, "default_embedding_model"),
             # A good default beside a bad one: neither is set.
-            (method, path, {"default_transformation_model": "{lang}", "default_text_to_speech_model": "{lang}"},
-             400, "default_text_to_speech_model"),
+            (
+                method,
+                path,
+                {"default_transformation_model": "{lang}", "default_text_to_speech_model": "{lang}"},
+                400,
+                "default_text_to_speech_model",
+            ),
         ]
     refused(lnb, world, cases)
 
 
 # --------------------------------------------------------------------------- transformations, insights
+
 
 def test_transformations_and_insights_refuse_bad_input(lnb, world):
     cases = [
@@ -325,22 +429,51 @@ def test_transformations_and_insights_refuse_bad_input(lnb, world):
         ("POST", "/transformations/execute", {"transformation_id": "{t}"}, 400, "input_text"),
         ("POST", "/transformations/execute", {"transformation_id": "{t}", "input_text": ""}, 400, "input_text"),
         ("POST", "/transformations/execute", {"transformation_id": "{t}", "input_text": 7}, 400, "input_text"),
-        ("POST", "/transformations/execute", {"transformation_id": "transformation:nosuch", "input_text": "x"},
-         404, "transformation_id"),
-        ("POST", "/transformations/execute", {"transformation_id": "{t}", "input_text": "x",
-                                              "model_id": "model:nosuch"}, 404, "model_id"),
-        ("POST", "/transformations/execute", {"transformation_id": "{t}", "input_text": "x", "model_id": "{embed}"},
-         400, "model_id"),
-        ("POST", "/transformations/execute", {"transformation_id": "{t}", "input_text": "x", "model_id": 5},
-         400, "model_id"),
+        (
+            "POST",
+            "/transformations/execute",
+            {"transformation_id": "transformation:nosuch", "input_text": "x"},
+            404,
+            "transformation_id",
+        ),
+        (
+            "POST",
+            "/transformations/execute",
+            {"transformation_id": "{t}", "input_text": "x", "model_id": "model:nosuch"},
+            404,
+            "model_id",
+        ),
+        (
+            "POST",
+            "/transformations/execute",
+            {"transformation_id": "{t}", "input_text": "x", "model_id": "{embed}"},
+            400,
+            "model_id",
+        ),
+        (
+            "POST",
+            "/transformations/execute",
+            {"transformation_id": "{t}", "input_text": "x", "model_id": 5},
+            400,
+            "model_id",
+        ),
         ("POST", "/sources/source:nosuch/insights", {"transformation_id": "{t}"}, 404, "source:nosuch"),
         ("POST", "/sources/{source}/insights", {}, 400, "transformation_id"),
-        ("POST", "/sources/{source}/insights", {"transformation_id": "transformation:nosuch"}, 404,
-         "transformation_id"),
-        ("POST", "/sources/{source}/insights", {"transformation_id": "{t}", "model_id": "model:nosuch"}, 404,
-         "model_id"),
-        ("POST", "/sources/{source}/insights", {"transformation_id": "{t}", "model_id": "{embed}"}, 400,
-         "model_id"),
+        (
+            "POST",
+            "/sources/{source}/insights",
+            {"transformation_id": "transformation:nosuch"},
+            404,
+            "transformation_id",
+        ),
+        (
+            "POST",
+            "/sources/{source}/insights",
+            {"transformation_id": "{t}", "model_id": "model:nosuch"},
+            404,
+            "model_id",
+        ),
+        ("POST", "/sources/{source}/insights", {"transformation_id": "{t}", "model_id": "{embed}"}, 400, "model_id"),
         ("POST", "/sources/{source}/insights", {"transformation_id": "{t}", "prompt": "x"}, 400, "prompt"),
         ("GET", "/sources/source:nosuch/insights", None, 404, "source:nosuch"),
         ("GET", "/insights/insight:nosuch", None, 404, "insight:nosuch"),
@@ -357,8 +490,11 @@ def test_transformation_and_insight_round_trip(lnb, world):
     tid = made.json()["id"]
     changed = nb.put(f"/transformations/{tid}", json={"prompt": "Second prompt.", "apply_default": True})
     assert changed.status_code == 200
-    assert (changed.json()["prompt"], changed.json()["apply_default"], changed.json()["name"]) == \
-        ("Second prompt.", True, "round trip")
+    assert (changed.json()["prompt"], changed.json()["apply_default"], changed.json()["name"]) == (
+        "Second prompt.",
+        True,
+        "round trip",
+    )
     assert nb.get(f"/transformations/{tid}").json()["prompt"] == "Second prompt."
     queued = nb.post(f"/sources/{world['source']}/insights", json={"transformation_id": tid})
     assert queued.status_code == 202, queued.text
@@ -380,8 +516,16 @@ def test_an_insight_whose_transformation_went_is_canceled_not_left_running(lnb, 
     command ends `canceled` with the reason."""
     nb = lnb
     tid = nb.post("/transformations", json={"name": "short lived", "prompt": "p"}).json()["id"]
-    slow = nb.post("/sources", json={"type": "link", "notebook_id": world["empty_notebook"], "embed": False,
-                                     "async_processing": True, "url": nb.links.base_url + "/slow?seconds=2"})
+    slow = nb.post(
+        "/sources",
+        json={
+            "type": "link",
+            "notebook_id": world["empty_notebook"],
+            "embed": False,
+            "async_processing": True,
+            "url": nb.links.base_url + "/slow?seconds=2",
+        },
+    )
     assert slow.status_code == 202, slow.text
     queued = nb.post(f"/sources/{world['source']}/insights", json={"transformation_id": tid})
     assert queued.status_code == 202
@@ -393,6 +537,7 @@ def test_an_insight_whose_transformation_went_is_canceled_not_left_running(lnb, 
 
 
 # --------------------------------------------------------------------------- chat, ask
+
 
 def test_chat_and_ask_refuse_bad_input(lnb, world):
     cases = [
@@ -417,16 +562,35 @@ def test_chat_and_ask_refuse_bad_input(lnb, world):
         ("POST", "/chat/execute", {"session_id": "{session}", "message": "  "}, 400, "message"),
         ("POST", "/chat/execute", {"session_id": "{session}", "message": ["hi"]}, 400, "message"),
         ("POST", "/chat/execute", {"session_id": "chat_session:nosuch", "message": "hi"}, 404, "chat_session:nosuch"),
-        ("POST", "/chat/execute", {"session_id": "{session}", "message": "hi", "model_override": "model:nosuch"},
-         404, "model_override"),
-        ("POST", "/chat/execute", {"session_id": "{session}", "message": "hi", "model_override": "{embed}"},
-         400, "model_override"),
+        (
+            "POST",
+            "/chat/execute",
+            {"session_id": "{session}", "message": "hi", "model_override": "model:nosuch"},
+            404,
+            "model_override",
+        ),
+        (
+            "POST",
+            "/chat/execute",
+            {"session_id": "{session}", "message": "hi", "model_override": "{embed}"},
+            400,
+            "model_override",
+        ),
         ("POST", "/chat/execute", {"session_id": "{session}", "message": "hi", "stream": "maybe"}, 400, "stream"),
-        ("POST", "/chat/execute", {"session_id": "{session}", "message": "hi", "context": "everything"}, 400,
-         "context"),
-        ("POST", "/chat/execute", {"session_id": "{session}", "message": "hi",
-                                   "context": {"sources": [{"id": "source:x", "title": "t"}]}}, 400,
-         "context.sources.0.content"),
+        (
+            "POST",
+            "/chat/execute",
+            {"session_id": "{session}", "message": "hi", "context": "everything"},
+            400,
+            "context",
+        ),
+        (
+            "POST",
+            "/chat/execute",
+            {"session_id": "{session}", "message": "hi", "context": {"sources": [{"id": "source:x", "title": "t"}]}},
+            400,
+            "context.sources.0.content",
+        ),
         ("POST", "/chat/execute", {"session_id": "{session}", "message": "hi", "temperature": 2}, 400, "temperature"),
         ("POST", "/ask", {}, 400, "question"),
         ("POST", "/ask", {"question": ""}, 400, "question"),
@@ -441,12 +605,27 @@ def test_chat_and_ask_refuse_bad_input(lnb, world):
         cases += [
             ("POST", path, {}, 400, "notebook_id"),
             ("POST", path, {"notebook_id": "notebook:nosuch"}, 404, "notebook:nosuch"),
-            ("POST", path, {"notebook_id": "{notebook}", "context_config": {"sources": {"{source}": "everything"}}},
-             400, "context_config.sources"),
-            ("POST", path, {"notebook_id": "{notebook}", "context_config": {"sources": []}}, 400,
-             "context_config.sources"),
-            ("POST", path, {"notebook_id": "{notebook}", "context_config": {"videos": {}}}, 400,
-             "context_config.videos"),
+            (
+                "POST",
+                path,
+                {"notebook_id": "{notebook}", "context_config": {"sources": {"{source}": "everything"}}},
+                400,
+                "context_config.sources",
+            ),
+            (
+                "POST",
+                path,
+                {"notebook_id": "{notebook}", "context_config": {"sources": []}},
+                400,
+                "context_config.sources",
+            ),
+            (
+                "POST",
+                path,
+                {"notebook_id": "{notebook}", "context_config": {"videos": {}}},
+                400,
+                "context_config.videos",
+            ),
             ("POST", path, {"notebook_id": "{notebook}", "context_config": "all"}, 400, "context_config"),
         ]
     refused(lnb, world, cases)
@@ -462,8 +641,11 @@ def test_chat_session_round_trip(lnb, world):
     assert [m["type"] for m in reply.json()["messages"]] == ["human", "ai"]
     changed = nb.put(f"/chat/sessions/{sid}", json={"title": "second", "model_override": world["lang"]})
     assert changed.status_code == 200
-    assert (changed.json()["title"], changed.json()["model_override"], changed.json()["message_count"]) == \
-        ("second", world["lang"], 2)
+    assert (changed.json()["title"], changed.json()["model_override"], changed.json()["message_count"]) == (
+        "second",
+        world["lang"],
+        2,
+    )
     cleared = nb.put(f"/chat/sessions/{sid}", json={"model_override": None})
     assert cleared.json()["model_override"] is None and cleared.json()["title"] == "second"
     assert nb.get(f"/chat/sessions/{sid}").json()["title"] == "second"
@@ -476,6 +658,7 @@ def test_chat_session_round_trip(lnb, world):
 
 
 # --------------------------------------------------------------------------- podcasts
+
 
 def test_podcasts_refuse_bad_input(lnb, world):
     base = {"notebook_id": "{notebook}", "episode_name": "e"}
@@ -503,8 +686,10 @@ def test_podcasts_refuse_bad_input(lnb, world):
 
 def test_podcast_episode_round_trip(lnb, world):
     nb = lnb
-    queued = nb.post("/podcasts/generate", json={"notebook_id": world["notebook"], "episode_name": "Solo",
-                                                 "speakers": 1, "model_id": world["lang"]})
+    queued = nb.post(
+        "/podcasts/generate",
+        json={"notebook_id": world["notebook"], "episode_name": "Solo", "speakers": 1, "model_id": world["lang"]},
+    )
     assert queued.status_code == 202, queued.text
     assert queued.json()["model_id"] == world["lang"]
     assert nb.wait_command(queued.json()["command_id"])["status"] == "completed"
@@ -516,7 +701,7 @@ def test_podcast_episode_round_trip(lnb, world):
     assert audio.status_code == 200 and audio.headers["Content-Type"] == "audio/mpeg"
     data = audio.content
     if data.startswith(b"ID3"):
-        data = data[10 + int.from_bytes(data[6:10], "big"):]
+        data = data[10 + int.from_bytes(data[6:10], "big") :]
     assert data[0] == 0xFF and data[1] & 0xE0 == 0xE0, data[:4]  # an MPEG audio frame's sync bits
     stored = nb.data_dir / "podcasts" / f"{eid.split(':')[1]}.mp3"
     assert stored.read_bytes() == audio.content
@@ -529,11 +714,25 @@ def test_podcast_episode_round_trip(lnb, world):
 
 # --------------------------------------------------------------------------- bodies
 
-WRITES = [("POST", "/credentials"), ("PUT", "/credentials/{cred}"), ("POST", "/credentials/{cred}/register-models"),
-          ("POST", "/models"), ("POST", "/models/config"), ("PUT", "/models/defaults"), ("POST", "/transformations"),
-          ("PUT", "/transformations/{t}"), ("POST", "/transformations/execute"), ("POST", "/sources/{source}/insights"),
-          ("POST", "/chat/sessions"), ("PUT", "/chat/sessions/{session}"), ("POST", "/chat/context/build"),
-          ("POST", "/chat/context"), ("POST", "/chat/execute"), ("POST", "/ask"), ("POST", "/podcasts/generate")]
+WRITES = [
+    ("POST", "/credentials"),
+    ("PUT", "/credentials/{cred}"),
+    ("POST", "/credentials/{cred}/register-models"),
+    ("POST", "/models"),
+    ("POST", "/models/config"),
+    ("PUT", "/models/defaults"),
+    ("POST", "/transformations"),
+    ("PUT", "/transformations/{t}"),
+    ("POST", "/transformations/execute"),
+    ("POST", "/sources/{source}/insights"),
+    ("POST", "/chat/sessions"),
+    ("PUT", "/chat/sessions/{session}"),
+    ("POST", "/chat/context/build"),
+    ("POST", "/chat/context"),
+    ("POST", "/chat/execute"),
+    ("POST", "/ask"),
+    ("POST", "/podcasts/generate"),
+]
 
 
 def test_huge_and_non_json_bodies(lnb, world):
@@ -553,6 +752,7 @@ def test_huge_and_non_json_bodies(lnb, world):
 
 # --------------------------------------------------------------------------- the default embedding model
 
+
 def test_the_default_embedding_model_embeds_sources_and_queries(lnb, world):
     nb = lnb
     off = nb.post("/search", json={"query": "glaciers", "type": "vector"})
@@ -561,8 +761,15 @@ def test_the_default_embedding_model_embeds_sources_and_queries(lnb, world):
     try:
         nb.fake.reset()
         notebook = nb.notebook("vectors")
-        added = nb.post("/sources", json={"type": "text", "notebook_id": notebook, "title": "Tides",
-                                          "content": "The moon pulls the ocean into tides twice a day."})
+        added = nb.post(
+            "/sources",
+            json={
+                "type": "text",
+                "notebook_id": notebook,
+                "title": "Tides",
+                "content": "The moon pulls the ocean into tides twice a day.",
+            },
+        )
         assert added.status_code == 201, added.text
         assert added.json()["embedded_chunks"] == 1
         command_id = nb.get(f"/sources/{added.json()['id']}").json()["command_id"]
@@ -571,13 +778,12 @@ def test_the_default_embedding_model_embeds_sources_and_queries(lnb, world):
         (sent,) = nb.fake.requests_to("/v1/embeddings")
         assert sent["body"]["model"] == "fake-embed" and sent["authorization"] == "Bearer sk-good"
         assert "moon pulls the ocean" in sent["body"]["input"][0]
-        hits = nb.post("/search", json={"query": "ocean tides and the moon", "type": "vector",
-                                        "notebook_id": notebook})
+        hits = nb.post("/search", json={"query": "ocean tides and the moon", "type": "vector", "notebook_id": notebook})
         assert hits.status_code == 200, hits.text
         assert [h["id"] for h in hits.json()["results"]] == [added.json()["id"]]
         queries = nb.fake.requests_to("/v1/embeddings")
         assert len(queries) == 2 and queries[-1]["body"]["input"] == ["ocean tides and the moon"]
-        nb.fake.mode = "429"    # the model is there, its provider refuses: not "no model"
+        nb.fake.mode = "429"  # the model is there, its provider refuses: not "no model"
         limited = nb.post("/search", json={"query": "tides", "type": "vector"})
         assert limited.status_code == 503 and "rate limiting" in limited.json()["detail"], limited.text
     finally:
@@ -589,8 +795,17 @@ def test_the_default_embedding_model_embeds_sources_and_queries(lnb, world):
 
 # --------------------------------------------------------------------------- nginx
 
-LONG_ROUTES = ["/transformations/execute", "/podcasts/generate", "/chat/context", "/chat/context/build",
-               "/chat/execute", "/ask", "/search", "/sources", "/sources/source:abc/insights"]
+LONG_ROUTES = [
+    "/transformations/execute",
+    "/podcasts/generate",
+    "/chat/context",
+    "/chat/context/build",
+    "/chat/execute",
+    "/ask",
+    "/search",
+    "/sources",
+    "/sources/source:abc/insights",
+]
 
 
 def test_nginx_gives_model_routes_a_long_time_out(tmp_path):

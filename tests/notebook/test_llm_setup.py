@@ -1,6 +1,7 @@
 """Provider credentials, models and defaults against the running service, with the
 fake providers (devtools.fake_providers) standing in for OpenAI, Ollama and
 Anthropic: what our code sends, and what it makes of the answers."""
+
 import time
 
 import pytest
@@ -16,9 +17,11 @@ def test_without_a_language_model_every_feature_says_which_is_missing(llm_nb):
     nb.fake.reset()
     notebook = nb.notebook()
     session = nb.post("/chat/sessions", json={"notebook_id": notebook}).json()
-    answers = [nb.post("/chat/execute", json={"session_id": session["id"], "message": "hi"}),
-               nb.post("/ask", json={"question": "what is ice?"}),
-               nb.post("/podcasts/generate", json={"notebook_id": notebook, "episode_name": "e1"})]
+    answers = [
+        nb.post("/chat/execute", json={"session_id": session["id"], "message": "hi"}),
+        nb.post("/ask", json={"question": "what is ice?"}),
+        nb.post("/podcasts/generate", json={"notebook_id": notebook, "episode_name": "e1"}),
+    ]
     for response in answers:
         assert response.status_code == 400, response.text
         assert "default_chat_model" in response.json()["detail"]
@@ -69,8 +72,11 @@ def test_credential_test_makes_a_real_call(llm_nb):
 def test_discover_and_register_per_provider(llm_nb):
     nb = llm_nb
     nb.fake.reset()
-    expected = {"openai": ["fake-chat", "fake-embed", "fake-tts"],
-                "ollama": ["llama-fake:latest", "nomic-fake:latest"], "anthropic": ["claude-fake-1", "claude-fake-2"]}
+    expected = {
+        "openai": ["fake-chat", "fake-embed", "fake-tts"],
+        "ollama": ["llama-fake:latest", "nomic-fake:latest"],
+        "anthropic": ["claude-fake-1", "claude-fake-2"],
+    }
     keys = {"openai": "sk-good", "anthropic": "ant-good", "ollama": None}
     for provider, names in expected.items():
         cred = credential(nb, provider, key=keys[provider])
@@ -83,8 +89,7 @@ def test_discover_and_register_per_provider(llm_nb):
         assert (again.json()["created"], again.json()["existing"]) == (0, 1)
         assert all(m["registered"] for m in nb.post(f"/credentials/{cred['id']}/discover").json()["models"])
     anthropic = [r for r in nb.fake.seen if r["provider"] == "anthropic"]
-    assert anthropic and all(r["x_api_key"] == "ant-good" and r["anthropic_version"] == "2023-06-01"
-                             for r in anthropic)
+    assert anthropic and all(r["x_api_key"] == "ant-good" and r["anthropic_version"] == "2023-06-01" for r in anthropic)
     assert all(r["path"] == "/ollama/api/tags" for r in nb.fake.seen if r["provider"] == "ollama")
 
 
@@ -93,8 +98,9 @@ def test_models_and_defaults(llm_nb):
     cred = credential(nb, "openai", key="sk-good")
     chat = model(nb, f"chat-{time.monotonic_ns()}", "openai", cred)
     embed = model(nb, f"embed-{time.monotonic_ns()}", "openai", cred, kind="embedding")
-    duplicate = nb.post("/models", json={"name": chat["name"], "provider": "openai", "type": "language",
-                                         "credential": cred["id"]})
+    duplicate = nb.post(
+        "/models", json={"name": chat["name"], "provider": "openai", "type": "language", "credential": cred["id"]}
+    )
     assert duplicate.status_code == 409
     assert chat["id"] in [m["id"] for m in nb.get("/models?type=language").json()]
     assert embed["id"] not in [m["id"] for m in nb.get("/models?type=language").json()]
@@ -121,8 +127,11 @@ def test_status_env_status_and_migration(llm_nb):
     assert again["migrated"] == [] and "openai" in again["skipped"]
     status = nb.get("/credentials/status").json()
     assert status["encryption_configured"] is True
-    assert status["providers"]["openai"] == {"configured": True, "source": "database",
-                                             "credentials": status["providers"]["openai"]["credentials"]}
+    assert status["providers"]["openai"] == {
+        "configured": True,
+        "source": "database",
+        "credentials": status["providers"]["openai"]["credentials"],
+    }
 
 
 def test_without_an_encryption_key_a_key_cannot_be_stored(nb):
@@ -137,6 +146,7 @@ def test_without_an_encryption_key_a_key_cannot_be_stored(nb):
 def test_a_malformed_encryption_key_stops_the_start(monkeypatch, tmp_path):
     from app.common.config import ConfigError
     from app.notebook.settings import NotebookSettings
+
     monkeypatch.setenv("NOTEBOOK_ENCRYPTION_KEY", "not-a-fernet-key")
     monkeypatch.setenv("NOTEBOOK_ALLOW_NO_PASSWORD", "1")
     with pytest.raises(ConfigError, match="NOTEBOOK_ENCRYPTION_KEY"):

@@ -1,6 +1,7 @@
 """Chat, transformations, insights, ask and podcasts against the running service
 and job worker, the fake providers answering: the model, messages, overrides and
 keys our code sent, what it did with the answers, and how it fails."""
+
 import time
 
 import pytest
@@ -24,8 +25,15 @@ def models(llm_nb):
 def material(llm_nb):
     """A notebook with a processed text source."""
     notebook = llm_nb.notebook()
-    source = llm_nb.post("/sources", json={"type": "text", "notebook_id": notebook, "title": "Glaciers",
-                                           "content": "Glaciers carve valleys. Moraines mark where glaciers ended."})
+    source = llm_nb.post(
+        "/sources",
+        json={
+            "type": "text",
+            "notebook_id": notebook,
+            "title": "Glaciers",
+            "content": "Glaciers carve valleys. Moraines mark where glaciers ended.",
+        },
+    )
     assert source.status_code == 201, source.text
     return notebook, source.json()["id"]
 
@@ -46,8 +54,12 @@ def test_chat_with_each_provider(llm_nb, models, material, provider, stream):
     notebook, source_id = material
     session = nb.post("/chat/sessions", json={"notebook_id": notebook, "title": "t"}).json()
     nb.fake.reset()
-    body = {"session_id": session["id"], "message": "What carves valleys?",
-            "model_override": models[provider]["id"], "stream": stream}
+    body = {
+        "session_id": session["id"],
+        "message": "What carves valleys?",
+        "model_override": models[provider]["id"],
+        "stream": stream,
+    }
     response = nb.post("/chat/execute", json=body, stream=stream)
     assert response.status_code == 200, response.text
     if stream:
@@ -70,23 +82,33 @@ def test_overrides_win_and_the_session_remembers_its_own(llm_nb, models):
     session = nb.post("/chat/sessions", json={"model_override": models["anthropic"]["id"]}).json()
     nb.fake.reset()
     nb.post("/chat/execute", json={"session_id": session["id"], "message": "one"})
-    nb.post("/chat/execute", json={"session_id": session["id"], "message": "two",
-                                   "model_override": models["ollama"]["id"]})
+    nb.post(
+        "/chat/execute", json={"session_id": session["id"], "message": "two", "model_override": models["ollama"]["id"]}
+    )
     assert [b["model"] for b in chat_bodies(nb)] == ["claude-fake-1", "llama-fake:latest"]
-    unknown = nb.post("/chat/execute", json={"session_id": session["id"], "message": "x",
-                                             "model_override": "model:doesnotexist"})
+    unknown = nb.post(
+        "/chat/execute", json={"session_id": session["id"], "message": "x", "model_override": "model:doesnotexist"}
+    )
     assert unknown.status_code == 404 and unknown.json()["field"] == "model_override"
 
 
-@pytest.mark.parametrize("word,status,says", [("malformed", 502, "not JSON"), ("429", 503, "rate limiting"),
-                                              ("401", 502, "rejected the API key"), ("slow", 504, "did not answer")])
+@pytest.mark.parametrize(
+    "word,status,says",
+    [
+        ("malformed", 502, "not JSON"),
+        ("429", 503, "rate limiting"),
+        ("401", 502, "rejected the API key"),
+        ("slow", 504, "did not answer"),
+    ],
+)
 def test_provider_failures_are_clear_and_change_nothing(llm_nb, word, status, says):
     nb = llm_nb
     bad = failing(nb, word)
     session = nb.post("/chat/sessions", json={}).json()
     started = time.monotonic()
-    response = nb.post("/chat/execute", json={"session_id": session["id"], "message": "hello",
-                                              "model_override": bad["id"]})
+    response = nb.post(
+        "/chat/execute", json={"session_id": session["id"], "message": "hello", "model_override": bad["id"]}
+    )
     took = time.monotonic() - started
     assert response.status_code == status and says in response.json()["detail"], response.text
     assert took < LLM_TIMEOUT + 2.5  # a dripping provider cannot outlast the deadline
@@ -97,14 +119,17 @@ def test_connection_refused(llm_nb):
     nb = llm_nb
     closed = credential(nb, "openai_compatible", base_url=f"http://{PROVIDER_HOST}:9/v1")
     lost = model(nb, "any", "openai_compatible", closed)
-    response = nb.post("/transformations/execute", json={"transformation_id": _transformation(nb)["id"],
-                                                         "input_text": "x", "model_id": lost["id"]})
+    response = nb.post(
+        "/transformations/execute",
+        json={"transformation_id": _transformation(nb)["id"], "input_text": "x", "model_id": lost["id"]},
+    )
     assert response.status_code == 502 and "could not be reached" in response.json()["detail"]
 
 
 def _transformation(nb, prompt="Summarize {{ 7*7 }} and {name} literally."):
-    response = nb.post("/transformations", json={"name": f"t{time.monotonic_ns()}", "title": "Summary",
-                                                 "prompt": prompt})
+    response = nb.post(
+        "/transformations", json={"name": f"t{time.monotonic_ns()}", "title": "Summary", "prompt": prompt}
+    )
     assert response.status_code == 201, response.text
     return response.json()
 
@@ -113,34 +138,48 @@ def test_a_prompt_is_data_never_a_template(llm_nb, models):
     nb = llm_nb
     transformation = _transformation(nb)
     nb.fake.reset()
-    done = nb.post("/transformations/execute", json={"transformation_id": transformation["id"],
-                                                     "input_text": "Ice is cold."})
+    done = nb.post(
+        "/transformations/execute", json={"transformation_id": transformation["id"], "input_text": "Ice is cold."}
+    )
     assert done.status_code == 200, done.text
     assert done.json()["model_id"] == models["openai"]["id"]
     (sent,) = chat_bodies(nb)
-    assert sent["messages"] == [{"role": "system", "content": "Summarize {{ 7*7 }} and {name} literally."},
-                                {"role": "user", "content": "Ice is cold."}]
+    assert sent["messages"] == [
+        {"role": "system", "content": "Summarize {{ 7*7 }} and {name} literally."},
+        {"role": "user", "content": "Ice is cold."},
+    ]
 
 
 def test_insights_run_as_jobs_also_when_asked_at_creation(llm_nb, models, material):
     nb = llm_nb
     notebook, source_id = material
     transformation = _transformation(nb, "List the key terms.")
-    queued = nb.post(f"/sources/{source_id}/insights", json={"transformation_id": transformation["id"],
-                                                             "model_id": models["anthropic"]["id"]})
+    queued = nb.post(
+        f"/sources/{source_id}/insights",
+        json={"transformation_id": transformation["id"], "model_id": models["anthropic"]["id"]},
+    )
     assert queued.status_code == 202, queued.text
     assert nb.wait_command(queued.json()["command_id"])["status"] == "completed"
     (stored,) = nb.get(f"/sources/{source_id}/insights").json()
     assert stored["content"].startswith("Reply from claude-fake-1") and stored["insight_type"] == "Summary"
-    added = nb.post("/sources", json={"type": "text", "notebook_id": notebook, "content": "Sea ice floats.",
-                                      "transformations": [transformation["id"]]})
+    added = nb.post(
+        "/sources",
+        json={
+            "type": "text",
+            "notebook_id": notebook,
+            "content": "Sea ice floats.",
+            "transformations": [transformation["id"]],
+        },
+    )
     assert added.status_code == 201, added.text
     deadline = time.monotonic() + 60
     while not nb.get(f"/sources/{added.json()['id']}/insights").json():
         assert time.monotonic() < deadline, "the insight asked for at creation never came"
         time.sleep(0.1)  # polling the job's result with a deadline
-    unknown = nb.post("/sources", json={"type": "text", "notebook_id": notebook, "content": "x",
-                                        "transformations": ["transformation:nosuch"]})
+    unknown = nb.post(
+        "/sources",
+        json={"type": "text", "notebook_id": notebook, "content": "x", "transformations": ["transformation:nosuch"]},
+    )
     assert unknown.status_code == 404 and unknown.json()["field"] == "transformations"
     assert nb.delete(f"/insights/{stored['id']}").status_code == 200
 
@@ -156,8 +195,13 @@ def test_ask_streams_strategy_answers_final_and_complete(llm_nb, models, materia
     nb = llm_nb
     notebook, source_id = material
     nb.fake.reset()
-    records = ask(nb, question="Glaciers or volcanoes?", notebook_id=notebook,
-                  answer_model=models["ollama"]["id"], final_answer_model=models["anthropic"]["id"])
+    records = ask(
+        nb,
+        question="Glaciers or volcanoes?",
+        notebook_id=notebook,
+        answer_model=models["ollama"]["id"],
+        final_answer_model=models["anthropic"]["id"],
+    )
     kinds = [r["type"] for r in records]
     assert kinds[0] == "strategy" and kinds[-2:] == ["final_answer", "complete"]
     assert [s["term"] for s in records[0]["searches"]] == ["glaciers", "volcanoes"]

@@ -7,6 +7,7 @@ with hard key access. Where our spec differs on purpose, their form is an alias
 
 Left out, as not in our spec: settings, episode and speaker profiles, /embed and the
 embedding rebuild, a notebook's /context (ours is /chat/context/build)."""
+
 import time
 
 import pytest
@@ -16,9 +17,15 @@ from app.common.sse_client import iter_records
 from tests.support.notebook import AUTH, credential
 
 JOB_DEADLINE = 60.0
-DEFAULT_SLOTS = ("default_chat_model", "default_transformation_model", "large_context_model",
-                 "default_text_to_speech_model", "default_speech_to_text_model", "default_embedding_model",
-                 "default_tools_model")
+DEFAULT_SLOTS = (
+    "default_chat_model",
+    "default_transformation_model",
+    "large_context_model",
+    "default_text_to_speech_model",
+    "default_speech_to_text_model",
+    "default_embedding_model",
+    "default_tools_model",
+)
 
 
 class OpenNotebookStyleClient:
@@ -51,16 +58,30 @@ class OpenNotebookStyleClient:
         return self._make_request("DELETE", f"/notebooks/{notebook_id}")
 
     # sources
-    def create_source(self, notebook_id=None, notebooks=None, source_type="text", url=None, content=None,
-                      title=None, transformations=None, embed=False, delete_source=False, async_processing=False):
-        data = {"type": source_type, "embed": embed, "delete_source": delete_source,
-                "async_processing": async_processing}
+    def create_source(
+        self,
+        notebook_id=None,
+        notebooks=None,
+        source_type="text",
+        url=None,
+        content=None,
+        title=None,
+        transformations=None,
+        embed=False,
+        delete_source=False,
+        async_processing=False,
+    ):
+        data = {
+            "type": source_type,
+            "embed": embed,
+            "delete_source": delete_source,
+            "async_processing": async_processing,
+        }
         if notebooks:
             data["notebooks"] = notebooks
         elif notebook_id:
             data["notebook_id"] = notebook_id
-        for name, value in (("url", url), ("content", content), ("title", title),
-                            ("transformations", transformations)):
+        for name, value in (("url", url), ("content", content), ("title", title), ("transformations", transformations)):
             if value:
                 data[name] = value
         return self._make_request("POST", "/sources/json", json=data)
@@ -121,9 +142,17 @@ class OpenNotebookStyleClient:
         return self._make_request("GET", "/transformations")
 
     def create_transformation(self, name, title, description, prompt, apply_default=False):
-        return self._make_request("POST", "/transformations", json={
-            "name": name, "title": title, "description": description, "prompt": prompt,
-            "apply_default": apply_default})
+        return self._make_request(
+            "POST",
+            "/transformations",
+            json={
+                "name": name,
+                "title": title,
+                "description": description,
+                "prompt": prompt,
+                "apply_default": apply_default,
+            },
+        )
 
     def get_transformation(self, transformation_id):
         return self._make_request("GET", f"/transformations/{transformation_id}")
@@ -135,8 +164,11 @@ class OpenNotebookStyleClient:
         return self._make_request("DELETE", f"/transformations/{transformation_id}")
 
     def execute_transformation(self, transformation_id, input_text, model_id=None):
-        return self._make_request("POST", "/transformations/execute", json={
-            "transformation_id": transformation_id, "input_text": input_text, "model_id": model_id})
+        return self._make_request(
+            "POST",
+            "/transformations/execute",
+            json={"transformation_id": transformation_id, "input_text": input_text, "model_id": model_id},
+        )
 
     def create_source_insight(self, source_id, transformation_id, model_id=None):
         data = {"transformation_id": transformation_id}
@@ -154,20 +186,34 @@ class OpenNotebookStyleClient:
         return self._make_request("DELETE", f"/insights/{insight_id}")
 
     # search, ask, commands
-    def search(self, query, search_type="text", limit=100, search_sources=True, search_notes=True,
-               minimum_score=0.2):
-        return self._make_request("POST", "/search", json={
-            "query": query, "type": search_type, "limit": limit, "search_sources": search_sources,
-            "search_notes": search_notes, "minimum_score": minimum_score})
+    def search(self, query, search_type="text", limit=100, search_sources=True, search_notes=True, minimum_score=0.2):
+        return self._make_request(
+            "POST",
+            "/search",
+            json={
+                "query": query,
+                "type": search_type,
+                "limit": limit,
+                "search_sources": search_sources,
+                "search_notes": search_notes,
+                "minimum_score": minimum_score,
+            },
+        )
 
     def ask_simple(self, question, strategy_model, answer_model, final_answer_model):
-        return self._make_request("POST", "/search/ask/simple", json={
-            "question": question, "strategy_model": strategy_model, "answer_model": answer_model,
-            "final_answer_model": final_answer_model})
+        return self._make_request(
+            "POST",
+            "/search/ask/simple",
+            json={
+                "question": question,
+                "strategy_model": strategy_model,
+                "answer_model": answer_model,
+                "final_answer_model": final_answer_model,
+            },
+        )
 
     def ask_stream(self, **body):
-        with requests.post(self.base_url + "/search/ask", json=body, headers=AUTH, stream=True,
-                           timeout=60) as response:
+        with requests.post(self.base_url + "/search/ask", json=body, headers=AUTH, stream=True, timeout=60) as response:
             response.raise_for_status()
             return [record.json() for record in iter_records(response)]
 
@@ -176,6 +222,7 @@ class OpenNotebookStyleClient:
 
 
 # -- what their service wrappers read -------------------------------------------------
+
 
 def hard_reads(record, *fields):
     """`record[field]` for each, as their wrappers read them (a missing one is a KeyError)."""
@@ -186,10 +233,16 @@ def source_object(data):
     """Their Source model: hard reads of title, topics, asset (its file_path and url when
     there is one), id, created, updated; full_text and embedded_chunks tolerant."""
     asset = data["asset"]
-    return {"id": data["id"], "title": data["title"], "topics": data["topics"],
-            "asset": {"file_path": asset["file_path"], "url": asset["url"]} if asset else None,
-            "full_text": data.get("full_text"), "embedded_chunks": data.get("embedded_chunks", 0),
-            "created": data["created"], "updated": data["updated"]}
+    return {
+        "id": data["id"],
+        "title": data["title"],
+        "topics": data["topics"],
+        "asset": {"file_path": asset["file_path"], "url": asset["url"]} if asset else None,
+        "full_text": data.get("full_text"),
+        "embedded_chunks": data.get("embedded_chunks", 0),
+        "created": data["created"],
+        "updated": data["updated"],
+    }
 
 
 def created_source(data):
@@ -219,11 +272,13 @@ def client(llm_nb):
 def chat_model(llm_nb, client):
     """A language model under an openai credential (the fake provider), the default chat model."""
     cred = credential(llm_nb, "openai", key="sk-good")
-    made = llm_nb.post("/models", json={"name": "fake-chat", "provider": "openai", "type": "language",
-                                        "credential": cred["id"]}).json()
+    made = llm_nb.post(
+        "/models", json={"name": "fake-chat", "provider": "openai", "type": "language", "credential": cred["id"]}
+    ).json()
     defaults = client.get_default_models()
-    client.update_default_models(**{**{slot: defaults.get(slot) for slot in DEFAULT_SLOTS},
-                                    "default_chat_model": made["id"]})
+    client.update_default_models(
+        **{**{slot: defaults.get(slot) for slot in DEFAULT_SLOTS}, "default_chat_model": made["id"]}
+    )
     return made
 
 
@@ -252,14 +307,22 @@ def test_notebooks_as_their_client_lists_sorts_and_deletes_them(client):
 
 def test_sources_as_their_client_creates_reads_updates_and_sorts_them(client, chat_model):
     notebook = client.create_notebook(f"sources {time.monotonic_ns()}")["id"]
-    kind, command_id, status, source = created_source(client.create_source(
-        notebook_id=notebook, title="Fjords", content="Fjords are valleys that glaciers carved and the sea filled."))
+    kind, command_id, status, source = created_source(
+        client.create_source(
+            notebook_id=notebook, title="Fjords", content="Fjords are valleys that glaciers carved and the sea filled."
+        )
+    )
     assert (kind, command_id, status) == ("sync", None, None)  # done: nothing to poll
     assert source["asset"] is None and "glaciers carved" in source["full_text"]
 
-    kind, command_id, status, queued = created_source(client.create_source(
-        notebook_id=notebook, title="Moraines", content="Moraines are ridges of rock that glaciers leave.",
-        async_processing=True))
+    kind, command_id, status, queued = created_source(
+        client.create_source(
+            notebook_id=notebook,
+            title="Moraines",
+            content="Moraines are ridges of rock that glaciers leave.",
+            async_processing=True,
+        )
+    )
     assert kind == "async" and status == "new" and command_id.startswith("command:")
     assert queued["title"] == "Moraines" and queued["asset"] is None
     assert wait_processed(client, queued["id"]) == "completed"
@@ -273,8 +336,9 @@ def test_sources_as_their_client_creates_reads_updates_and_sorts_them(client, ch
 
     listed = [source_object(s) for s in client.get_sources(notebook)]
     assert {s["title"] for s in listed} == {"Fjords", "Moraine ridges"}
-    transformation = client.create_transformation(f"keywords {time.monotonic_ns()}", "Keywords", "",
-                                                  "List the keywords.")
+    transformation = client.create_transformation(
+        f"keywords {time.monotonic_ns()}", "Keywords", "", "List the keywords."
+    )
     started = client.create_source_insight(read["id"], transformation["id"])
     assert started["status"] == "pending" and started["command_id"].startswith("command:")
     deadline = time.monotonic() + JOB_DEADLINE
@@ -310,8 +374,10 @@ def test_notes_with_and_without_a_notebook(client):
     assert loose["notebook_id"] is None and kept["notebook_id"] == notebook
     assert [n["id"] for n in client.get_notes(notebook)] == [kept["id"]]
     assert loose["id"] in [n["id"] for n in client.get_notes()]
-    assert client.update_note(loose["id"], title="Still loose", content="Edited.", note_type="human")["title"] \
+    assert (
+        client.update_note(loose["id"], title="Still loose", content="Edited.", note_type="human")["title"]
         == "Still loose"
+    )
     assert client.delete_note(loose["id"])
 
 
@@ -330,10 +396,19 @@ def test_models_defaults_and_transformations_with_their_model(client, chat_model
     assert made["model_id"] is None
     for item in client.get_transformations():
         hard_reads(item, "name", "title", "description", "prompt", "apply_default", "id", "created", "updated")
-    own_model = llm_nb.post("/models", json={"name": "fake-chat-2", "provider": "openai", "type": "language",
-                                             "credential": chat_model["credential"]}).json()
-    changed = client.update_transformation(made["id"], name=made["name"], title="Summary", description="Short",
-                                           prompt="Summarize.", apply_default=False, model_id=own_model["id"])
+    own_model = llm_nb.post(
+        "/models",
+        json={"name": "fake-chat-2", "provider": "openai", "type": "language", "credential": chat_model["credential"]},
+    ).json()
+    changed = client.update_transformation(
+        made["id"],
+        name=made["name"],
+        title="Summary",
+        description="Short",
+        prompt="Summarize.",
+        apply_default=False,
+        model_id=own_model["id"],
+    )
     assert changed["model_id"] == own_model["id"]
     llm_nb.fake.reset()
     executed = client.execute_transformation(made["id"], "Glaciers carve valleys.")
@@ -349,8 +424,9 @@ def test_models_defaults_and_transformations_with_their_model(client, chat_model
 
 def test_search_and_ask_as_their_client_reads_them(client, chat_model):
     notebook = client.create_notebook(f"ask {time.monotonic_ns()}")["id"]
-    source = client.create_source(notebook_id=notebook, title="Icebergs",
-                                  content="Icebergs calve from glaciers that reach the sea.")
+    source = client.create_source(
+        notebook_id=notebook, title="Icebergs", content="Icebergs calve from glaciers that reach the sea."
+    )
     hits = client.search("icebergs calve")["results"]
     assert source["id"] in {hit["parent_id"] for hit in hits}
 
@@ -362,22 +438,41 @@ def test_search_and_ask_as_their_client_reads_them(client, chat_model):
     simple = client.ask_simple("How do icebergs form?", chat_model["id"], chat_model["id"], chat_model["id"])
     assert simple["question"] == "How do icebergs form?" and simple["answer"]
 
-    broken = client.ask_stream(question="How do icebergs form?", notebook_id=notebook,
-                               answer_model=chat_model["id"], strategy_model=_failing_model(client, chat_model))
+    broken = client.ask_stream(
+        question="How do icebergs form?",
+        notebook_id=notebook,
+        answer_model=chat_model["id"],
+        strategy_model=_failing_model(client, chat_model),
+    )
     assert broken[-1]["type"] == "error" and broken[-1]["message"]  # their error record's field
 
 
 def _failing_model(client, chat_model):
     """A model whose provider answers malformed output (the fake's `malformed` mode)."""
-    return client._make_request("POST", "/models", json={"name": f"gpt-malformed-{time.monotonic_ns()}",
-                                                         "provider": "openai", "type": "language",
-                                                         "credential": chat_model["credential"]})["id"]
+    return client._make_request(
+        "POST",
+        "/models",
+        json={
+            "name": f"gpt-malformed-{time.monotonic_ns()}",
+            "provider": "openai",
+            "type": "language",
+            "credential": chat_model["credential"],
+        },
+    )["id"]
 
 
 def test_credentials_carry_modalities_and_a_decryption_error_or_null(client, llm_nb):
-    made = client._make_request("POST", "/credentials", json={
-        "name": f"openai {time.monotonic_ns()}", "provider": "openai", "api_key": "sk-good",
-        "base_url": llm_nb.fake.base_url("openai"), "modalities": ["language", "embedding"]})
+    made = client._make_request(
+        "POST",
+        "/credentials",
+        json={
+            "name": f"openai {time.monotonic_ns()}",
+            "provider": "openai",
+            "api_key": "sk-good",
+            "base_url": llm_nb.fake.base_url("openai"),
+            "modalities": ["language", "embedding"],
+        },
+    )
     assert made["modalities"] == ["language", "embedding"] and made["decryption_error"] is None
     listed = {c["id"]: c for c in client._make_request("GET", "/credentials")}
     assert listed[made["id"]]["modalities"] == ["language", "embedding"]
@@ -392,8 +487,9 @@ def test_sources_sort_by_whether_they_are_embedded(nb):
     client = OpenNotebookStyleClient(nb.url)
     notebook = client.create_notebook(f"embedded {time.monotonic_ns()}")["id"]
     plain = client.create_source(notebook_id=notebook, title="Plain", content="Basalt is a volcanic rock.")
-    embedded = client.create_source(notebook_id=notebook, title="Embedded", content="Granite is a plutonic rock.",
-                                    embed=True)
+    embedded = client.create_source(
+        notebook_id=notebook, title="Embedded", content="Granite is a plutonic rock.", embed=True
+    )
     assert (plain["embedded"], embedded["embedded"]) == (False, True)
     first_desc = client.get_sources(notebook, sort_by="embedded", sort_order="desc")[0]["id"]
     first_asc = client.get_sources(notebook, sort_by="embedded", sort_order="asc")[0]["id"]

@@ -9,6 +9,7 @@ failed at once, and retried once it is back.
 Each test has its own database, Redis server and processes; the jobs are link
 sources whose pages (tests/notebook/conftest.py's link server) count their hits
 and, for /gate/<name>, hold the job until the test opens the gate."""
+
 import uuid
 
 import pytest
@@ -40,9 +41,16 @@ class Stack:
         return worker
 
     def add_link(self, notebook_id, path):
-        response = self.client.post("/sources", json={"type": "link", "notebook_id": notebook_id, "embed": False,
-                                                      "url": f"{self.links.base_url}{path}",
-                                                      "async_processing": True})
+        response = self.client.post(
+            "/sources",
+            json={
+                "type": "link",
+                "notebook_id": notebook_id,
+                "embed": False,
+                "url": f"{self.links.base_url}{path}",
+                "async_processing": True,
+            },
+        )
         assert response.status_code == 202, response.text
         return response.json()
 
@@ -67,8 +75,13 @@ def redis_of_its_own():
 def scaled(tmp_path, postgres_server, redis_of_its_own, link_server):
     data_dir = tmp_path / "data"
     data_dir.mkdir()
-    env = notebook_env(data_dir, DATABASE_URL=postgres_server.new_database(), REDIS_URL=redis_of_its_own.url(1),
-                       NOTEBOOK_EMBEDDING_PROVIDER="none", NOTEBOOK_FETCH_TIMEOUT="120")
+    env = notebook_env(
+        data_dir,
+        DATABASE_URL=postgres_server.new_database(),
+        REDIS_URL=redis_of_its_own.url(1),
+        NOTEBOOK_EMBEDDING_PROVIDER="none",
+        NOTEBOOK_FETCH_TIMEOUT="120",
+    )
     stack = Stack(data_dir, env, link_server)
     stack.redis = redis_of_its_own
     yield stack
@@ -183,8 +196,7 @@ def test_a_job_queued_while_redis_is_down_fails_at_once_and_is_retried_after(sca
         command = nb.get(f"/commands/{added['command_id']}").json()
         assert command["status"] == "failed" and "job queue is unavailable" in command["error_message"]
         # A synchronous add says so and changes nothing.
-        sync = nb.post("/sources", json={"type": "text", "notebook_id": notebook, "content": "Tides.",
-                                         "embed": False})
+        sync = nb.post("/sources", json={"type": "text", "notebook_id": notebook, "content": "Tides.", "embed": False})
         assert sync.status_code == 400 and "job queue is unavailable" in sync.json()["detail"], sync.text
     finally:
         scaled.redis.start()

@@ -5,6 +5,7 @@ What broke it: every process that opened the database wrote the full-text index'
 rank configuration again, and the next text search of every other process failed
 ("SQL logic error", a 500) after an admin restarted `bundle-worker@notebook`.
 """
+
 import os
 import signal
 import threading
@@ -27,8 +28,11 @@ class Searches:
 
     def _run(self):
         while not self.stopping.is_set():
-            response = self.client.post("/search", json={"query": "photosynthesis chlorophyll", "type": "text",
-                                                         "notebook_id": self.notebook_id}, timeout=30)
+            response = self.client.post(
+                "/search",
+                json={"query": "photosynthesis chlorophyll", "type": "text", "notebook_id": self.notebook_id},
+                timeout=30,
+            )
             self.statuses.append(response.status_code)
             if response.status_code != 200:
                 self.failures.append(response.text[:300])
@@ -47,8 +51,7 @@ class Searches:
             thread.join(60)
 
 
-def test_restarting_the_job_worker_or_a_web_worker_never_fails_a_request_on_the_others(tmp_path, db_backend,
-                                                                                      request):
+def test_restarting_the_job_worker_or_a_web_worker_never_fails_a_request_on_the_others(tmp_path, db_backend, request):
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     backend = db_backend.env()
@@ -60,8 +63,10 @@ def test_restarting_the_job_worker_or_a_web_worker_never_fails_a_request_on_the_
     client = Client(service, worker)
     try:
         notebook_id = client.notebook()
-        added = client.post("/sources", json={"type": "text", "notebooks": [notebook_id], "title": "Plants",
-                                              "content": documents.TEXT_BODY})
+        added = client.post(
+            "/sources",
+            json={"type": "text", "notebooks": [notebook_id], "title": "Plants", "content": documents.TEXT_BODY},
+        )
         assert added.status_code == 201, added.text
         with Searches(client, notebook_id) as searches:
             wait_for(lambda: searches.answered() >= 20, "the first searches")
@@ -69,16 +74,17 @@ def test_restarting_the_job_worker_or_a_web_worker_never_fails_a_request_on_the_
             # The job worker restarted, as `systemctl restart bundle-worker@notebook` does.
             worker.stop()
             worker = client.worker = Worker(data_dir, env)
-            wait_for(lambda: "notebook worker:" in worker.log_text(),
-                      "the job worker's start")
+            wait_for(lambda: "notebook worker:" in worker.log_text(), "the job worker's start")
             mark = searches.answered()
             wait_for(lambda: searches.answered() >= mark + 40, "searches after the job worker's restart")
 
             # One web worker restarted gracefully: gunicorn boots a new one, which opens the database.
             old = set(service.worker_pids())
             os.kill(sorted(old)[0], signal.SIGTERM)
-            wait_for(lambda: len(set(service.worker_pids()) - old) == 1 and len(service.worker_pids()) == 2,
-                      "the replacement web worker")
+            wait_for(
+                lambda: len(set(service.worker_pids()) - old) == 1 and len(service.worker_pids()) == 2,
+                "the replacement web worker",
+            )
             mark = searches.answered()
             wait_for(lambda: searches.answered() >= mark + 40, "searches after the web worker's restart")
         assert searches.failures == [] and set(searches.statuses) == {200}

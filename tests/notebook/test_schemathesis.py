@@ -4,6 +4,7 @@ content types and schemas. Bounded: a few examples per operation (< 60 s).
 
 (schemathesis' lazy pytest fixture does not work with this pytest, so each
 operation's hypothesis strategy is driven here directly.)"""
+
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import (
@@ -21,8 +22,13 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
 
 def _exercise(operation, base_url):
     @given(case=operation.as_strategy())
-    @settings(max_examples=EXAMPLES_PER_OPERATION, deadline=None, derandomize=True, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=EXAMPLES_PER_OPERATION,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
     def run(case):
         case.call_and_validate(base_url=base_url, headers=AUTH, timeout=60, checks=CHECKS)
 

@@ -3,6 +3,7 @@
 above a body word, more of the words above fewer), scope (notebook, sources, notes),
 one hit per parent however long its text, snippets, stemming and diacritics, a
 renamed source, and input that would be query syntax."""
+
 import pytest
 
 from tests.support.notebook import add_note, add_text_source
@@ -31,8 +32,10 @@ def _ids(hits):
     return [hit["id"] for hit in hits]
 
 
-FILLER = ("The survey team measured the river banks, counted the birds along the shore, and wrote "
-          "down the weather every morning before breakfast. ")
+FILLER = (
+    "The survey team measured the river banks, counted the birds along the shore, and wrote "
+    "down the weather every morning before breakfast. "
+)
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +70,7 @@ def test_a_title_word_ranks_above_a_body_word_and_more_words_above_fewer(nb, lib
     hits = _ids(_search(nb, query="heliotrope", notebook_id=notebook, search_notes=False))
     assert hits == [ids["title"], ids["body"]]
     hits = _ids(_search(nb, query="quinces medlars", notebook_id=notebook))
-    assert hits == [ids["both"], ids["one"]]     # the words are ORed: one word is enough
+    assert hits == [ids["both"], ids["one"]]  # the words are ORed: one word is enough
     scores = [hit["score"] for hit in _search(nb, query="quinces medlars", notebook_id=notebook)]
     assert scores == sorted(scores, reverse=True) and scores[0] > scores[1]
 
@@ -93,7 +96,7 @@ def test_a_long_source_is_one_hit_with_a_snippet_of_its_best_passage(nb):
     notebook = nb.notebook()
     words = [f"filler{i % 997}" for i in range(LONG_WORDS)]
     words[100] = "zeppelin"
-    words[LONG_WORDS - 100:LONG_WORDS - 97] = ["zeppelin", "hangar", "zeppelin"]
+    words[LONG_WORDS - 100 : LONG_WORDS - 97] = ["zeppelin", "hangar", "zeppelin"]
     long_id = add_text_source(nb, notebook, "A long log", " ".join(words))
     short_id = add_text_source(nb, notebook, "A short log", "A hangar by the sea.")
     hits = {hit["id"]: hit for hit in _search(nb, query="zeppelin hangar", notebook_id=notebook)}
@@ -113,12 +116,22 @@ def test_a_renamed_source_is_found_by_its_new_title_only(nb):
     assert renamed.status_code == 200, renamed.text
     assert _search(nb, query="marmalade", notebook_id=notebook) == []
     assert _ids(_search(nb, query="preserves", notebook_id=notebook)) == [source]
-    assert _ids(_search(nb, query="seville", notebook_id=notebook)) == [source]   # the body stays
+    assert _ids(_search(nb, query="seville", notebook_id=notebook)) == [source]  # the body stays
 
 
-@pytest.mark.parametrize("query", ['"unbalanced', "heliotrope OR -seeds", "NEAR(heliotrope", "helio*",
-                                   "title:heliotrope", "heliotrope & !seeds | (", "'; DROP TABLE note; --",
-                                   "50% ?"])
+@pytest.mark.parametrize(
+    "query",
+    [
+        '"unbalanced',
+        "heliotrope OR -seeds",
+        "NEAR(heliotrope",
+        "helio*",
+        "title:heliotrope",
+        "heliotrope & !seeds | (",
+        "'; DROP TABLE note; --",
+        "50% ?",
+    ],
+)
 def test_query_syntax_is_only_words(nb, library, query):
     notebook, _, ids = library
     hits = _search(nb, query=query, notebook_id=notebook)

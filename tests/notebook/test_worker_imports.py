@@ -1,6 +1,7 @@
 """The job worker is a process of its own: what it imports brings in no Flask, no
 werkzeug and no route module (pyproject.toml's import contract says the same of the
 modules' own imports; this also counts what packages' __init__ files import)."""
+
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ print(" ".join(loaded))
 
 
 def test_the_job_worker_imports_no_flask_and_no_route_module():
-    run = subprocess.run([sys.executable, "-c", WORKER_IMPORTS], cwd=ROOT, capture_output=True, text=True,
-                         timeout=120, check=True)
+    run = subprocess.run(
+        [sys.executable, "-c", WORKER_IMPORTS], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True
+    )
     assert run.stdout.strip() == "", f"the worker loads: {run.stdout.strip()}"

@@ -4,6 +4,7 @@ and redis-server, in temporary folders), the role and database maker against a r
 PostgreSQL, the environment files written by the services role's own tasks through
 ansible-playbook. The role applied by ansible-pull on a staging box, reached over a
 private network, is checked by tests/ops/test_two_hosts.py (its data host)."""
+
 import json
 import os
 import re
@@ -34,8 +35,12 @@ DATABASE_SERVICES = GROUP_VARS["bundle_database_services"]
 
 
 def _render(template, **variables):
-    values = {**DATA_DEFAULTS, **{k: v for k, v in GROUP_VARS.items() if not k.startswith("bundle_ports")},
-              "ansible_managed": "test", **variables}
+    values = {
+        **DATA_DEFAULTS,
+        **{k: v for k, v in GROUP_VARS.items() if not k.startswith("bundle_ports")},
+        "ansible_managed": "test",
+        **variables,
+    }
     return ansible_like(DATA / "templates").get_template(template).render(**values)
 
 
@@ -46,42 +51,76 @@ def _playbook_values(folder, names):
     (folder / "ops").mkdir()
     (folder / "services.json").symlink_to(ROOT / "services.json")
     values = "{{ {" + ", ".join(f"'{name}': {name}" for name in names) + "} | to_json }}"
-    play = [{"name": "Settings", "hosts": "localhost", "connection": "local", "gather_facts": False,
-             "vars_files": [str(OPS / "group_vars/all.yml"), str(OPS / "roles/services/defaults/main.yml")],
-             "tasks": [{"ansible.builtin.copy": {"dest": str(folder / "values.json"), "mode": "0600",
-                                                 "content": values}}]}]
+    play = [
+        {
+            "name": "Settings",
+            "hosts": "localhost",
+            "connection": "local",
+            "gather_facts": False,
+            "vars_files": [str(OPS / "group_vars/all.yml"), str(OPS / "roles/services/defaults/main.yml")],
+            "tasks": [
+                {"ansible.builtin.copy": {"dest": str(folder / "values.json"), "mode": "0600", "content": values}}
+            ],
+        }
+    ]
     (folder / "ops" / "play.yml").write_text(yaml.safe_dump(play))
-    result = subprocess.run([venv_tool("ansible-playbook"), "-i", "localhost,", "-e",
-                             f"ansible_python_interpreter={sys.executable}", str(folder / "ops" / "play.yml")],
-                            capture_output=True, text=True, timeout=300, cwd=folder,
-                            env={**os.environ, "ANSIBLE_LOCAL_TEMP": str(folder / "tmp"), "ANSIBLE_NOCOLOR": "1"})
+    result = subprocess.run(
+        [
+            venv_tool("ansible-playbook"),
+            "-i",
+            "localhost,",
+            "-e",
+            f"ansible_python_interpreter={sys.executable}",
+            str(folder / "ops" / "play.yml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=folder,
+        env={**os.environ, "ANSIBLE_LOCAL_TEMP": str(folder / "tmp"), "ANSIBLE_NOCOLOR": "1"},
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     return json.loads((folder / "values.json").read_text())
 
 
 def _passwords():
-    return {**{f"postgresql_{s}_password": f"pw-{s}-" + os.urandom(6).hex() for s in DATABASE_SERVICES},
-            "redis_password": "redis-" + os.urandom(6).hex()}
+    return {
+        **{f"postgresql_{s}_password": f"pw-{s}-" + os.urandom(6).hex() for s in DATABASE_SERVICES},
+        "redis_password": "redis-" + os.urandom(6).hex(),
+    }
 
 
 # --------------------------------------------------------------------------- the playbook's settings
+
 
 def test_the_playbook_settings_match_the_services(tmp_path):
     """Every service that reads DATABASE_URL gets a database; the playbook computes its
     lists of services from the registry (services.json) as app.registry reads it; the
     services that refuse several workers without Redis are the ones gunicorn.conf.py names."""
-    readers = sorted(p.parent.name for p in (ROOT / "app").glob("*/settings.py")
-                     if "DATABASE_URL" in p.read_text())
+    readers = sorted(p.parent.name for p in (ROOT / "app").glob("*/settings.py") if "DATABASE_URL" in p.read_text())
     assert sorted(DATABASE_SERVICES) == readers
     assert set(GROUP_VARS["bundle_redis_databases"]) <= set(GROUP_VARS["bundle_known_services"])
     assert len(set(GROUP_VARS["bundle_redis_databases"].values())) == len(GROUP_VARS["bundle_redis_databases"])
     computed = _playbook_values(tmp_path, [*registry_vars(), "services_need_redis_to_scale"])
-    assert computed == {**registry_vars(), "bundle_registry": REGISTRY,
-                        "services_need_redis_to_scale": [s.name for s in registry.SERVICES if s.needs_redis_to_scale]}
+    assert computed == {
+        **registry_vars(),
+        "bundle_registry": REGISTRY,
+        "services_need_redis_to_scale": [s.name for s in registry.SERVICES if s.needs_redis_to_scale],
+    }
     assert computed["bundle_known_services"] == list(registry.NAMES)
-    gunicorn = subprocess.run([sys.executable, "-c", "import runpy; print(sorted(runpy.run_path('gunicorn.conf.py')"
-                               "['NEEDS_REDIS_TO_SCALE']))"], cwd=ROOT, capture_output=True, text=True,
-                              env={**os.environ, "SERVICE": "decks"}, timeout=60, check=True)
+    gunicorn = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import runpy; print(sorted(runpy.run_path('gunicorn.conf.py')['NEEDS_REDIS_TO_SCALE']))",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SERVICE": "decks"},
+        timeout=60,
+        check=True,
+    )
     assert gunicorn.stdout.strip() == repr(sorted(computed["services_need_redis_to_scale"]))
     assert GROUP_VARS["bundle_roles"] == ["services", "identity_provider", "nginx"]  # data: off by default
     assert GROUP_VARS["bundle_data_host"] == ""
@@ -89,24 +128,29 @@ def test_the_playbook_settings_match_the_services(tmp_path):
 
 # --------------------------------------------------------------------------- templates, real servers
 
+
 def test_pg_hba_admits_each_service_to_its_own_database_with_scram_only():
     text = _render("pg_hba.conf.j2", data_allowed_networks=["127.0.0.1/32", "10.0.0.0/24"])
     rules = [line.split() for line in text.splitlines() if line and not line.startswith("#")]
     assert rules[0] == ["local", "all", "postgres", "peer"]
     assert sorted(map(tuple, rules[1:])) == sorted(
         ("host", f"bundle_{s}", f"bundle_{s}", network, "scram-sha-256")
-        for s in DATABASE_SERVICES for network in ("127.0.0.1/32", "10.0.0.0/24"))
+        for s in DATABASE_SERVICES
+        for network in ("127.0.0.1/32", "10.0.0.0/24")
+    )
     settings = _render("postgresql.conf.j2", data_listen_addresses=["127.0.0.1", "10.0.0.5"])
     assert "password_encryption = 'scram-sha-256'" in settings.splitlines()
     assert "listen_addresses = '127.0.0.1,10.0.0.5'" in settings.splitlines()
 
 
 def test_redis_config_has_the_password_and_the_append_only_file():
-    text = _render("redis.conf.j2", base_secret_values={"redis_password": "s3cret"},
-                   data_listen_addresses=["127.0.0.1", "10.0.0.5"])
+    text = _render(
+        "redis.conf.j2",
+        base_secret_values={"redis_password": "s3cret"},
+        data_listen_addresses=["127.0.0.1", "10.0.0.5"],
+    )
     lines = text.splitlines()
-    for line in ("requirepass s3cret", "protected-mode yes", "appendonly yes", "bind 127.0.0.1 10.0.0.5",
-                 "port 6379"):
+    for line in ("requirepass s3cret", "protected-mode yes", "appendonly yes", "bind 127.0.0.1 10.0.0.5", "port 6379"):
         assert line in lines, line
 
 
@@ -150,16 +194,33 @@ def configured_postgres():
 
 def _pg_roles(server, secrets_file):
     env = {**os.environ, "PGHOST": "127.0.0.1", "PGUSER": "postgres"}
-    result = subprocess.run([sys.executable, str(PG_ROLES), str(secrets_file), "--port", str(server.port),
-                             *[f"bundle_{s}=postgresql_{s}_password" for s in DATABASE_SERVICES]],
-                            capture_output=True, text=True, timeout=120, env=env)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(PG_ROLES),
+            str(secrets_file),
+            "--port",
+            str(server.port),
+            *[f"bundle_{s}=postgresql_{s}_password" for s in DATABASE_SERVICES],
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout
 
 
 def _login(server, service, password, database=None):
-    return psycopg.connect(host="127.0.0.1", port=server.port, user=f"bundle_{service}", password=password,
-                           dbname=database or f"bundle_{service}", connect_timeout=10)
+    return psycopg.connect(
+        host="127.0.0.1",
+        port=server.port,
+        user=f"bundle_{service}",
+        password=password,
+        dbname=database or f"bundle_{service}",
+        connect_timeout=10,
+    )
 
 
 def test_roles_and_databases_log_in_with_scram_and_nowhere_else(configured_postgres, tmp_path):
@@ -199,9 +260,20 @@ def test_the_role_maker_never_puts_a_password_on_a_command_line(tmp_path):
     """It runs psql with the SQL on stdin; a failure names the error, not the verifier."""
     secrets_file = tmp_path / "secrets.json"
     secrets_file.write_text(json.dumps({"postgresql_wizard_password": "topsecret"}))
-    result = subprocess.run([sys.executable, str(PG_ROLES), str(secrets_file), "--port", str(free_port()),
-                             "bundle_wizard=postgresql_wizard_password"], capture_output=True, text=True,
-                            timeout=60, env={**os.environ, "PGHOST": "127.0.0.1", "PGCONNECT_TIMEOUT": "2"})
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(PG_ROLES),
+            str(secrets_file),
+            "--port",
+            str(free_port()),
+            "bundle_wizard=postgresql_wizard_password",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PGHOST": "127.0.0.1", "PGCONNECT_TIMEOUT": "2"},
+    )
     assert result.returncode != 0 and "psql failed" in result.stderr
     assert "topsecret" not in result.stderr + result.stdout
     source = PG_ROLES.read_text()
@@ -210,8 +282,9 @@ def test_the_role_maker_never_puts_a_password_on_a_command_line(tmp_path):
 
 def _redis_cli(port, *args, password=None):
     auth = ["-a", password, "--no-auth-warning"] if password else []
-    return subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(port), *auth, *args], capture_output=True,
-                          text=True, timeout=30).stdout.strip()
+    return subprocess.run(
+        ["redis-cli", "-h", "127.0.0.1", "-p", str(port), *auth, *args], capture_output=True, text=True, timeout=30
+    ).stdout.strip()
 
 
 def test_the_rendered_redis_config_refuses_clients_without_the_password(tmp_path):
@@ -221,9 +294,20 @@ def test_the_rendered_redis_config_refuses_clients_without_the_password(tmp_path
     config = tmp_path / "redis.conf"
     config.write_text(_render("redis.conf.j2", bundle_redis_port=port, base_secret_values={"redis_password": password}))
     # Only the paths differ from the data host's (its /var/lib/redis, /run/redis).
-    process = subprocess.Popen(["redis-server", str(config), "--dir", str(tmp_path), "--pidfile",
-                                str(tmp_path / "redis.pid"), "--daemonize", "no"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [
+            "redis-server",
+            str(config),
+            "--dir",
+            str(tmp_path),
+            "--pidfile",
+            str(tmp_path / "redis.pid"),
+            "--daemonize",
+            "no",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 20
         while _redis_cli(port, "ping", password=password) != "PONG":
@@ -243,6 +327,7 @@ def test_the_rendered_redis_config_refuses_clients_without_the_password(tmp_path
 
 # --------------------------------------------------------------------------- environment files
 
+
 def _env_task():
     """The services role's own task that writes the environment files, as it is in
     tasks/main.yml, minus its handler (nothing is restarted here)."""
@@ -258,27 +343,59 @@ def _write_env_files(tmp_path, **variables):
     tmp_path/etc; returns (result, {service: {KEY: value}})."""
     etc = tmp_path / "etc"
     etc.mkdir(exist_ok=True)
-    playbook = [{"name": "Environment files", "hosts": "localhost", "connection": "local", "gather_facts": False,
-                 "vars_files": [str(OPS / "group_vars/all.yml"), str(OPS / "roles/services/defaults/main.yml"),
-                                str(OPS / "roles/base/defaults/main.yml")],
-                 "tasks": [{"ansible.builtin.import_tasks": str(OPS / "roles/services/tasks/data_urls.yml")},
-                           _env_task()]}]
+    playbook = [
+        {
+            "name": "Environment files",
+            "hosts": "localhost",
+            "connection": "local",
+            "gather_facts": False,
+            "vars_files": [
+                str(OPS / "group_vars/all.yml"),
+                str(OPS / "roles/services/defaults/main.yml"),
+                str(OPS / "roles/base/defaults/main.yml"),
+            ],
+            "tasks": [{"ansible.builtin.import_tasks": str(OPS / "roles/services/tasks/data_urls.yml")}, _env_task()],
+        }
+    ]
     (tmp_path / "play.yml").write_text(yaml.safe_dump(playbook))
-    settings = {"bundle_config_dir": str(etc), "bundle_user": "root", "bundle_registry": REGISTRY,
-                "bundle_ports": {s: 7000 + i for i, s in enumerate(GROUP_VARS["bundle_known_services"])},
-                "base_services": GROUP_VARS["bundle_known_services"], "ansible_python_interpreter": sys.executable,
-                "base_secret_values": {"notebook_password": "nb", "notebook_encryption_key": "key",
-                                       "workspace_oidc_client_secret": "oidc"}, **variables}
+    settings = {
+        "bundle_config_dir": str(etc),
+        "bundle_user": "root",
+        "bundle_registry": REGISTRY,
+        "bundle_ports": {s: 7000 + i for i, s in enumerate(GROUP_VARS["bundle_known_services"])},
+        "base_services": GROUP_VARS["bundle_known_services"],
+        "ansible_python_interpreter": sys.executable,
+        "base_secret_values": {
+            "notebook_password": "nb",
+            "notebook_encryption_key": "key",
+            "workspace_oidc_client_secret": "oidc",
+        },
+        **variables,
+    }
     (tmp_path / "vars.json").write_text(json.dumps(settings))
-    result = subprocess.run([venv_tool("ansible-playbook"), "-i", "localhost,", "-e", f"@{tmp_path / 'vars.json'}",
-                             str(tmp_path / "play.yml")], capture_output=True, text=True, timeout=300,
-                            cwd=tmp_path, env={**os.environ, "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"),
-                                               "ANSIBLE_NOCOLOR": "1"})
+    result = subprocess.run(
+        [
+            venv_tool("ansible-playbook"),
+            "-i",
+            "localhost,",
+            "-e",
+            f"@{tmp_path / 'vars.json'}",
+            str(tmp_path / "play.yml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**os.environ, "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"), "ANSIBLE_NOCOLOR": "1"},
+    )
     files = {}
     for path in sorted(etc.glob("*.env")):
         assert stat.S_IMODE(path.stat().st_mode) == 0o640
-        files[path.stem] = dict(re.match(r'^(\w+)="(.*)"$', line).groups()
-                                for line in path.read_text().splitlines() if line and not line.startswith("#"))
+        files[path.stem] = dict(
+            re.match(r'^(\w+)="(.*)"$', line).groups()
+            for line in path.read_text().splitlines()
+            if line and not line.startswith("#")
+        )
     return result, files
 
 
@@ -293,21 +410,36 @@ def test_env_files_without_a_data_host_keep_the_embedded_defaults(tmp_path):
 def test_env_files_with_a_data_host_get_their_urls(tmp_path):
     passwords = _passwords()
     result, files = _write_env_files(
-        tmp_path, bundle_data_host="10.0.0.5", bundle_postgresql_port=5433, services_web_concurrency=4,
-        base_secret_values={"notebook_password": "nb", "notebook_encryption_key": "key",
-                            "workspace_oidc_client_secret": "oidc", "workspace_mesh_secret": "mesh", **passwords},
-        services_database_url={"notebook": "postgresql://nb:pw@db.internal:5432/notebook"})
+        tmp_path,
+        bundle_data_host="10.0.0.5",
+        bundle_postgresql_port=5433,
+        services_web_concurrency=4,
+        base_secret_values={
+            "notebook_password": "nb",
+            "notebook_encryption_key": "key",
+            "workspace_oidc_client_secret": "oidc",
+            "workspace_mesh_secret": "mesh",
+            **passwords,
+        },
+        services_database_url={"notebook": "postgresql://nb:pw@db.internal:5432/notebook"},
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     for secret in passwords.values():
         assert secret not in result.stdout + result.stderr
     assert files["wizard"]["DATABASE_URL"] == (
-        f"postgresql://bundle_wizard:{passwords['postgresql_wizard_password']}@10.0.0.5:5433/bundle_wizard")
+        f"postgresql://bundle_wizard:{passwords['postgresql_wizard_password']}@10.0.0.5:5433/bundle_wizard"
+    )
     assert files["workspace"]["DATABASE_URL"].endswith("@10.0.0.5:5433/bundle_workspace")
     assert files["notebook"]["DATABASE_URL"] == "postgresql://nb:pw@db.internal:5432/notebook"
     assert "DATABASE_URL" not in files["audio"] and "DATABASE_URL" not in files["decks"]
     redis = {s: files[s].get("REDIS_URL") for s in files}
-    assert redis == {"decks": None, **{s: f"redis://:{passwords['redis_password']}@10.0.0.5:6379/{n}"
-                                       for s, n in GROUP_VARS["bundle_redis_databases"].items()}}
+    assert redis == {
+        "decks": None,
+        **{
+            s: f"redis://:{passwords['redis_password']}@10.0.0.5:6379/{n}"
+            for s, n in GROUP_VARS["bundle_redis_databases"].items()
+        },
+    }
     assert {values["WEB_CONCURRENCY"] for values in files.values()} == {"4"}
     assert files["workspace"]["WORKSPACE_MESH_SECRET"] == "mesh" and "WORKSPACE_MESH_ADDRESS" not in files["workspace"]
 
@@ -327,10 +459,17 @@ def test_several_workers_without_redis_stop_the_play(tmp_path):
 
 def test_an_ipv6_data_host_is_bracketed_in_the_urls(tmp_path):
     passwords = _passwords()
-    result, files = _write_env_files(tmp_path, bundle_data_host="fd00::5",
-                                     base_secret_values={"notebook_password": "nb", "notebook_encryption_key": "k",
-                                                         "workspace_oidc_client_secret": "o",
-                                                         "workspace_mesh_secret": "m", **passwords})
+    result, files = _write_env_files(
+        tmp_path,
+        bundle_data_host="fd00::5",
+        base_secret_values={
+            "notebook_password": "nb",
+            "notebook_encryption_key": "k",
+            "workspace_oidc_client_secret": "o",
+            "workspace_mesh_secret": "m",
+            **passwords,
+        },
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     assert files["audio"]["REDIS_URL"].endswith("@[fd00::5]:6379/2")
 
@@ -339,13 +478,19 @@ def test_secrets_import_takes_the_named_entries_of_another_host(tmp_path):
     data_host, app_host = tmp_path / "data.json", tmp_path / "app.json"
     specs = [*[f"postgresql_{s}_password=token" for s in DATABASE_SERVICES], "redis_password=token", "x=token"]
     subprocess.run([sys.executable, str(SECRETS), str(data_host), "ensure", *specs], check=True, timeout=60)
-    subprocess.run([sys.executable, str(SECRETS), str(app_host), "ensure", "notebook_password=token"], check=True,
-                   timeout=60)
+    subprocess.run(
+        [sys.executable, str(SECRETS), str(app_host), "ensure", "notebook_password=token"], check=True, timeout=60
+    )
     before = json.loads(app_host.read_text())
 
     def run(*patterns):
-        return subprocess.run([sys.executable, str(SECRETS), str(app_host), "import", *patterns],
-                              input=data_host.read_text(), capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, str(SECRETS), str(app_host), "import", *patterns],
+            input=data_host.read_text(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
     assert run("postgresql_*", "redis_password").stdout == "changed\n"
     theirs, mine = json.loads(data_host.read_text()), json.loads(app_host.read_text())

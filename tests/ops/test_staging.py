@@ -5,6 +5,7 @@ from outside through its nginx on loopback ports chosen for the run (devtools/st
 The box shares the host's network namespace; everything in it listens on 127.0.0.1 only.
 Tests run in file order on one box (module scope): each leaves the box as it found it.
 """
+
 import json
 import re
 import socket
@@ -78,8 +79,12 @@ class Staging:
         deadline = time.monotonic() + timeout
         while (state := self.systemctl("is-active", unit, check=False)) != "active":
             if time.monotonic() > deadline:
-                status = self.box.run("sh", "-c", f"systemctl status --no-pager {unit}; "
-                                      f"journalctl -u {unit} -n 40 --no-pager", check=False).stdout
+                status = self.box.run(
+                    "sh",
+                    "-c",
+                    f"systemctl status --no-pager {unit}; journalctl -u {unit} -n 40 --no-pager",
+                    check=False,
+                ).stdout
                 pytest.fail(f"{unit} is {state}, not active, after {timeout} s:\n{status[-5000:]}")
             time.sleep(0.2)  # polling the unit's state, with a deadline
         # Active now, and not a unit in a crash loop caught between two restarts.
@@ -106,15 +111,22 @@ def _vars(port, service_ports, idp_port, ai_base_url, acme):
         "identity_provider_standin_port": idp_port,
         "identity_provider_upstream": f"127.0.0.1:{idp_port}",
         "identity_provider_standin_users": [
-            {"username": USER, "password": PASSWORD, "email": f"{USER}@{DOMAIN}", "groups": ["admins"]}],
+            {"username": USER, "password": PASSWORD, "email": f"{USER}@{DOMAIN}", "groups": ["admins"]}
+        ],
         # The workspace platform reaches the provider directly on loopback: the box's
         # public names resolve nowhere, and its certificate is self-signed.
         "bundle_auth_url": f"http://127.0.0.1:{idp_port}",
         "bundle_auth_request_url": f"http://127.0.0.1:{idp_port}/api/authz/auth-request",
         # The AI provider is outside this machine: a local OpenAI-compatible one on the
         # host's loopback (the box shares it), so the wizard's generation checks run.
-        "services_env_extra": {"wizard": {"WIZ_AI_BASE_URL": ai_base_url, "WIZ_TEXT_MODEL": "fake-valid-json",
-                                          "WIZ_IMAGE_MODEL": "fake-webp", "WIZ_AI_PROVIDER": "local-fake"}},
+        "services_env_extra": {
+            "wizard": {
+                "WIZ_AI_BASE_URL": ai_base_url,
+                "WIZ_TEXT_MODEL": "fake-valid-json",
+                "WIZ_IMAGE_MODEL": "fake-webp",
+                "WIZ_AI_PROVIDER": "local-fake",
+            }
+        },
     }
 
 
@@ -132,16 +144,22 @@ def stage(tmp_path_factory):
     pip_cache = staging.CACHE / "pip"
     pip_cache.mkdir(parents=True, exist_ok=True)
     binds, ro_binds = [(pip_cache, "/root/.cache/pip")], [(repo, "/srv/bundle.git")]
-    with FakeProviders(host="127.0.0.1") as ai, AcmeServer(free_port(), work / "acme") as acme, \
-            staging.Box.boot(root, binds=binds, ro_binds=ro_binds) as box:
+    with (
+        FakeProviders(host="127.0.0.1") as ai,
+        AcmeServer(free_port(), work / "acme") as acme,
+        staging.Box.boot(root, binds=binds, ro_binds=ro_binds) as box,
+    ):
         box.trust_host_certificates()
-        box.run("sh", "-c", "install -d -m 0755 /etc/bundle && cat > /etc/bundle/vars.yml",
-                input=yaml.safe_dump(_vars(port, service_ports, idp_port, ai.base_url(), acme)))
+        box.run(
+            "sh",
+            "-c",
+            "install -d -m 0755 /etc/bundle && cat > /etc/bundle/vars.yml",
+            input=yaml.safe_dump(_vars(port, service_ports, idp_port, ai.base_url(), acme)),
+        )
         box.run("sh", "-c", f"cat > {ACME_CA}", input=acme.tls_ca_file.read_text())
         box.run("sh", "-c", f"cat > {DNS_HOOK} && chmod 0755 {DNS_HOOK}", input=acme.dns_hook())
         box.run("sh", "-c", "cat > /root/bootstrap.sh", input=bootstrap)
-        pulled = box.run("bash", "/root/bootstrap.sh", "--repo", "/srv/bundle.git", "--branch", "staging",
-                         timeout=1200)
+        pulled = box.run("bash", "/root/bootstrap.sh", "--repo", "/srv/bundle.git", "--branch", "staging", timeout=1200)
         enabled = box.run("sh", "-c", "ls /etc/bundle/*.env").stdout.split()
         services = sorted(Path(p).stem for p in enabled)
         acme_root = work / "acme-root.pem"
@@ -178,27 +196,39 @@ def test_the_platform_has_its_owner_from_the_secrets_file(stage):
     Owner signs in with the password of the box's secrets file."""
     first = stage.get("workspace", "/api/v2/users/first")
     assert first.status_code == 200, first.text
-    claim = stage.client("workspace").post(stage.base + "/api/v2/users/first", timeout=10, json={
-        "username": "mallory", "email": f"mallory@{DOMAIN}", "password": "mallory-" + uuid.uuid4().hex})
+    claim = stage.client("workspace").post(
+        stage.base + "/api/v2/users/first",
+        timeout=10,
+        json={"username": "mallory", "email": f"mallory@{DOMAIN}", "password": "mallory-" + uuid.uuid4().hex},
+    )
     assert claim.status_code == 409, claim.text
     password = json.loads(stage.box.run("cat", "/etc/bundle/secrets.json").stdout)["workspace_owner_password"]
     http = stage.client("workspace")
-    signed_in = http.post(stage.base + "/api/v2/users/login", timeout=30,
-                          json={"email": f"admin@{DOMAIN}", "password": password})
+    signed_in = http.post(
+        stage.base + "/api/v2/users/login", timeout=30, json={"email": f"admin@{DOMAIN}", "password": password}
+    )
     assert signed_in.status_code == 201, signed_in.text
-    me = http.get(stage.base + "/api/v2/users/me", timeout=10,
-                  headers={"Workspace-Session-Token": signed_in.json()["session_token"]})
+    me = http.get(
+        stage.base + "/api/v2/users/me",
+        timeout=10,
+        headers={"Workspace-Session-Token": signed_in.json()["session_token"]},
+    )
     assert me.status_code == 200, me.text
     assert me.json()["username"] == "admin" and "owner" in me.json()["roles"], me.json()
 
 
 def test_the_box_installs_only_what_the_services_run(stage):
     """requirements.txt and nothing of the tests' and checks' tools (requirements-dev.txt)."""
-    installed = stage.box.run("/opt/bundle/.venv/bin/pip", "list", "--format=freeze",
-                              "--disable-pip-version-check").stdout
+    installed = stage.box.run(
+        "/opt/bundle/.venv/bin/pip", "list", "--format=freeze", "--disable-pip-version-check"
+    ).stdout
+
     def names_in(text):
-        return {re.sub(r"[-_.]+", "-", line.split("==")[0]).lower() for line in text.splitlines()
-                if "==" in line and not line.startswith("#")}
+        return {
+            re.sub(r"[-_.]+", "-", line.split("==")[0]).lower()
+            for line in text.splitlines()
+            if "==" in line and not line.startswith("#")
+        }
 
     names, pinned = names_in(installed), names_in((ROOT / "requirements.txt").read_text())
     assert pinned <= names, f"missing in the box: {sorted(pinned - names)}"
@@ -210,8 +240,10 @@ def _peer_certificate(stage, name):
     """The certificate the box's nginx serves for `name`, verified against the ACME
     server's root (chain, names, dates), as ssl's getpeercert() gives it."""
     context = ssl.create_default_context(cafile=str(stage.acme_root))
-    with socket.create_connection(("127.0.0.1", stage.port), timeout=10) as raw, \
-            context.wrap_socket(raw, server_hostname=name) as tls:
+    with (
+        socket.create_connection(("127.0.0.1", stage.port), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname=name) as tls,
+    ):
         return tls.getpeercert()
 
 
@@ -231,9 +263,13 @@ def _assert_serves_the_acme_certificate(stage, link, lineage):
     served = stage.box.run("readlink", link).stdout.strip()
     if served != f"/etc/letsencrypt/live/{lineage}/fullchain.pem":
         certbot = stage.box.run("tail", "-n", "80", "/var/log/letsencrypt/letsencrypt.log", check=False)
-        pytest.fail(f"nginx serves {served} ({link}); the pull said:\n"
-                    + "\n".join(line for line in stage.first_pull.splitlines() if "certbot" in line)
-                    + "\n--- certbot's log ---\n" + certbot.stdout + certbot.stderr)
+        pytest.fail(
+            f"nginx serves {served} ({link}); the pull said:\n"
+            + "\n".join(line for line in stage.first_pull.splitlines() if "certbot" in line)
+            + "\n--- certbot's log ---\n"
+            + certbot.stdout
+            + certbot.stderr
+        )
 
 
 def test_the_certificate_comes_from_the_acme_server_for_every_host(stage):
@@ -255,8 +291,7 @@ def test_the_app_hosts_have_a_wildcard_certificate_from_the_acme_server(stage):
     http = requests.Session()
     http.verify, http.trust_env = str(stage.acme_root), False
     http.mount("https://", ServerName(APP_HOST))
-    answer = http.get(stage.base + "/", headers={"Host": f"{APP_HOST}:{stage.port}"}, allow_redirects=False,
-                      timeout=10)
+    answer = http.get(stage.base + "/", headers={"Host": f"{APP_HOST}:{stage.port}"}, allow_redirects=False, timeout=10)
     assert answer.status_code != 421 and "X-Request-Id" in answer.headers, (answer.status_code, answer.text[:300])
 
 
@@ -264,12 +299,20 @@ def test_acceptance_suite_passes_through_the_box(stage):
     options = ["--ca-file", str(stage.acme_root)]  # the chain is verified, as a browser would
     for service in stage.services:
         options += [f"--{service}-url", stage.base, f"--{service}-host", stage.host(service)]
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                             "tests/acceptance", *options], cwd=ROOT, capture_output=True, text=True,
-                            timeout=600)
-    if result.returncode != 0:   # what the box's nginx and identity provider said, to tell why
-        logs = stage.box.run("sh", "-c", "tail -n 40 /var/log/nginx/error.log; "
-                             "journalctl -u bundle-idp -u 'bundle@*' -n 60 --no-pager", check=False).stdout
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/acceptance", *options],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if result.returncode != 0:  # what the box's nginx and identity provider said, to tell why
+        logs = stage.box.run(
+            "sh",
+            "-c",
+            "tail -n 40 /var/log/nginx/error.log; journalctl -u bundle-idp -u 'bundle@*' -n 60 --no-pager",
+            check=False,
+        ).stdout
         pytest.fail(result.stdout[-6000:] + result.stderr[-2000:] + "\n--- box logs ---\n" + logs[-6000:])
 
 
@@ -300,8 +343,11 @@ def test_a_killed_service_is_back_within_seven_seconds(stage):
     # Its orphaned workers may answer for a moment yet (until they notice, or systemd
     # kills the rest of the unit); then nginx answers for the service while it is down.
     answers = []
-    wait_for(lambda: answers.append(stage.get("decks", "/healthz")) or answers[-1].status_code == 502,
-             "a 502 from nginx", timeout=5)
+    wait_for(
+        lambda: answers.append(stage.get("decks", "/healthz")) or answers[-1].status_code == 502,
+        "a 502 from nginx",
+        timeout=5,
+    )
     assert "error" in answers[-1].json()
     back = _wait_healthy(stage, killed + 15)
     assert back is not None, "the deck service did not come back within 15 s"
@@ -311,8 +357,7 @@ def test_a_killed_service_is_back_within_seven_seconds(stage):
 
 def test_stop_with_a_hundred_open_streams_ends_within_twenty_seconds(stage):
     decks = stage.get("decks", "/api/decks").json()
-    created = stage.client("decks").post(stage.base + "/api/sessions", json={"deck_id": decks[0]["id"]},
-                                         timeout=10)
+    created = stage.client("decks").post(stage.base + "/api/sessions", json={"deck_id": decks[0]["id"]}, timeout=10)
     assert created.status_code == 201, created.text
     stream_path = f"/api/sessions/{created.json()['id']}/stream"
     opened, ended, errors = threading.Semaphore(0), [], []
@@ -355,8 +400,10 @@ def test_a_renewal_by_certbots_timer_is_served_without_restarting_anything(stage
     stage.systemctl("start", "certbot.service")
     try:  # nginx's new workers take the new configuration a moment after the reload returns
         for name, serial in before.items():
-            wait_for(lambda name=name, serial=serial: _served_certificate(stage, name) != serial,
-                     f"the renewed certificate of {name}")
+            wait_for(
+                lambda name=name, serial=serial: _served_certificate(stage, name) != serial,
+                f"the renewed certificate of {name}",
+            )
     except TimeoutError:
         pytest.fail(stage.box.run("journalctl", "-u", "certbot", "-n", "30", "--no-pager").stdout)
     assert {unit: stage.systemctl("show", "-p", "MainPID", "--value", unit) for unit in units} == pids
@@ -371,8 +418,9 @@ def _oidc_sign_in(stage):
     """The whole single sign-on through the box: the platform's button, the provider's
     login form, the callback; returns the signed-in /users/me."""
     http = stage.client("workspace")
-    start = http.get(stage.base + "/api/v2/users/oidc/callback", params={"redirect": "/"},
-                     allow_redirects=False, timeout=10)
+    start = http.get(
+        stage.base + "/api/v2/users/oidc/callback", params={"redirect": "/"}, allow_redirects=False, timeout=10
+    )
     assert start.status_code in (302, 303), start.text
     authorization = start.headers["Location"]
     assert authorization.startswith(stage.issuer + "/api/oidc/authorization?")
@@ -380,8 +428,9 @@ def _oidc_sign_in(stage):
     back = sign_in(provider, authorization, USER, PASSWORD)
     callback = f"https://{stage.host('workspace')}:{stage.port}/api/v2/users/oidc/callback"
     assert back.startswith(callback + "?"), back
-    finished = http.get(stage.base + urlsplit(back).path + "?" + urlsplit(back).query,
-                        allow_redirects=False, timeout=30)
+    finished = http.get(
+        stage.base + urlsplit(back).path + "?" + urlsplit(back).query, allow_redirects=False, timeout=30
+    )
     assert finished.status_code == 303, finished.text[:500]
     me = http.get(stage.base + "/api/v2/users/me", timeout=10)
     assert me.status_code == 200, me.text
@@ -394,8 +443,15 @@ def test_secret_rotation_keeps_oidc_sign_in_working(stage):
     env_before = stage.box.run("grep", "OIDC_CLIENT_SECRET", "/etc/bundle/workspace.env").stdout
     workspace_pid = stage.systemctl("show", "-p", "MainPID", "--value", "bundle@workspace.service")
     decks_pid = stage.systemctl("show", "-p", "MainPID", "--value", "bundle@decks.service")
-    rotated = stage.box.run("ansible-playbook", "-i", "localhost,", "-e", "@/etc/bundle/vars.yml",
-                            "/var/lib/bundle-pull/ops/rotate-oidc-secret.yml", timeout=900)
+    rotated = stage.box.run(
+        "ansible-playbook",
+        "-i",
+        "localhost,",
+        "-e",
+        "@/etc/bundle/vars.yml",
+        "/var/lib/bundle-pull/ops/rotate-oidc-secret.yml",
+        timeout=900,
+    )
     assert recap(rotated.stdout)["failed"] == "0"
     assert stage.box.run("cat", "/etc/authelia/oidc-clients.yml").stdout != before
     assert stage.box.run("grep", "OIDC_CLIENT_SECRET", "/etc/bundle/workspace.env").stdout != env_before
@@ -415,8 +471,11 @@ def test_nginx_sends_the_published_anonymous_view_itself(stage):
     published = stage.get("wizard", "/api/collections/blueprints")
     assert published.status_code == 200, published.text
     assert re.fullmatch(r'"[0-9a-f]+-[0-9a-f]+"', published.headers.get("ETag", "")), published.headers
-    made = stage.client("wizard").post(stage.base + "/api/collections/blueprints", timeout=10,
-                                       json={"title": "published on the box", "is_public": True})
+    made = stage.client("wizard").post(
+        stage.base + "/api/collections/blueprints",
+        timeout=10,
+        json={"title": "published on the box", "is_public": True},
+    )
     assert made.status_code == 201, made.text
     fresh = stage.get("wizard", "/api/collections/blueprints")
     assert made.json()["id"] in {row["id"] for row in fresh.json()}

@@ -14,6 +14,7 @@ The hosts share one secrets file (made by the data host's first pull) and one
 certificate. Tests run in file order on one deployment (module scope); the last but
 one powers an application host off.
 """
+
 import contextlib
 import json
 import socket
@@ -104,25 +105,61 @@ class Deployment:
         """A process on the client host, where the public names lead to the front."""
         trust = str(self.certificate)
         environment = {"SSL_CERT_FILE": trust, "REQUESTS_CA_BUNDLE": trust, **(env or {})}
-        return subprocess.Popen(self.lan.run_command(self.hosts["client"], "env",
-                                                     *[f"{k}={v}" for k, v in environment.items()], *argv),
-                                cwd=ROOT, **kwargs)
+        return subprocess.Popen(
+            self.lan.run_command(self.hosts["client"], "env", *[f"{k}={v}" for k, v in environment.items()], *argv),
+            cwd=ROOT,
+            **kwargs,
+        )
 
     def redis(self, *command):
-        return self.boxes["data"].run("redis-cli", "-a", self.secrets["redis_password"], "--no-auth-warning", "-n",
-                                      str(GROUP_VARS["bundle_redis_databases"]["workspace"]), *command).stdout.strip()
+        return (
+            self.boxes["data"]
+            .run(
+                "redis-cli",
+                "-a",
+                self.secrets["redis_password"],
+                "--no-auth-warning",
+                "-n",
+                str(GROUP_VARS["bundle_redis_databases"]["workspace"]),
+                *command,
+            )
+            .stdout.strip()
+        )
 
     def psql(self, service, sql):
-        return self.boxes["data"].run("runuser", "-u", "postgres", "--", "psql", "-d", f"bundle_{service}", "-Atc",
-                                      sql).stdout.strip()
+        return (
+            self.boxes["data"]
+            .run("runuser", "-u", "postgres", "--", "psql", "-d", f"bundle_{service}", "-Atc", sql)
+            .stdout.strip()
+        )
 
 
 def _certificate(folder):
     names = ",".join(f"DNS:{s}.{DOMAIN}" for s in (*SERVICES, "auth"))
     crt, key = folder / "bundle.crt", folder / "bundle.key"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
-                    f"/CN=workspace.{DOMAIN}", "-addext", f"subjectAltName={names}", "-keyout", str(key),
-                    "-out", str(crt)], check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            f"/CN=workspace.{DOMAIN}",
+            "-addext",
+            f"subjectAltName={names}",
+            "-keyout",
+            str(key),
+            "-out",
+            str(crt),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     return crt, key
 
 
@@ -140,41 +177,86 @@ def _application_vars(host, data, idp, ai):
         "nginx_tls_certificate_key": "/etc/bundle/staging-tls/bundle.key",
         "bundle_auth_url": f"http://{idp.address}:9091",
         "bundle_auth_request_url": f"http://{idp.address}:9091/api/authz/auth-request",
-        "services_env_extra": {"wizard": {"WIZ_AI_BASE_URL": ai.base_url(), "WIZ_TEXT_MODEL": "fake-valid-json",
-                                          "WIZ_IMAGE_MODEL": "fake-webp", "WIZ_AI_PROVIDER": "local-fake"}},
+        "services_env_extra": {
+            "wizard": {
+                "WIZ_AI_BASE_URL": ai.base_url(),
+                "WIZ_TEXT_MODEL": "fake-valid-json",
+                "WIZ_IMAGE_MODEL": "fake-webp",
+                "WIZ_AI_PROVIDER": "local-fake",
+            }
+        },
     }
 
 
 def _pull(box, settings, bootstrap, files=()):
     for path, text, mode in files:
-        box.run("sh", "-c", f"install -d -m 0755 $(dirname {path}) && umask 077 && cat > {path} && chmod {mode} {path}",
-                input=text)
-    box.run("sh", "-c", "install -d -m 0755 /etc/bundle && cat > /etc/bundle/vars.yml",
-            input=yaml.safe_dump(settings))
+        box.run(
+            "sh",
+            "-c",
+            f"install -d -m 0755 $(dirname {path}) && umask 077 && cat > {path} && chmod {mode} {path}",
+            input=text,
+        )
+    box.run("sh", "-c", "install -d -m 0755 /etc/bundle && cat > /etc/bundle/vars.yml", input=yaml.safe_dump(settings))
     box.run("sh", "-c", "cat > /root/bootstrap.sh", input=bootstrap)
-    return box.run("bash", "/root/bootstrap.sh", "--repo", "/srv/bundle.git", "--branch", "staging",
-                   timeout=1200).stdout
+    return box.run(
+        "bash", "/root/bootstrap.sh", "--repo", "/srv/bundle.git", "--branch", "staging", timeout=1200
+    ).stdout
 
 
 def _start_idp(lan, idp, secrets, folder):
-    clients = {"identity_providers": {"oidc": {"clients": [{
-        "client_id": GROUP_VARS["bundle_oidc_client_id"], "client_name": "Workspace platform",
-        "client_secret": secrets["workspace_oidc_client_secret_digest"], "public": False,
-        "require_pkce": True, "pkce_challenge_method": "S256",
-        "redirect_uris": [f"https://workspace.{DOMAIN}/api/v2/users/oidc/callback"],
-        "scopes": ["openid", "profile", "email", "groups"], "grant_types": ["authorization_code"],
-        "response_types": ["code"], "token_endpoint_auth_method": "client_secret_basic"}]}}}
+    clients = {
+        "identity_providers": {
+            "oidc": {
+                "clients": [
+                    {
+                        "client_id": GROUP_VARS["bundle_oidc_client_id"],
+                        "client_name": "Workspace platform",
+                        "client_secret": secrets["workspace_oidc_client_secret_digest"],
+                        "public": False,
+                        "require_pkce": True,
+                        "pkce_challenge_method": "S256",
+                        "redirect_uris": [f"https://workspace.{DOMAIN}/api/v2/users/oidc/callback"],
+                        "scopes": ["openid", "profile", "email", "groups"],
+                        "grant_types": ["authorization_code"],
+                        "response_types": ["code"],
+                        "token_endpoint_auth_method": "client_secret_basic",
+                    }
+                ]
+            }
+        }
+    }
     (folder / "clients.yml").write_text(yaml.safe_dump(clients))
-    (folder / "users.yml").write_text(yaml.safe_dump({"users": [
-        {"username": USER, "password": PASSWORD, "email": f"{USER}@{DOMAIN}", "groups": ["admins"]}]}))
+    (folder / "users.yml").write_text(
+        yaml.safe_dump(
+            {"users": [{"username": USER, "password": PASSWORD, "email": f"{USER}@{DOMAIN}", "groups": ["admins"]}]}
+        )
+    )
     log = open(folder / "idp.log", "wb")
-    process = subprocess.Popen(lan.run_command(idp, sys.executable, "-m", "devtools.authelia_config", "serve",
-                                               "--authelia-config", folder / "clients.yml", "--users",
-                                               folder / "users.yml", "--issuer", f"http://{idp.address}:9091",
-                                               "--host", idp.address, "--port", "9091"),
-                               cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    wait_for(lambda: _answers(f"http://{idp.address}:9091/.well-known/openid-configuration"), "the provider",
-             timeout=30)
+    process = subprocess.Popen(
+        lan.run_command(
+            idp,
+            sys.executable,
+            "-m",
+            "devtools.authelia_config",
+            "serve",
+            "--authelia-config",
+            folder / "clients.yml",
+            "--users",
+            folder / "users.yml",
+            "--issuer",
+            f"http://{idp.address}:9091",
+            "--host",
+            idp.address,
+            "--port",
+            "9091",
+        ),
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    wait_for(
+        lambda: _answers(f"http://{idp.address}:9091/.well-known/openid-configuration"), "the provider", timeout=30
+    )
     return process
 
 
@@ -186,11 +268,14 @@ def _answers(url):
 
 
 def _start_front(lan, front, apps, folder):
-    (folder / "front.conf").write_text(FRONT_CONF.format(dir=folder, a=apps[0].address, b=apps[1].address,
-                                                         front=front.address, domain=DOMAIN))
-    process = subprocess.Popen(lan.run_command(front, "nginx", "-c", folder / "front.conf", "-p", folder,
-                                               "-g", "daemon off;"), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+    (folder / "front.conf").write_text(
+        FRONT_CONF.format(dir=folder, a=apps[0].address, b=apps[1].address, front=front.address, domain=DOMAIN)
+    )
+    process = subprocess.Popen(
+        lan.run_command(front, "nginx", "-c", folder / "front.conf", "-p", folder, "-g", "daemon off;"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     wait_for(lambda: _connects(front.address, 443), "the front", timeout=30)
     return process
 
@@ -232,28 +317,38 @@ def deployment(tmp_path_factory):
             # apt's cache of packages for the data host only: the application hosts pull
             # at the same time, and apt locks its cache.
             cache = (debs, "/var/cache/apt/archives") if name == "data" else (pip_cache, "/root/.cache/pip")
-            boxes[name] = stack.enter_context(staging.Box.boot(
-                root, binds=[cache], ro_binds=[(repo, "/srv/bundle.git")], netns=hosts[name].netns))
+            boxes[name] = stack.enter_context(
+                staging.Box.boot(root, binds=[cache], ro_binds=[(repo, "/srv/bundle.git")], netns=hosts[name].netns)
+            )
             boxes[name].trust_host_certificates()
         started = time.monotonic()
         app_hosts = [hosts["app-a"].address, hosts["app-b"].address]
-        pulls["data"] = _pull(boxes["data"], {
-            "bundle_roles": ["data"], "data_listen_addresses": ["127.0.0.1", hosts["data"].address],
-            "data_allowed_networks": ["127.0.0.1/32", *(f"{a}/32" for a in app_hosts)],
-            "data_postgresql_max_connections": 400}, bootstrap)
+        pulls["data"] = _pull(
+            boxes["data"],
+            {
+                "bundle_roles": ["data"],
+                "data_listen_addresses": ["127.0.0.1", hosts["data"].address],
+                "data_allowed_networks": ["127.0.0.1/32", *(f"{a}/32" for a in app_hosts)],
+                "data_postgresql_max_connections": 400,
+            },
+            bootstrap,
+        )
         print(f"two hosts: the data host's pull {time.monotonic() - started:.0f} s", file=sys.stderr)
         secrets_text = boxes["data"].run("cat", "/etc/bundle/secrets.json").stdout
         idp = _start_idp(lan, hosts["idp"], json.loads(secrets_text), work)
         stack.callback(_stop, idp)
-        files = [("/etc/bundle/secrets.json", secrets_text, "0600"),
-                 ("/etc/bundle/staging-tls/bundle.crt", crt.read_text(), "0644"),
-                 ("/etc/bundle/staging-tls/bundle.key", key.read_text(), "0600")]
+        files = [
+            ("/etc/bundle/secrets.json", secrets_text, "0600"),
+            ("/etc/bundle/staging-tls/bundle.crt", crt.read_text(), "0644"),
+            ("/etc/bundle/staging-tls/bundle.key", key.read_text(), "0600"),
+        ]
         failures = []
 
         def pull(name):
             try:
-                pulls[name] = _pull(boxes[name], _application_vars(hosts[name], hosts["data"], hosts["idp"], ai),
-                                    bootstrap, files)
+                pulls[name] = _pull(
+                    boxes[name], _application_vars(hosts[name], hosts["data"], hosts["idp"], ai), bootstrap, files
+                )
             except Exception as exc:  # reported below
                 failures.append(exc)
 
@@ -271,6 +366,7 @@ def deployment(tmp_path_factory):
 
 
 # --------------------------------------------------------------------------- the deployment
+
 
 def test_every_host_is_provisioned_and_serves(deployment):
     for name, output in deployment.first_pulls.items():
@@ -291,23 +387,45 @@ def test_the_data_host_serves_postgresql_and_redis_to_the_application_hosts_only
         assert value not in deployment.first_pulls["data"]
     assert not data.run("sh", "-c", "ls /etc/bundle/*.env 2>/dev/null", check=False).stdout  # no service there
     for service in GROUP_VARS["bundle_database_services"]:  # psql inside the box, over TCP with the password
-        out = data.run("psql", "-h", "127.0.0.1", "-U", f"bundle_{service}", "-d", f"bundle_{service}", "-Atc",
-                       "SELECT current_user, current_setting('password_encryption')",
-                       env={"PGPASSWORD": secrets[f"postgresql_{service}_password"]}).stdout.strip()
+        out = data.run(
+            "psql",
+            "-h",
+            "127.0.0.1",
+            "-U",
+            f"bundle_{service}",
+            "-d",
+            f"bundle_{service}",
+            "-Atc",
+            "SELECT current_user, current_setting('password_encryption')",
+            env={"PGPASSWORD": secrets[f"postgresql_{service}_password"]},
+        ).stdout.strip()
         assert out == f"bundle_{service}|scram-sha-256"
-    wrong = data.run("psql", "-h", "127.0.0.1", "-U", "bundle_wizard", "-d", "bundle_wizard", "-c", "SELECT 1",
-                     env={"PGPASSWORD": "wrong"}, check=False)
+    wrong = data.run(
+        "psql",
+        "-h",
+        "127.0.0.1",
+        "-U",
+        "bundle_wizard",
+        "-d",
+        "bundle_wizard",
+        "-c",
+        "SELECT 1",
+        env={"PGPASSWORD": "wrong"},
+        check=False,
+    )
     assert wrong.returncode != 0 and "password authentication failed" in wrong.stderr
     # The services' drivers from an application host, and from a host pg_hba.conf names nowhere.
     allowed = _connect_from(deployment, "app-a", secrets)
     assert allowed.stdout.split("\n")[:2] == ["postgresql 1", "redis True"], allowed.stdout + allowed.stderr
     refused = _connect_from(deployment, "client", secrets)
-    assert "postgresql refused:" in refused.stdout and "no pg_hba.conf entry" in refused.stdout, \
+    assert "postgresql refused:" in refused.stdout and "no pg_hba.conf entry" in refused.stdout, (
         refused.stdout + refused.stderr
+    )
     redis_cli = ["redis-cli", "-h", "127.0.0.1"]
     assert "NOAUTH" in data.run(*redis_cli, "ping").stdout
-    assert data.run(*redis_cli, "-a", secrets["redis_password"], "--no-auth-warning", "config", "get",
-                    "appendonly").stdout.split() == ["appendonly", "yes"]
+    assert data.run(
+        *redis_cli, "-a", secrets["redis_password"], "--no-auth-warning", "config", "get", "appendonly"
+    ).stdout.split() == ["appendonly", "yes"]
     for unit in ("postgresql.service", "redis-server.service"):
         assert data.run("systemctl", "is-enabled", unit).stdout.strip() == "enabled"
     assert data.run("stat", "-c", "%a %U", "/etc/redis/redis.conf").stdout.strip() == "640 redis"
@@ -338,12 +456,18 @@ def test_acceptance_suite_passes_through_the_front(deployment):
     options = ["--insecure"]
     for service in SERVICES:
         options += [f"--{service}-url", deployment.url(), f"--{service}-host", f"{service}.{DOMAIN}"]
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/acceptance",
-                             *options], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/acceptance", *options],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
 
 
 # --------------------------------------------------------------------------- an agent behind the front
+
 
 class Agent:
     """The owner, a workspace whose agent runs on the client host behind the front,
@@ -357,22 +481,42 @@ def agent(deployment, tmp_path_factory):
     http = deployment.client("workspace")
     claimed = http.get(http.base + "/api/v2/users/first", timeout=30)
     assert claimed.status_code == 200, claimed.text  # the playbook created the Owner
-    setup.token = http.post(http.base + "/api/v2/users/login", json={
-        "email": OWNER["email"], "password": deployment.secrets["workspace_owner_password"]},
-        timeout=30).json()["session_token"]
+    setup.token = http.post(
+        http.base + "/api/v2/users/login",
+        json={"email": OWNER["email"], "password": deployment.secrets["workspace_owner_password"]},
+        timeout=30,
+    ).json()["session_token"]
     setup.headers = {"Workspace-Session-Token": setup.token}
     app_port = 8899
-    setup.app = deployment.in_client(sys.executable, "-m", "tests.support.workspace_app", str(app_port),
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    made = http.post(http.base + "/api/v2/users/me/workspaces", headers=setup.headers, timeout=30, json={
-        "name": "dev", "agents": [{"name": "main", "apps": [{"slug": "echo", "url": f"http://127.0.0.1:{app_port}"}]}]})
+    setup.app = deployment.in_client(
+        sys.executable,
+        "-m",
+        "tests.support.workspace_app",
+        str(app_port),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    made = http.post(
+        http.base + "/api/v2/users/me/workspaces",
+        headers=setup.headers,
+        timeout=30,
+        json={
+            "name": "dev",
+            "agents": [{"name": "main", "apps": [{"slug": "echo", "url": f"http://127.0.0.1:{app_port}"}]}],
+        },
+    )
     assert made.status_code == 201, made.text
     setup.id, agent_token = made.json()["agents"][0]["id"], made.json()["agents"][0]["token"]
     setup.log = open(folder / "agent.log", "wb")
-    setup.process = deployment.in_client(*agent_program(), "agent", "--url",
-                                         f"https://workspace.{DOMAIN}",
-                                         env={"WORKSPACE_AGENT_TOKEN": agent_token, "SHELL": "/bin/sh"},
-                                         stdout=setup.log, stderr=subprocess.STDOUT)
+    setup.process = deployment.in_client(
+        *agent_program(),
+        "agent",
+        "--url",
+        f"https://workspace.{DOMAIN}",
+        env={"WORKSPACE_AGENT_TOKEN": agent_token, "SHELL": "/bin/sh"},
+        stdout=setup.log,
+        stderr=subprocess.STDOUT,
+    )
     wait_for(lambda: _status(deployment, setup, "front") == "connected", "the agent connected", timeout=60)
     yield setup
     for process in (setup.process, setup.app):
@@ -406,14 +550,18 @@ def test_an_agent_serves_requests_that_reach_either_application_host(deployment,
         assert _status(deployment, agent, host) == "connected"
         sock = _tls_to(deployment, host)
         try:
-            assert http_on(sock, "GET", "/@owner/dev.main/apps/echo/hello", agent.headers,
-                           host=f"workspace.{DOMAIN}") == (200, b"hello from the app\n")
+            assert http_on(
+                sock, "GET", "/@owner/dev.main/apps/echo/hello", agent.headers, host=f"workspace.{DOMAIN}"
+            ) == (200, b"hello from the app\n")
         finally:
             sock.close()
     other = "app-b" if holder == "app-a" else "app-a"
-    terminal = websocket_on(_tls_to(deployment, other),
-                            f"/api/v2/workspaceagents/{agent.id}/pty?reconnect={uuid.uuid4()}", agent.headers,
-                            host=f"workspace.{DOMAIN}")
+    terminal = websocket_on(
+        _tls_to(deployment, other),
+        f"/api/v2/workspaceagents/{agent.id}/pty?reconnect={uuid.uuid4()}",
+        agent.headers,
+        host=f"workspace.{DOMAIN}",
+    )
     try:
         terminal.send(json.dumps({"data": "echo two-$((20+22))-hosts\r"}))
         seen = b""
@@ -421,15 +569,26 @@ def test_an_agent_serves_requests_that_reach_either_application_host(deployment,
             seen += bytes(terminal.receive())
     finally:
         terminal.close()
-    relay = deployment.in_client(*agent_program(), "relay", "--url",
-                                 f"https://workspace.{DOMAIN}", "--agent", agent.id, "app", "echo", "/hello",
-                                 env={"WORKSPACE_SESSION_TOKEN": agent.token}, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE)
+    relay = deployment.in_client(
+        *agent_program(),
+        "relay",
+        "--url",
+        f"https://workspace.{DOMAIN}",
+        "--agent",
+        agent.id,
+        "app",
+        "echo",
+        "/hello",
+        env={"WORKSPACE_SESSION_TOKEN": agent.token},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     out, err = relay.communicate(timeout=60)
     assert relay.returncode == 0 and out == b"hello from the app\n", err.decode()
 
 
 # --------------------------------------------------------------------------- a host powered off
+
 
 class WizardStream:
     """An /api/events stream through the front that reconnects when its connection ends
@@ -468,23 +627,34 @@ def test_an_application_host_powered_off_loses_nothing(deployment, agent):
     deployment.boxes[victim].run("systemctl", "stop", "bundle-worker@notebook.service")
     direct = deployment.client("notebook", host=victim)
     direct.headers["Authorization"] = f"Bearer {password}"
-    notebook_id = direct.post(direct.base + "/notebooks", json={"name": "two hosts", "description": "x"},
-                              timeout=30).json()["id"]
-    queued = direct.post(direct.base + "/sources", json={"type": "text", "notebook_id": notebook_id,
-                                                         "content": "Glaciers carve valleys.", "embed": False,
-                                                         "async_processing": True}, timeout=30)
+    notebook_id = direct.post(
+        direct.base + "/notebooks", json={"name": "two hosts", "description": "x"}, timeout=30
+    ).json()["id"]
+    queued = direct.post(
+        direct.base + "/sources",
+        json={
+            "type": "text",
+            "notebook_id": notebook_id,
+            "content": "Glaciers carve valleys.",
+            "embed": False,
+            "async_processing": True,
+        },
+        timeout=30,
+    )
     assert queued.status_code == 202, queued.text
     # Writes through the front while it happens: each acknowledged one must be kept.
-    blueprint = wizard.post(wizard.base + "/api/collections/blueprints", json={"title": "two hosts"},
-                            timeout=30).json()["id"]
+    blueprint = wizard.post(
+        wizard.base + "/api/collections/blueprints", json={"title": "two hosts"}, timeout=30
+    ).json()["id"]
     acknowledged, stop = [], threading.Event()
 
     def write():
         writer_http = deployment.client("wizard")
         while not stop.is_set():
             with contextlib.suppress(requests.RequestException):
-                made = writer_http.post(writer_http.base + "/api/collections/wizards", json={"name": "during"},
-                                        timeout=10)
+                made = writer_http.post(
+                    writer_http.base + "/api/collections/wizards", json={"name": "during"}, timeout=10
+                )
                 if made.status_code == 201:
                     acknowledged.append(made.json()["id"])
 
@@ -498,13 +668,17 @@ def test_an_application_host_powered_off_loses_nothing(deployment, agent):
 
         def app_answers():
             with contextlib.suppress(requests.RequestException):
-                return http.get(http.base + "/@owner/dev.main/apps/echo/hello", headers=agent.headers,
-                                timeout=5).status_code == 200 and holder_host(deployment, agent) == survivor
+                return (
+                    http.get(
+                        http.base + "/@owner/dev.main/apps/echo/hello", headers=agent.headers, timeout=5
+                    ).status_code
+                    == 200
+                    and holder_host(deployment, agent) == survivor
+                )
             return False
 
         wait_for(app_answers, "the agent's app answering again through the front", timeout=60)
-        print(f"two hosts: the app answered again {time.monotonic() - cut:.1f} s after the power-off",
-              file=sys.stderr)
+        print(f"two hosts: the app answered again {time.monotonic() - cut:.1f} s after the power-off", file=sys.stderr)
         count = len(acknowledged)
         wait_for(lambda: len(acknowledged) >= count + 5, "writes after the power-off", timeout=60)
         stop.set()
@@ -522,11 +696,13 @@ def test_an_application_host_powered_off_loses_nothing(deployment, agent):
             time.sleep(2)  # the pace of the writes, not a wait for an outcome
             return all("blueprints" in s.heard[mark:] for s, mark in zip(streams, marks))
 
-        wait_for(every_stream_heard_a_new_write, "every stream hearing a write made after the power-off",
-                 timeout=120)
+        wait_for(every_stream_heard_a_new_write, "every stream hearing a write made after the power-off", timeout=120)
         command = notebook.base + f"/commands/{queued.json()['command_id']}"
-        wait_for(lambda: notebook.get(command, timeout=30).json()["status"] == "completed",
-                 "the queued job done on the survivor", timeout=60)
+        wait_for(
+            lambda: notebook.get(command, timeout=30).json()["status"] == "completed",
+            "the queued job done on the survivor",
+            timeout=60,
+        )
     finally:
         stop.set()
         for stream in streams:

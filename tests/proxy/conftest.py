@@ -1,5 +1,6 @@
 """Fixtures of the proxy tests: a real nginx (devtools.nginx, rendered from nginx/)
 in front of real gunicorn services, or in front of a local echo server."""
+
 import shutil
 import subprocess
 
@@ -22,8 +23,7 @@ def nginx_for(tmp_path_factory):
 
     def start(service, **kwargs):
         prefix = tmp_path_factory.mktemp(f"nginx-{service.name}")
-        proxy = nginx_tool.start(prefix, upstreams={service.name: f"127.0.0.1:{service.port}"},
-                                 **kwargs)
+        proxy = nginx_tool.start(prefix, upstreams={service.name: f"127.0.0.1:{service.port}"}, **kwargs)
         started.append(proxy)
         return proxy
 
@@ -66,8 +66,27 @@ def self_signed_cert(tmp_path_factory):
         pytest.fail("openssl is not installed: make test installs it (devtools/system-deps.sh)")
     directory = tmp_path_factory.mktemp("tls")
     cert, key = directory / "decks.localhost.crt", directory / "decks.localhost.key"
-    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-subj", "/CN=decks.localhost", "-addext", "subjectAltName=DNS:decks.localhost",
-                    "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [
+            openssl,
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=decks.localhost",
+            "-addext",
+            "subjectAltName=DNS:decks.localhost",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     return cert, key

@@ -1,5 +1,6 @@
 """The audio service behind real nginx: the probe routes' micro-cache, the body
 limit, and the rules passing through."""
+
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -65,21 +66,34 @@ def test_rules_and_limits_through_the_proxy(proxied_audio):
     assert "X-Cache-Status" not in ok.headers  # only the probe routes are cached
     big = requests.post(speech, data=b"x" * 8193, headers=headers, timeout=10)
     assert big.status_code == 413 and "8192 bytes" in big.json()["error"]
-    ranged = requests.get(proxy.url + "/api/audio/soundlib/preview/local:bell.mp3",
-                          headers=proxy.headers("audio", **{"X-App-Request": "1", "Range": "bytes=0-9"}), timeout=10)
+    ranged = requests.get(
+        proxy.url + "/api/audio/soundlib/preview/local:bell.mp3",
+        headers=proxy.headers("audio", **{"X-App-Request": "1", "Range": "bytes=0-9"}),
+        timeout=10,
+    )
     assert ranged.status_code == 416
 
 
 def test_a_burst_of_speech_is_refused_per_address_and_another_is_served(proxied_audio):
     audio, proxy, log_path = proxied_audio
     # Without X-App-Request the service refuses at once (403): cheap, and nginx counts it all the same.
-    answers = burst_until_refused(lambda: request_from(
-        proxy.port, "127.0.0.2", "POST", "/api/audio/speech", "audio.localhost", {"text": "x", "voiceId": "en-us"}))
+    answers = burst_until_refused(
+        lambda: request_from(
+            proxy.port, "127.0.0.2", "POST", "/api/audio/speech", "audio.localhost", {"text": "x", "voiceId": "en-us"}
+        )
+    )
     assert {status for status, _, _ in answers} <= {403, 429}
     for status, headers, body in answers:
         if status == 429:
             assert headers["retry-after"] == "1"
             assert json.loads(body) == {"error": "too many requests from this address, slow down"}
-    status, headers, body = request_from(proxy.port, "127.0.0.3", "POST", "/api/audio/speech", "audio.localhost",
-                                         {"text": "a legitimate request", "voiceId": "en-us"}, APP)
+    status, headers, body = request_from(
+        proxy.port,
+        "127.0.0.3",
+        "POST",
+        "/api/audio/speech",
+        "audio.localhost",
+        {"text": "a legitimate request", "voiceId": "en-us"},
+        APP,
+    )
     assert status == 200 and headers["content-type"] == "audio/mpeg"

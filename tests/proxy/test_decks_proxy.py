@@ -1,6 +1,7 @@
 """The deck review service behind a real nginx (spec 000 part B: proxy rules and
 limits). Every request goes to nginx on 127.0.0.1 with the Host header of the site;
 nginx runs from the templates of nginx/, rendered by devtools.nginx."""
+
 import base64
 import json
 import os
@@ -28,6 +29,7 @@ LIMIT = 64 * 1024 * 1024
 
 
 # --------------------------------------------------------------------------- helpers
+
 
 class SSEReader:
     """SSE records from a streaming `requests` response, read byte by byte so that
@@ -93,8 +95,7 @@ def https_get(port, host, path, cafile):
     context = ssl.create_default_context(cafile=str(cafile))
     with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
         with context.wrap_socket(raw, server_hostname=host) as tls:
-            tls.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
-                        .encode())
+            tls.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
             data = b""
             while chunk := tls.recv(65536):
                 data += chunk
@@ -110,20 +111,23 @@ def oversized_body():
 
 # --------------------------------------------------------------------------- config
 
+
 def all_sites():
     return {s: f"127.0.0.1:{7080 + i}" for i, s in enumerate(nginx_tool.site_services())}
 
 
 @pytest.mark.parametrize("listen_address", ["127.0.0.1", ["0.0.0.0", "[::]"]])
 def test_rendered_config_passes_nginx_t(tmp_path, listen_address):
-    conf = nginx_tool.render(tmp_path, nginx_tool.variables_for(8080, all_sites(),
-                                                                listen_address=listen_address))
+    conf = nginx_tool.render(tmp_path, nginx_tool.variables_for(8080, all_sites(), listen_address=listen_address))
     result = nginx_tool.test_config(tmp_path, check=False)
     assert result.returncode == 0, result.stderr
     assert "test is successful" in result.stderr
-    rendered = "\n".join(line for p in tmp_path.rglob("*.conf")
-                         for line in p.read_text().splitlines()
-                         if not line.strip().startswith("#"))
+    rendered = "\n".join(
+        line
+        for p in tmp_path.rglob("*.conf")
+        for line in p.read_text().splitlines()
+        if not line.strip().startswith("#")
+    )
     # Everything nginx opens is inside the prefix: nothing of the system's nginx.
     for system_path in ("/etc/nginx", "/var/log/nginx", "/var/lib/nginx", "/run"):
         assert system_path not in rendered
@@ -145,17 +149,16 @@ def test_templates_need_only_the_site_variables(tmp_path):
 
 def test_tls_config_passes_nginx_t(tmp_path, self_signed_cert):
     cert, key = self_signed_cert
-    variables = nginx_tool.variables_for(8443, all_sites(), tls_certificate=cert,
-                                         tls_certificate_key=key, http2=True,
-                                         http_redirect_port=8080)
+    variables = nginx_tool.variables_for(
+        8443, all_sites(), tls_certificate=cert, tls_certificate_key=key, http2=True, http_redirect_port=8080
+    )
     nginx_tool.render(tmp_path, variables)
     result = nginx_tool.test_config(tmp_path, check=False)
     assert result.returncode == 0, result.stderr
     site = (tmp_path / "sites" / "decks.conf").read_text()
     assert "listen 127.0.0.1:8443 ssl http2;" in site
     assert f"ssl_certificate {cert};" in site
-    assert "return 301 https://$host:8443$request_uri;" in (tmp_path / "sites" /
-                                                            "default.conf").read_text()
+    assert "return 301 https://$host:8443$request_uri;" in (tmp_path / "sites" / "default.conf").read_text()
 
 
 def test_tls_serves_the_site_and_forwards_https(nginx_for, echo_backend, self_signed_cert):
@@ -175,6 +178,7 @@ def test_tls_serves_the_site_and_forwards_https(nginx_for, echo_backend, self_si
 
 # --------------------------------------------------------------------------- SSE
 
+
 def test_stream_is_not_buffered(deck_session, nginx_for):
     service, session = deck_session
     proxy = nginx_for(service)
@@ -182,8 +186,7 @@ def test_stream_is_not_buffered(deck_session, nginx_for):
     stream_url = f"{proxy.url}/api/sessions/{session['id']}/stream"
     events_url = f"{proxy.url}/api/sessions/{session['id']}/events"
     # requests asks for gzip: the stream must come back uncompressed all the same.
-    with requests.get(stream_url, headers=headers, stream=True,
-                      timeout=(READ_TIMEOUT, READ_TIMEOUT)) as response:
+    with requests.get(stream_url, headers=headers, stream=True, timeout=(READ_TIMEOUT, READ_TIMEOUT)) as response:
         assert response.status_code == 200
         assert response.headers["Content-Type"].startswith("text/event-stream")
         assert response.headers["Cache-Control"] == "no-cache"
@@ -198,8 +201,9 @@ def test_stream_is_not_buffered(deck_session, nginx_for):
         # The 15-byte opening comment arrives alone: a buffering proxy would hold it.
         assert reader.next_record()["comment"] == "stream open"
         for _n, text in enumerate(["first through nginx", "second through nginx"], start=1):
-            posted = requests.post(events_url, headers=headers, timeout=10,
-                                   json={"type": "note", "slide": 0, "text": text})
+            posted = requests.post(
+                events_url, headers=headers, timeout=10, json={"type": "note", "slide": 0, "text": text}
+            )
             assert posted.status_code == 201, posted.text
             seq = posted.json()["seq"]
             record = reader.record_with_seq(seq)
@@ -212,8 +216,9 @@ def test_stream_bytes_are_relayed_without_rechunking(deck_session, nginx_for):
     sizes, no compression, one HTTP/1.1 response delimited by closing."""
     service, session = deck_session
     proxy = nginx_for(service)
-    request = (f"GET /api/sessions/{session['id']}/stream HTTP/1.1\r\n"
-               f"Host: decks.localhost\r\nAccept-Encoding: gzip\r\n\r\n").encode()
+    request = (
+        f"GET /api/sessions/{session['id']}/stream HTTP/1.1\r\nHost: decks.localhost\r\nAccept-Encoding: gzip\r\n\r\n"
+    ).encode()
     data = raw_exchange(proxy.port, request, until=b": stream open\n\n")
     head, _, body = data.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200"), data
@@ -227,14 +232,20 @@ def test_last_event_id_passes_through_for_the_replay(deck_session, nginx_for):
     headers = proxy.headers("decks")
     seqs = []
     for text in ("one", "two"):
-        posted = requests.post(f"{proxy.url}/api/sessions/{session['id']}/events",
-                               headers=headers, json={"type": "note", "slide": 0, "text": text},
-                               timeout=10)
+        posted = requests.post(
+            f"{proxy.url}/api/sessions/{session['id']}/events",
+            headers=headers,
+            json={"type": "note", "slide": 0, "text": text},
+            timeout=10,
+        )
         assert posted.status_code == 201, posted.text
         seqs.append(posted.json()["seq"])
-    with requests.get(f"{proxy.url}/api/sessions/{session['id']}/stream", stream=True,
-                      headers={**headers, "Last-Event-ID": str(seqs[0])},
-                      timeout=(READ_TIMEOUT, READ_TIMEOUT)) as response:
+    with requests.get(
+        f"{proxy.url}/api/sessions/{session['id']}/stream",
+        stream=True,
+        headers={**headers, "Last-Event-ID": str(seqs[0])},
+        timeout=(READ_TIMEOUT, READ_TIMEOUT),
+    ) as response:
         reader = SSEReader(response)
         assert reader.next_record()["comment"] == "stream open"
         replayed = reader.next_record()
@@ -242,6 +253,7 @@ def test_last_event_id_passes_through_for_the_replay(deck_session, nginx_for):
 
 
 # --------------------------------------------------------------------------- body limit
+
 
 def test_body_over_the_limit_is_refused_by_nginx(logged_deck_session, nginx_for, oversized_body):
     service, session, log = logged_deck_session
@@ -258,7 +270,7 @@ def test_body_over_the_limit_is_refused_by_nginx(logged_deck_session, nginx_for,
     def pieces(size=1024 * 1024):
         view = memoryview(oversized_body)
         for start in range(0, len(view), size):
-            yield bytes(view[start:start + size])
+            yield bytes(view[start : start + size])
 
     refused = requests.post(proxy.url + path, data=pieces(), headers=headers, timeout=60)
     assert refused.status_code == 413
@@ -267,8 +279,7 @@ def test_body_over_the_limit_is_refused_by_nginx(logged_deck_session, nginx_for,
     assert "client intended to send too large chunked body" in proxy.stderr_text()
 
     # A later request is logged by the service; the refused ones never reached it.
-    marker = requests.get(f"{proxy.url}/api/sessions/{session['id']}", headers=headers,
-                          timeout=10)
+    marker = requests.get(f"{proxy.url}/api/sessions/{session['id']}", headers=headers, timeout=10)
     assert marker.status_code == 200
     log.wait_for(f"GET /api/sessions/{session['id']} 200")
     assert not [line for line in log.request_lines() if path in line], log.text()
@@ -280,17 +291,20 @@ def test_body_under_the_limit_reaches_the_service(logged_deck_session, nginx_for
     service, session, log = logged_deck_session
     proxy = nginx_for(service)
     png = (SAMPLE_DECK / "images" / "chart.png").read_bytes()
-    body = json.dumps({"slide": 0, "image": "data:image/png;base64,"
-                       + base64.b64encode(png).decode()})
+    body = json.dumps({"slide": 0, "image": "data:image/png;base64," + base64.b64encode(png).decode()})
     body = body.encode() + b" " * (2 * 1024 * 1024)  # JSON allows trailing whitespace
-    posted = requests.post(f"{proxy.url}/api/sessions/{session['id']}/scribble", data=body,
-                           headers=proxy.headers("decks", **{"Content-Type": "application/json"}),
-                           timeout=30)
+    posted = requests.post(
+        f"{proxy.url}/api/sessions/{session['id']}/scribble",
+        data=body,
+        headers=proxy.headers("decks", **{"Content-Type": "application/json"}),
+        timeout=30,
+    )
     assert posted.status_code == 201, posted.text
     assert "buffered to a temporary file" in proxy.stderr_text()
     name = posted.json()["file"]
-    fetched = requests.get(f"{proxy.url}/api/sessions/{session['id']}/scribbles/{name}",
-                           headers=proxy.headers("decks"), timeout=10)
+    fetched = requests.get(
+        f"{proxy.url}/api/sessions/{session['id']}/scribbles/{name}", headers=proxy.headers("decks"), timeout=10
+    )
     assert fetched.status_code == 200
     assert fetched.content == png
     line = log.wait_for(f"POST /api/sessions/{session['id']}/scribble 201")
@@ -299,6 +313,7 @@ def test_body_under_the_limit_reaches_the_service(logged_deck_session, nginx_for
 
 
 # --------------------------------------------------------------------------- backend down
+
 
 def test_502_for_every_route_while_the_backend_is_down(deck_session, nginx_for):
     service, session = deck_session
@@ -309,14 +324,18 @@ def test_502_for_every_route_while_the_backend_is_down(deck_session, nginx_for):
     took = service.stop(timeout=STOP_TIMEOUT)
     assert took < STOP_TIMEOUT
     sid = session["id"]
-    calls = [("GET", "/", None), ("GET", "/healthz", None), ("GET", "/api/decks", None),
-             ("GET", f"/api/sessions/{sid}", None), ("GET", f"/api/sessions/{sid}/stream", None),
-             ("POST", "/api/sessions", {"deck_id": "welcome"}),
-             ("POST", f"/api/sessions/{sid}/events", {"type": "note", "slide": 0, "text": "x"}),
-             ("DELETE", "/api/decks/welcome", None)]
+    calls = [
+        ("GET", "/", None),
+        ("GET", "/healthz", None),
+        ("GET", "/api/decks", None),
+        ("GET", f"/api/sessions/{sid}", None),
+        ("GET", f"/api/sessions/{sid}/stream", None),
+        ("POST", "/api/sessions", {"deck_id": "welcome"}),
+        ("POST", f"/api/sessions/{sid}/events", {"type": "note", "slide": 0, "text": "x"}),
+        ("DELETE", "/api/decks/welcome", None),
+    ]
     for method, path, body in calls:
-        response = requests.request(method, proxy.url + path, headers=headers, json=body,
-                                    timeout=10)
+        response = requests.request(method, proxy.url + path, headers=headers, json=body, timeout=10)
         assert response.status_code == 502, (method, path, response.text)
         assert response.headers["Content-Type"] == "application/json"
         assert response.json() == {"error": "the deck review service is not available"}
@@ -337,21 +356,28 @@ def test_502_for_every_route_while_the_backend_is_down(deck_session, nginx_for):
 # --------------------------------------------------------------------------- headers
 
 SPOOFED = {
-    "Remote-User": "admin", "Remote-Groups": "admins", "Remote-Email": "admin@example.org",
-    "Remote-Name": "Admin", "X-Forwarded-User": "admin", "X-Auth-Request-User": "admin",
-    "X-Forwarded-For": "203.0.113.9", "X-Real-IP": "203.0.113.9",
-    "X-Forwarded-Proto": "https", "X-Forwarded-Host": "evil.example",
+    "Remote-User": "admin",
+    "Remote-Groups": "admins",
+    "Remote-Email": "admin@example.org",
+    "Remote-Name": "Admin",
+    "X-Forwarded-User": "admin",
+    "X-Auth-Request-User": "admin",
+    "X-Forwarded-For": "203.0.113.9",
+    "X-Real-IP": "203.0.113.9",
+    "X-Forwarded-Proto": "https",
+    "X-Forwarded-Host": "evil.example",
     "X-Request-Id": "chosen-by-the-client",
 }
 
 
-@pytest.mark.parametrize("path", ["/api/decks", "/api/sessions/s1/stream"],
-                         ids=["api", "stream"])
+@pytest.mark.parametrize("path", ["/api/decks", "/api/sessions/s1/stream"], ids=["api", "stream"])
 def test_proxy_headers_reach_the_backend_and_identity_does_not(nginx_for, echo_backend, path):
     proxy = nginx_for(echo_backend)
-    response = requests.get(proxy.url + path, timeout=10, headers={
-        "Host": "decks.localhost", **SPOOFED, "Last-Event-ID": "7",
-        "Authorization": "Bearer kept"})
+    response = requests.get(
+        proxy.url + path,
+        timeout=10,
+        headers={"Host": "decks.localhost", **SPOOFED, "Last-Event-ID": "7", "Authorization": "Bearer kept"},
+    )
     assert response.status_code == 200
     seen = response.json()
     assert seen["path"] == path and seen["version"] == "HTTP/1.1"
@@ -363,8 +389,14 @@ def test_proxy_headers_reach_the_backend_and_identity_does_not(nginx_for, echo_b
     assert header_values(seen, "X-Forwarded-Port") == [str(proxy.port)]
     request_id = header_values(seen, "X-Request-Id")
     assert len(request_id) == 1 and re.fullmatch(r"[0-9a-f]{32}", request_id[0])
-    for name in ("Remote-User", "Remote-Groups", "Remote-Email", "Remote-Name",
-                 "X-Forwarded-User", "X-Auth-Request-User"):
+    for name in (
+        "Remote-User",
+        "Remote-Groups",
+        "Remote-Email",
+        "Remote-Name",
+        "X-Forwarded-User",
+        "X-Auth-Request-User",
+    ):
         assert header_values(seen, name) == [], name
     assert header_values(seen, "Connection") == []  # keepalive to the backend
     # The client's own headers pass.
@@ -376,9 +408,11 @@ def test_underscore_spelling_of_identity_headers_is_dropped(nginx_for, echo_back
     """WSGI maps Remote_User and Remote-User to the same HTTP_REMOTE_USER; nginx
     drops header names with an underscore (ignore_invalid_headers)."""
     proxy = nginx_for(echo_backend)
-    response = requests.get(proxy.url + "/api/decks", timeout=10,
-                            headers={"Host": "decks.localhost", "Remote_User": "admin",
-                                     "X_Forwarded_For": "203.0.113.9"})
+    response = requests.get(
+        proxy.url + "/api/decks",
+        timeout=10,
+        headers={"Host": "decks.localhost", "Remote_User": "admin", "X_Forwarded_For": "203.0.113.9"},
+    )
     assert response.status_code == 200
     names = {name.lower().replace("_", "-") for name, _ in response.json()["headers"]}
     assert "remote-user" not in names
@@ -387,20 +421,17 @@ def test_underscore_spelling_of_identity_headers_is_dropped(nginx_for, echo_back
 
 def test_unknown_host_is_refused_without_reaching_a_backend(nginx_for, echo_backend):
     proxy = nginx_for(echo_backend)
-    response = requests.get(proxy.url + "/api/decks", headers={"Host": "other.localhost"},
-                            timeout=10)
+    response = requests.get(proxy.url + "/api/decks", headers={"Host": "other.localhost"}, timeout=10)
     assert response.status_code == 421
     assert echo_backend.seen == []
-    assert requests.get(proxy.url + "/api/decks", headers=proxy.headers("decks"),
-                        timeout=10).status_code == 200
+    assert requests.get(proxy.url + "/api/decks", headers=proxy.headers("decks"), timeout=10).status_code == 200
     assert len(echo_backend.seen) == 1
 
 
 def test_request_bodies_pass_unchanged(nginx_for, echo_backend):
     proxy = nginx_for(echo_backend)
     body = os.urandom(300 * 1024)
-    response = requests.post(proxy.url + "/api/decks/import", data=body, timeout=10,
-                             headers=proxy.headers("decks"))
+    response = requests.post(proxy.url + "/api/decks/import", data=body, timeout=10, headers=proxy.headers("decks"))
     assert response.status_code == 200
     seen = response.json()
     assert seen["method"] == "POST" and seen["body_bytes"] == len(body)
@@ -408,8 +439,11 @@ def test_request_bodies_pass_unchanged(nginx_for, echo_backend):
 
 # --------------------------------------------------------------------------- tooling
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
-                    reason="runs the tooling as an unprivileged user: needs root and setpriv")
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None,
+    reason="runs the tooling as an unprivileged user: needs root and setpriv",
+)
 def test_tooling_runs_nginx_as_an_unprivileged_user(echo_backend):
     """The same tooling as a normal user: no `user` line, nothing outside the prefix."""
     prefix = Path(tempfile.mkdtemp(prefix="bundle-nginx-nobody-"))
@@ -425,12 +459,16 @@ def test_tooling_runs_nginx_as_an_unprivileged_user(echo_backend):
             "    print(urllib.request.urlopen(request, timeout=10).status)\n"
             "    print(proxy.test_config().returncode)\n"
             "finally:\n"
-            "    proxy.stop()\n")
+            "    proxy.stop()\n"
+        )
         result = subprocess.run(
-            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-             sys.executable, "-c", script],
-            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(prefix)},
-            capture_output=True, text=True, timeout=60)
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", script],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(prefix)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert result.returncode == 0, result.stderr
         assert result.stdout.split() == ["200", "0"]
         assert "user " not in (prefix / "nginx.conf").read_text()
@@ -441,21 +479,29 @@ def test_tooling_runs_nginx_as_an_unprivileged_user(echo_backend):
 
 # --------------------------------------------------------------------------- abuse limits
 
+
 def test_a_burst_of_writes_is_refused_per_address_and_others_still_write(deck_session, nginx_for):
     service, session = deck_session
     proxy = nginx_for(service)
     note = {"type": "note", "slide": 0, "text": "flood"}
     # A session that does not exist: the service's answer (404) is cheap; nginx counts it all the same.
-    answers = burst_until_refused(lambda: request_from(
-        proxy.port, "127.0.0.2", "POST", "/api/sessions/nope/events", "decks.localhost", note))
+    answers = burst_until_refused(
+        lambda: request_from(proxy.port, "127.0.0.2", "POST", "/api/sessions/nope/events", "decks.localhost", note)
+    )
     assert {status for status, _, _ in answers} <= {404, 429}
     refused = [(headers, body) for status, headers, body in answers if status == 429]
     for headers, body in refused:
         assert headers["content-type"] == "application/json" and headers["retry-after"] == "1"
         assert json.loads(body) == {"error": "too many requests from this address, slow down"}
     # Another address writes at once.
-    status, _, body = request_from(proxy.port, "127.0.0.3", "POST", f"/api/sessions/{session['id']}/events",
-                                   "decks.localhost", {"type": "note", "slide": 0, "text": "legitimate"})
+    status, _, body = request_from(
+        proxy.port,
+        "127.0.0.3",
+        "POST",
+        f"/api/sessions/{session['id']}/events",
+        "decks.localhost",
+        {"type": "note", "slide": 0, "text": "legitimate"},
+    )
     assert status == 201, body
     assert json.loads(body)["text"] == "legitimate"
 
@@ -484,8 +530,14 @@ def test_the_streams_one_address_may_hold_stay_open_and_the_next_is_refused(deck
         assert json.loads(refused.read())["error"].startswith("too many requests")
         # Other routes from that address, and streams from others, are served.
         assert request_from(proxy.port, "127.0.0.4", "GET", "/api/decks", "decks.localhost")[0] == 200
-        status, _, body = request_from(proxy.port, "127.0.0.5", "POST", f"/api/sessions/{session['id']}/events",
-                                       "decks.localhost", {"type": "note", "slide": 0, "text": "to all"})
+        status, _, body = request_from(
+            proxy.port,
+            "127.0.0.5",
+            "POST",
+            f"/api/sessions/{session['id']}/events",
+            "decks.localhost",
+            {"type": "note", "slide": 0, "text": "to all"},
+        )
         assert status == 201, body
         seq = json.loads(body)["seq"]
         for _, response in streams[:20]:

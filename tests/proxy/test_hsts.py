@@ -1,6 +1,7 @@
 """Strict-Transport-Security on the TLS sites: every answer of every site, whether the
 service wrote it or nginx did (a location with add_header lines of its own drops the
 server's, so each such location includes the snippet again)."""
+
 import re
 import shutil
 import socket
@@ -25,9 +26,29 @@ def every_host_cert(tmp_path_factory):
     names = ",".join(f"DNS:{nginx_tool.default_host(s)}" for s in nginx_tool.SERVICES)
     directory = tmp_path_factory.mktemp("tls-all")
     cert, key = directory / "all.crt", directory / "all.key"
-    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-subj", "/CN=bundle.localhost", "-addext", f"subjectAltName={names}",
-                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [
+            openssl,
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=bundle.localhost",
+            "-addext",
+            f"subjectAltName={names}",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     return cert, key
 
 
@@ -55,8 +76,11 @@ def _own_lines(body):
 
 def _rendered_sites(prefix, **tls):
     # Every optional location rendered: the wizard's files, the workspace's app hosts.
-    optional = {"wizard_uploads_dir": str(prefix / "uploads"), "wizard_lists_dir": str(prefix / "lists"),
-                "workspace_apps_host": "*.apps.localhost"}
+    optional = {
+        "wizard_uploads_dir": str(prefix / "uploads"),
+        "wizard_lists_dir": str(prefix / "lists"),
+        "workspace_apps_host": "*.apps.localhost",
+    }
     variables = nginx_tool.variables_for(8443, {s: "127.0.0.1:9" for s in nginx_tool.SERVICES}, **tls, **optional)
     nginx_tool.render(prefix, variables)
     return {site.name: site.read_text() for site in (prefix / "sites").glob("*.conf")}
@@ -89,17 +113,22 @@ def _head(port, host, path, cafile):
             while chunk := tls.recv(65536):
                 data += chunk
     head = data.partition(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
-    return int(head[0].split()[1]), {k.strip().lower(): v.strip() for k, _, v in
-                                     (line.partition(":") for line in head[1:])}
+    return int(head[0].split()[1]), {
+        k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in head[1:])
+    }
 
 
 def test_answers_of_the_services_and_of_nginx_carry_hsts(tmp_path, every_host_cert):
     cert, key = every_host_cert
     backends = {service: EchoServer(service) for service in nginx_tool.SERVICES}
     (tmp_path / "uploads").mkdir()
-    proxy = nginx_tool.start(tmp_path / "nginx", upstreams={s: f"127.0.0.1:{b.port}" for s, b in backends.items()},
-                             tls_certificate=cert, tls_certificate_key=key,
-                             variables={"wizard_uploads_dir": str(tmp_path / "uploads")})
+    proxy = nginx_tool.start(
+        tmp_path / "nginx",
+        upstreams={s: f"127.0.0.1:{b.port}" for s, b in backends.items()},
+        tls_certificate=cert,
+        tls_certificate_key=key,
+        variables={"wizard_uploads_dir": str(tmp_path / "uploads")},
+    )
     try:
         for service in nginx_tool.SERVICES:
             status, headers = _head(proxy.port, nginx_tool.default_host(service), "/healthz", cert)

@@ -1,5 +1,6 @@
 """The notebook site's tight rate limit (a POST that runs a model or adds a source) covers
 every route that adds a source: /sources/json escaped it once (issue #32)."""
+
 import re
 
 from devtools import nginx as nginx_tool
@@ -11,9 +12,11 @@ def _heavy_location(prefix):
     variables = nginx_tool.variables_for(8080, {"notebook": "127.0.0.1:9"})
     nginx_tool.render(prefix, variables)
     site = (prefix / "sites" / "notebook.conf").read_text()
-    (pattern,) = [match.group(1) for match in re.finditer(r"location ~ (\S+) \{([^}]*)\}", site)
-                  if "zone=notebook_heavy" in match.group(2)
-                  and "sources" in match.group(1)]
+    (pattern,) = [
+        match.group(1)
+        for match in re.finditer(r"location ~ (\S+) \{([^}]*)\}", site)
+        if "zone=notebook_heavy" in match.group(2) and "sources" in match.group(1)
+    ]
     return re.compile(pattern)
 
 

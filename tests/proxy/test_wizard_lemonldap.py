@@ -3,14 +3,14 @@ the wizard's site asks it over FastCGI (`wizard_auth_fastcgi_pass`, the same
 llng-fastcgi-server process that runs the portal: no new service), and the headers the
 handler exports for the wizard's host (`Remote-User: $uid`, `Remote-Groups: $groups`)
 are what the wizard reads. A visitor without a portal session is `public`."""
+
 import pytest
 import requests
 
 from devtools import nginx
 from devtools.lemonldap import LemonLdap, portal_session
 
-FORGED = {"Remote-User": "root", "Remote-Groups": "admins", "X-Wiz-Test-User": "root",
-          "X-Wiz-Test-Groups": "admins"}
+FORGED = {"Remote-User": "root", "Remote-Groups": "admins", "X-Wiz-Test-User": "root", "X-Wiz-Test-Groups": "admins"}
 
 
 @pytest.fixture(scope="module")
@@ -27,9 +27,11 @@ def portal():
 
 @pytest.fixture(scope="module")
 def proxy(wizard_backend, portal, tmp_path_factory):
-    running = nginx.start(tmp_path_factory.mktemp("nginx-wizard-llng"),
-                          upstreams={"wizard": f"127.0.0.1:{wizard_backend.port}"},
-                          variables={"wizard_auth_fastcgi_pass": f"unix:{portal.handler_socket}"})
+    running = nginx.start(
+        tmp_path_factory.mktemp("nginx-wizard-llng"),
+        upstreams={"wizard": f"127.0.0.1:{wizard_backend.port}"},
+        variables={"wizard_auth_fastcgi_pass": f"unix:{portal.handler_socket}"},
+    )
     yield running
     running.stop()
 
@@ -55,19 +57,24 @@ def test_signed_in_visitors_carry_their_user_and_groups(proxy, portal):
     assert me(proxy, **doctor) == {"id": "dwho", "username": "dwho", "is_admin": True}
     assert me(proxy, **doctor, **{"Remote-User": "root", "Remote-Groups": ""})["id"] == "dwho"
     rose = signed_in(portal, "rtyler")  # earthlings; users
-    assert me(proxy, **rose, **{"Remote-Groups": "admins"}) == {"id": "rtyler", "username": "rtyler",
-                                                               "is_admin": False}
+    assert me(proxy, **rose, **{"Remote-Groups": "admins"}) == {"id": "rtyler", "username": "rtyler", "is_admin": False}
 
 
 def test_a_write_lands_in_the_signed_in_users_library(proxy, portal):
     rose = signed_in(portal, "rtyler")
-    saved = requests.post(proxy.url + "/api/collections/saved_prompts", timeout=10,
-                          headers=proxy.headers("wizard", **rose), json={"text": "through the handler"})
+    saved = requests.post(
+        proxy.url + "/api/collections/saved_prompts",
+        timeout=10,
+        headers=proxy.headers("wizard", **rose),
+        json={"text": "through the handler"},
+    )
     assert saved.status_code in (200, 201), saved.text
-    mine = requests.get(proxy.url + "/api/collections/saved_prompts", headers=proxy.headers("wizard", **rose),
-                        timeout=10).json()
-    public = requests.get(proxy.url + "/api/collections/saved_prompts", headers=proxy.headers("wizard"),
-                          timeout=10).json()
+    mine = requests.get(
+        proxy.url + "/api/collections/saved_prompts", headers=proxy.headers("wizard", **rose), timeout=10
+    ).json()
+    public = requests.get(
+        proxy.url + "/api/collections/saved_prompts", headers=proxy.headers("wizard"), timeout=10
+    ).json()
     assert "through the handler" in str(mine) and "through the handler" not in str(public)
 
 
@@ -82,8 +89,11 @@ def test_after_logging_out_at_the_portal_the_visitor_is_public(proxy, portal):
 def test_an_unreachable_handler_fails_closed(wizard_backend, tmp_path_factory):
     # Never `public` meanwhile: a signed-in user's writes would land in the shared library.
     folder = tmp_path_factory.mktemp("nginx-wizard-llng-down")
-    down = nginx.start(folder, upstreams={"wizard": f"127.0.0.1:{wizard_backend.port}"},
-                       variables={"wizard_auth_fastcgi_pass": f"unix:{folder}/no-handler.sock"})
+    down = nginx.start(
+        folder,
+        upstreams={"wizard": f"127.0.0.1:{wizard_backend.port}"},
+        variables={"wizard_auth_fastcgi_pass": f"unix:{folder}/no-handler.sock"},
+    )
     try:
         response = requests.get(down.url + "/api/me", headers=down.headers("wizard"), timeout=10)
         assert response.status_code == 500

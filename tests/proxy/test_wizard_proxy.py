@@ -3,6 +3,7 @@ Client-sent identity and test headers never get through; forward auth at an
 Authelia-shaped provider makes signed-in visitors themselves and everyone else
 `public`; uploads are served from the folder with nosniff; collection lists are sent
 by nginx from the files the service names; events are unbuffered."""
+
 import io
 import re
 import threading
@@ -16,8 +17,13 @@ from devtools import nginx
 from devtools.oidc_provider import SESSION_COOKIE, portal_session
 from tests.support.wizard import FORWARD_AUTH_PASSWORD
 
-FORGED = {"Remote-User": "root", "Remote-Groups": "admins", "X-Wiz-Test-User": "root",
-          "X-Wiz-Test-Groups": "admins", "X-Forwarded-For": "127.0.0.1"}
+FORGED = {
+    "Remote-User": "root",
+    "Remote-Groups": "admins",
+    "X-Wiz-Test-User": "root",
+    "X-Wiz-Test-Groups": "admins",
+    "X-Forwarded-For": "127.0.0.1",
+}
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +54,9 @@ def open_proxy(wizard_backend, tmp_path_factory):
 @pytest.fixture(scope="module")
 def auth_proxy(wizard_backend, forward_auth_provider, tmp_path_factory):
     """Forward auth, and no lists folder: the service sends every list itself."""
-    proxy = site(wizard_backend, tmp_path_factory.mktemp("nginx-wizard-auth"), lists=False,
-                 provider=forward_auth_provider)
+    proxy = site(
+        wizard_backend, tmp_path_factory.mktemp("nginx-wizard-auth"), lists=False, provider=forward_auth_provider
+    )
     yield proxy
     proxy.stop()
 
@@ -96,8 +103,12 @@ def test_signed_in_visitors_carry_their_user_and_groups(auth_proxy, forward_auth
 def test_uploads_are_served_from_the_folder_with_nosniff(open_proxy, wizard_backend):
     buffer = io.BytesIO()
     Image.new("RGB", (4, 4)).save(buffer, "WEBP")
-    response = requests.post(open_proxy.url + "/api/uploads", headers=open_proxy.headers("wizard"),
-                             files={"file": ("a.webp", buffer.getvalue(), "image/webp")}, timeout=10)
+    response = requests.post(
+        open_proxy.url + "/api/uploads",
+        headers=open_proxy.headers("wizard"),
+        files={"file": ("a.webp", buffer.getvalue(), "image/webp")},
+        timeout=10,
+    )
     assert response.status_code == 201
     url = response.json()["url"]
     served = requests.get(open_proxy.url + url, headers=open_proxy.headers("wizard"), timeout=10)
@@ -109,29 +120,41 @@ def test_uploads_are_served_from_the_folder_with_nosniff(open_proxy, wizard_back
     (wizard_backend.data_dir / "uploads" / old_name).write_bytes(buffer.getvalue())
     old = requests.get(open_proxy.url + "/uploads/" + old_name, headers=open_proxy.headers("wizard"), timeout=10)
     assert old.status_code == 200 and old.content == buffer.getvalue()
-    for path in ("/uploads/../wizard.db", "/uploads/wizard.db", "/uploads/" + "0" * 32 + ".png",
-                 "/uploads/00000000-0000-0000-0000-000000000000.png"):
+    for path in (
+        "/uploads/../wizard.db",
+        "/uploads/wizard.db",
+        "/uploads/" + "0" * 32 + ".png",
+        "/uploads/00000000-0000-0000-0000-000000000000.png",
+    ):
         missing = requests.get(open_proxy.url + path, headers=open_proxy.headers("wizard"), timeout=10)
         assert missing.status_code == 404 and b"SQLite" not in missing.content
 
 
 def test_a_body_over_the_upload_limit_is_refused_by_nginx(open_proxy):
-    response = requests.post(open_proxy.url + "/api/uploads", headers=open_proxy.headers("wizard"),
-                             files={"file": ("big.png", b"\0" * (10 * 1024 * 1024), "image/png")}, timeout=30)
+    response = requests.post(
+        open_proxy.url + "/api/uploads",
+        headers=open_proxy.headers("wizard"),
+        files={"file": ("big.png", b"\0" * (10 * 1024 * 1024), "image/png")},
+        timeout=30,
+    )
     assert response.status_code == 413
     assert "8 MB" in response.json()["error"]
 
 
 def test_events_flow_through_unbuffered(open_proxy):
-    with requests.get(open_proxy.url + "/api/events", headers=open_proxy.headers("wizard"), stream=True,
-                      timeout=10) as stream:
+    with requests.get(
+        open_proxy.url + "/api/events", headers=open_proxy.headers("wizard"), stream=True, timeout=10
+    ) as stream:
         assert stream.status_code == 200
         assert stream.headers["X-Accel-Buffering"] == "no"
-        requests.post(open_proxy.url + "/api/collections/saved_prompts", headers=open_proxy.headers("wizard"),
-                      json={"text": "through nginx"}, timeout=10)
+        requests.post(
+            open_proxy.url + "/api/collections/saved_prompts",
+            headers=open_proxy.headers("wizard"),
+            json={"text": "through nginx"},
+            timeout=10,
+        )
         record = next(iter_records(stream))
         assert record.json() == {"collection": "saved_prompts"}
-
 
 
 def test_an_unavailable_identity_provider_fails_closed(auth_proxy, forward_auth_provider):
@@ -147,8 +170,9 @@ def test_an_unavailable_identity_provider_fails_closed(auth_proxy, forward_auth_
 
 
 def list_of(proxy, params=None, **headers):
-    return requests.get(proxy.url + "/api/collections/blueprints", params=params,
-                        headers=proxy.headers("wizard", **headers), timeout=10)
+    return requests.get(
+        proxy.url + "/api/collections/blueprints", params=params, headers=proxy.headers("wizard", **headers), timeout=10
+    )
 
 
 # A filtered read: never answered from the published anonymous view (below).
@@ -156,11 +180,19 @@ PUBLIC_ROWS = {"filter": '{"is_public":true}'}
 
 
 def test_collection_lists_are_sent_by_nginx_from_the_named_file(open_proxy, wizard_backend):
-    requests.post(open_proxy.url + "/api/collections/blueprints", headers=open_proxy.headers("wizard"),
-                  json={"title": "sent by nginx", "is_public": True}, timeout=10)
+    requests.post(
+        open_proxy.url + "/api/collections/blueprints",
+        headers=open_proxy.headers("wizard"),
+        json={"title": "sent by nginx", "is_public": True},
+        timeout=10,
+    )
     through = list_of(open_proxy, PUBLIC_ROWS)
-    direct = requests.get(wizard_backend.base_url + "/api/collections/blueprints", params=PUBLIC_ROWS,
-                          headers={"Remote-User": "public"}, timeout=10)
+    direct = requests.get(
+        wizard_backend.base_url + "/api/collections/blueprints",
+        params=PUBLIC_ROWS,
+        headers={"Remote-User": "public"},
+        timeout=10,
+    )
     assert through.status_code == 200 and through.content == direct.content
     tag = through.headers["ETag"]
     assert tag == direct.headers["ETag"]
@@ -171,8 +203,14 @@ def test_collection_lists_are_sent_by_nginx_from_the_named_file(open_proxy, wiza
     unchanged = list_of(open_proxy, PUBLIC_ROWS, **{"If-None-Match": tag})
     assert unchanged.status_code == 304 and unchanged.content == b"" and unchanged.headers["ETag"] == tag
     # The internal location is not reachable from outside.
-    assert requests.get(open_proxy.url + "/_wizard_lists/" + tag.strip('"') + ".json",
-                        headers=open_proxy.headers("wizard"), timeout=10).status_code == 404
+    assert (
+        requests.get(
+            open_proxy.url + "/_wizard_lists/" + tag.strip('"') + ".json",
+            headers=open_proxy.headers("wizard"),
+            timeout=10,
+        ).status_code
+        == 404
+    )
 
 
 def test_a_client_cannot_ask_for_a_file_redirect_where_nginx_sends_none(auth_proxy):
@@ -184,11 +222,15 @@ def test_a_list_file_nginx_cannot_find_is_sent_by_the_service(wizard_backend, tm
     # nginx looks in an empty folder: every file is "gone", as one swept between the
     # service's answer and nginx's open would be.
     prefix = tmp_path_factory.mktemp("nginx-wizard-lists-gone")
-    proxy = nginx.start(prefix, upstreams={"wizard": f"127.0.0.1:{wizard_backend.port}"},
-                        variables={"wizard_lists_dir": str(prefix / "elsewhere")})
+    proxy = nginx.start(
+        prefix,
+        upstreams={"wizard": f"127.0.0.1:{wizard_backend.port}"},
+        variables={"wizard_lists_dir": str(prefix / "elsewhere")},
+    )
     try:
-        direct = requests.get(wizard_backend.base_url + "/api/collections/blueprints",
-                              headers={"Remote-User": "public"}, timeout=10)
+        direct = requests.get(
+            wizard_backend.base_url + "/api/collections/blueprints", headers={"Remote-User": "public"}, timeout=10
+        )
         answer = list_of(proxy)
         assert answer.status_code == 200 and answer.content == direct.content
         assert answer.headers["ETag"] == direct.headers["ETag"]
@@ -197,6 +239,7 @@ def test_a_list_file_nginx_cannot_find_is_sent_by_the_service(wizard_backend, tm
 
 
 # ---- the anonymous view, published and sent by nginx alone (app/wizard/public_lists.py)
+
 
 @pytest.fixture(scope="module")
 def auth_lists_proxy(wizard_backend, forward_auth_provider, tmp_path_factory):
@@ -209,8 +252,10 @@ def auth_lists_proxy(wizard_backend, forward_auth_provider, tmp_path_factory):
 def sent_by_nginx_alone(answer):
     """An answer nginx made from a published file: its own ETag (the file's time and
     size, in hex) and none of the service's headers."""
-    return (re.fullmatch(r'"[0-9a-f]+-[0-9a-f]+"', answer.headers.get("ETag", "")) is not None
-            and "X-Request-Id" not in answer.headers)
+    return (
+        re.fullmatch(r'"[0-9a-f]+-[0-9a-f]+"', answer.headers.get("ETag", "")) is not None
+        and "X-Request-Id" not in answer.headers
+    )
 
 
 def ids(answer):
@@ -218,27 +263,33 @@ def ids(answer):
 
 
 def post_blueprint(base_url, headers, title, is_public=True):
-    made = requests.post(base_url + "/api/collections/blueprints", headers=headers,
-                         json={"title": title, "is_public": is_public}, timeout=10)
+    made = requests.post(
+        base_url + "/api/collections/blueprints",
+        headers=headers,
+        json={"title": title, "is_public": is_public},
+        timeout=10,
+    )
     assert made.status_code == 201, made.text
     return made.json()
 
 
 def test_the_anonymous_view_is_published_and_kept_current(open_proxy, wizard_backend):
     post_blueprint(open_proxy.url, open_proxy.headers("wizard"), "anonymous view")
-    list_of(open_proxy)   # the first anonymous read (the service's) publishes the view
+    list_of(open_proxy)  # the first anonymous read (the service's) publishes the view
     published = list_of(open_proxy)
     assert published.status_code == 200 and sent_by_nginx_alone(published)
     assert published.headers["Content-Type"] == "application/json"
     assert published.headers["Cache-Control"] == "private, no-cache"
     assert published.headers["X-Content-Type-Options"] == "nosniff"
-    direct = requests.get(wizard_backend.base_url + "/api/collections/blueprints",
-                          headers={"Remote-User": "public"}, timeout=10)
+    direct = requests.get(
+        wizard_backend.base_url + "/api/collections/blueprints", headers={"Remote-User": "public"}, timeout=10
+    )
     assert published.content == direct.content
     tag = published.headers["ETag"]
     assert list_of(open_proxy, **{"If-None-Match": tag}).status_code == 304
-    head = requests.head(open_proxy.url + "/api/collections/blueprints", headers=open_proxy.headers("wizard"),
-                         timeout=10)
+    head = requests.head(
+        open_proxy.url + "/api/collections/blueprints", headers=open_proxy.headers("wizard"), timeout=10
+    )
     assert head.status_code == 200 and head.headers["ETag"] == tag
 
     # Another user's private row: the anonymous view is the same, and so is its tag.
@@ -260,9 +311,13 @@ def test_contents_of_the_same_size_never_share_a_tag(open_proxy, wizard_backend)
     row = post_blueprint(open_proxy.url, open_proxy.headers("wizard"), "title A")
     list_of(open_proxy)
     tags = []
-    for title in ("title B", "title C", "title D"):   # each change keeps the list's size
-        changed = requests.patch(f"{open_proxy.url}/api/collections/blueprints/{row['id']}",
-                                 headers=open_proxy.headers("wizard"), json={"title": title}, timeout=10)
+    for title in ("title B", "title C", "title D"):  # each change keeps the list's size
+        changed = requests.patch(
+            f"{open_proxy.url}/api/collections/blueprints/{row['id']}",
+            headers=open_proxy.headers("wizard"),
+            json={"title": title},
+            timeout=10,
+        )
         assert changed.status_code == 200, changed.text
         answer = list_of(open_proxy, **({"If-None-Match": tags[-1]} if tags else {}))
         assert answer.status_code == 200 and sent_by_nginx_alone(answer)
@@ -276,11 +331,11 @@ def read_on_the_event(proxy, service_url, title):
     written straight to the service; the list read through `proxy` as soon as the
     event arrives, while the write's request may still be answering."""
     written = []
-    with requests.get(proxy.url + "/api/events", headers=proxy.headers("wizard"), stream=True,
-                      timeout=10) as stream:
+    with requests.get(proxy.url + "/api/events", headers=proxy.headers("wizard"), stream=True, timeout=10) as stream:
         assert stream.status_code == 200
-        writer = threading.Thread(target=lambda: written.append(
-            post_blueprint(service_url, {"Remote-User": "ada"}, title)))
+        writer = threading.Thread(
+            target=lambda: written.append(post_blueprint(service_url, {"Remote-User": "ada"}, title))
+        )
         writer.start()
         assert next(iter_records(stream)).json() == {"collection": "blueprints"}
         answer = list_of(proxy)
@@ -299,7 +354,7 @@ def test_a_page_told_of_a_write_reads_the_new_view(open_proxy, wizard_backend):
 def test_signed_in_visitors_are_answered_by_the_service_as_themselves(auth_lists_proxy, forward_auth_provider):
     bo = provider_session(forward_auth_provider, "bo")
     own = post_blueprint(auth_lists_proxy.url, auth_lists_proxy.headers("wizard", **bo), "bo's own", is_public=False)
-    assert own["user_id"] == "bo"   # identified once, passed on to the service
+    assert own["user_id"] == "bo"  # identified once, passed on to the service
     list_of(auth_lists_proxy)
     anonymous = list_of(auth_lists_proxy)
     assert anonymous.status_code == 200 and sent_by_nginx_alone(anonymous) and own["id"] not in ids(anonymous)
@@ -309,8 +364,9 @@ def test_signed_in_visitors_are_answered_by_the_service_as_themselves(auth_lists
     assert own["id"] not in ids(list_of(auth_lists_proxy, **FORGED))
     # A user whose name differs from `public` by its case only is that user, not anonymous.
     capital = provider_session(forward_auth_provider, "Public")
-    theirs = post_blueprint(auth_lists_proxy.url, auth_lists_proxy.headers("wizard", **capital), "Public's own",
-                            is_public=False)
+    theirs = post_blueprint(
+        auth_lists_proxy.url, auth_lists_proxy.headers("wizard", **capital), "Public's own", is_public=False
+    )
     read = list_of(auth_lists_proxy, **capital)
     assert theirs["user_id"] == "Public" and not sent_by_nginx_alone(read) and theirs["id"] in ids(read)
     # A provider that does not answer: refused, never the anonymous view.
@@ -324,12 +380,13 @@ def test_signed_in_visitors_are_answered_by_the_service_as_themselves(auth_lists
 def test_with_two_workers_a_page_told_by_the_other_worker_reads_the_new_view(start_service, redis_server, tmp_path):
     # The write lands on one worker and the event reaches the page's stream through
     # Redis, from whichever worker holds it: the file was rebuilt before the publish.
-    service = start_service("wizard", data_dir=tmp_path / "wizard", workers=2,
-                            env={"REDIS_URL": redis_server.new_url()})
+    service = start_service(
+        "wizard", data_dir=tmp_path / "wizard", workers=2, env={"REDIS_URL": redis_server.new_url()}
+    )
     proxy = site(service, tmp_path / "nginx")
     try:
         list_of(proxy)
-        for number in range(6):   # new connections: the writes and the streams spread over both workers
+        for number in range(6):  # new connections: the writes and the streams spread over both workers
             answer = read_on_the_event(proxy, service.base_url, f"written {number}")
             assert sent_by_nginx_alone(answer) and f"written {number}" in {row["title"] for row in answer.json()}
     finally:

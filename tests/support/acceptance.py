@@ -1,5 +1,6 @@
 """Acceptance checks' targets: a service's public address (`Target`), from the
 command-line options or stood up locally behind a real nginx (`target_for`)."""
+
 import contextlib
 import http.cookiejar
 import shutil
@@ -69,17 +70,25 @@ def _wizard_environment(stack):
     """A local OpenAI-compatible provider (the real one is outside this machine), so
     that the generation checks run; the test identity stays off, as in production."""
     from devtools.fake_providers import FakeProviders
+
     fake = stack.enter_context(FakeProviders(host="127.0.0.1"))
-    return {"WIZ_AI_BASE_URL": fake.base_url(), "WIZ_TEXT_MODEL": "fake-valid-json",
-            "WIZ_IMAGE_MODEL": "fake-webp", "WIZ_AI_PROVIDER": "local-fake"}
+    return {
+        "WIZ_AI_BASE_URL": fake.base_url(),
+        "WIZ_TEXT_MODEL": "fake-valid-json",
+        "WIZ_IMAGE_MODEL": "fake-webp",
+        "WIZ_AI_PROVIDER": "local-fake",
+    }
 
 
 # name: (prepare DATA_DIR before the start, seed the running service, environment:
 # a dict, or a function of an ExitStack that starts what the service needs)
 LOCAL = {
     "decks": (_nothing, _seed_decks, {}),
-    "audio": (lambda data_dir: seed(str(data_dir / "soundlib")), _nothing,
-              {"AUDIO_PUBLIC_ORIGIN": "https://audio.acceptance.example"}),
+    "audio": (
+        lambda data_dir: seed(str(data_dir / "soundlib")),
+        _nothing,
+        {"AUDIO_PUBLIC_ORIGIN": "https://audio.acceptance.example"},
+    ),
     "workspace": (_nothing, _nothing, {}),
     "wizard": (_nothing, _nothing, _wizard_environment),
     # A password no check knows: the checks are the ones an anonymous client can make.
@@ -102,9 +111,11 @@ def target_for(request, tmp_path_factory, name):
         service = services.start(name, data_dir, env=env(stack) if callable(env) else env)
         stack.callback(service.stop)
         seeder(service)
-        proxy = nginx.start(tmp_path_factory.mktemp(f"acceptance-{name}-nginx"), None,
-                            {name: f"127.0.0.1:{service.port}"},
-                            variables={"wizard_uploads_dir": str(data_dir / "uploads"),
-                                       "wizard_lists_dir": str(data_dir / "lists")})
+        proxy = nginx.start(
+            tmp_path_factory.mktemp(f"acceptance-{name}-nginx"),
+            None,
+            {name: f"127.0.0.1:{service.port}"},
+            variables={"wizard_uploads_dir": str(data_dir / "uploads"), "wizard_lists_dir": str(data_dir / "lists")},
+        )
         stack.callback(proxy.stop)
         yield Target(proxy.url, proxy.host(name))

@@ -1,5 +1,6 @@
 """The audio service's test helpers: the running service with its calls (`Audio`),
 started with a seeded local sound library and a counting wrapper around espeak-ng."""
+
 import http.client
 import shutil
 import stat
@@ -61,10 +62,17 @@ def start_audio(starter, data_dir, env=None, engine=True):
     are not about them (they all call from one address) unless `env` sets them."""
     seed(str(data_dir / "soundlib"))
     script, log, down = counting_engine(data_dir)
-    service = starter("audio", data_dir=data_dir, env={
-        "AUDIO_PUBLIC_ORIGIN": ORIGIN, "AUDIO_SPEECH_PER_MINUTE": "100000",
-        "AUDIO_SPEECH_CONCURRENT_PER_ADDRESS": "64",
-        **({"AUDIO_ESPEAK_BINARY": str(script)} if engine else {}), **(env or {})})
+    service = starter(
+        "audio",
+        data_dir=data_dir,
+        env={
+            "AUDIO_PUBLIC_ORIGIN": ORIGIN,
+            "AUDIO_SPEECH_PER_MINUTE": "100000",
+            "AUDIO_SPEECH_CONCURRENT_PER_ADDRESS": "64",
+            **({"AUDIO_ESPEAK_BINARY": str(script)} if engine else {}),
+            **(env or {}),
+        },
+    )
     return Audio(service, log, down)
 
 

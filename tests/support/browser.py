@@ -1,5 +1,6 @@
 """The browser tests' helpers: where Chromium is and how it starts, where the
 screenshots go, and `Site`, a service behind a real nginx."""
+
 import re
 import shutil
 
@@ -8,8 +9,15 @@ from tests.support.shared import ROOT
 
 ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--no-first-run", "--disable-sync", "--disable-quic"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+    "--disable-quic",
+]
 
 
 class Site:
@@ -18,7 +26,7 @@ class Site:
         # Chromium resolves *.localhost to loopback by itself, so the Host is right.
         self.url = f"http://{proxy.host(name)}:{proxy.port}"
         self.host = proxy.host(name)
-        self.api = service.base_url    # straight to gunicorn, for set-up and checks
+        self.api = service.base_url  # straight to gunicorn, for set-up and checks
 
     def restart_service(self):
         """SIGTERM the service and start it again on the same port and DATA_DIR (as
@@ -44,6 +52,7 @@ WORKSPACE_OWNER = {"email": "owner@example.com", "username": "owner", "password"
 def sign_in_to_the_workspace(page, url, user=WORKSPACE_OWNER):
     """Sign `user` in on the platform at `url` through its login form, as a person would."""
     from playwright.sync_api import expect
+
     page.goto(url + "/login")
     page.get_by_label("Email").fill(user["email"])
     page.get_by_label("Password").fill(user["password"])

@@ -1,6 +1,7 @@
 """The deck service's test support: the sample deck copied into a DATA_DIR, small
 helpers (file trees, PNGs, events), a session's SSE stream read in a thread, and
 connections and streams on chosen gunicorn workers."""
+
 import base64
 import http.client
 import json
@@ -55,8 +56,12 @@ def png_bytes(width=4, height=3):
     def chunk(kind, data):
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(raw))
+        + chunk(b"IEND", b"")
+    )
 
 
 def data_url(png):
@@ -74,6 +79,7 @@ def read_log(data_dir, session_id):
 
 # ---------------------------------------------------------------- a session's stream
 
+
 class StreamReader(threading.Thread):
     """Reads `url` until it has seen seq `until` (or the stream ends), keeping
     every record and comment; `.connected` is set once the response is open."""
@@ -84,7 +90,7 @@ class StreamReader(threading.Thread):
         self.seqs, self.events, self.comment_lines = [], [], []
         self.connected = threading.Event()
         self.response = None
-        self.local_port = None   # the client's port: which worker serves it (worker_holding)
+        self.local_port = None  # the client's port: which worker serves it (worker_holding)
         self.error = None
 
     def run(self):
@@ -118,6 +124,7 @@ class StreamReader(threading.Thread):
 # connections until the kernel (devtools.worker_sockets) says the wanted worker
 # accepted one.
 
+
 def connection_on(service, pid, attempts=200):
     """A fresh HTTP connection (http.client) that worker `pid` accepted."""
     for _ in range(attempts):
@@ -133,8 +140,12 @@ def post_event_on(service, pid, session_id, event):
     """POST `event` through worker `pid`; returns the stored event."""
     connection = connection_on(service, pid)
     try:
-        connection.request("POST", f"/api/sessions/{session_id}/events", body=json.dumps(event),
-                           headers={"Content-Type": "application/json"})
+        connection.request(
+            "POST",
+            f"/api/sessions/{session_id}/events",
+            body=json.dumps(event),
+            headers={"Content-Type": "application/json"},
+        )
         response = connection.getresponse()
         body = response.read()
     finally:
@@ -163,6 +174,7 @@ def streams_on_every_worker(service, url, until, attempts=60):
 # nginx limits per client address; every 127.0.0.x is this machine, so a test speaks
 # to nginx (listening on 127.0.0.1) from as many client addresses as it needs.
 
+
 def connection_from(port, address, timeout=30):
     """An HTTP connection to 127.0.0.1:`port` whose client address is `address` (127.0.0.x)."""
     return http.client.HTTPConnection("127.0.0.1", port, timeout=timeout, source_address=(address, 0))
@@ -172,8 +184,7 @@ def request_from(port, address, method, path, host, body=None, headers=None):
     """(status, headers, body bytes) of one request sent from `address`; `body` is JSON."""
     connection = connection_from(port, address)
     try:
-        head = {"Host": host, **({"Content-Type": "application/json"} if body is not None else {}),
-                **(headers or {})}
+        head = {"Host": host, **({"Content-Type": "application/json"} if body is not None else {}), **(headers or {})}
         connection.request(method, path, body=None if body is None else json.dumps(body), headers=head)
         response = connection.getresponse()
         return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()

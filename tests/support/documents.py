@@ -1,11 +1,14 @@
 """Sample documents the notebook tests add: made here, byte by byte, so that nothing is fetched."""
+
 import io
 import zipfile
 import zlib
 
 PDF_TEXT = "Mitochondria are the powerhouse of the cell and make ATP through respiration."
-TEXT_BODY = ("Photosynthesis converts light into chemical energy. Chlorophyll in the leaves of plants "
-             "absorbs sunlight, and the plant stores the energy as glucose.")
+TEXT_BODY = (
+    "Photosynthesis converts light into chemical energy. Chlorophyll in the leaves of plants "
+    "absorbs sunlight, and the plant stores the energy as glucose."
+)
 ARTICLE_HTML = """<!doctype html><html><head><title>Coral reefs under pressure</title></head><body>
 <nav>Home | About</nav>
 <article><h1>Coral reefs under pressure</h1>
@@ -47,6 +50,7 @@ def pdf_bytes(text, compress=False):
 
 def docx_bytes(paragraphs):
     import docx
+
     document = docx.Document()
     for paragraph in paragraphs:
         document.add_paragraph(paragraph)

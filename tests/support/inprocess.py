@@ -12,6 +12,7 @@ serve both tiers. Every module of tests/unit/ is in process (tests/conftest.py m
 it `in_process`), so a module moves from gunicorn to the in-process tier by moving
 from tests/<area>/ to tests/unit/<area>/ alone.
 """
+
 import http.client
 import io
 import itertools
@@ -131,9 +132,14 @@ class WsgiAdapter(requests.adapters.BaseAdapter):
         # A body requests would send chunked arrives whole here, with its length.
         headers = [(k, v) for k, v in request.headers.items() if k.lower() != "transfer-encoding"]
         answer = self.client.open(
-            path=url.path or "/", query_string=url.query, method=request.method,
-            base_url=f"{url.scheme}://{url.netloc}", headers=headers,
-            data=_body_bytes(request.body), environ_base=self.service.peer)
+            path=url.path or "/",
+            query_string=url.query,
+            method=request.method,
+            base_url=f"{url.scheme}://{url.netloc}",
+            headers=headers,
+            data=_body_bytes(request.body),
+            environ_base=self.service.peer,
+        )
         try:
             return self._response(request, answer)
         finally:
@@ -148,8 +154,9 @@ class WsgiAdapter(requests.adapters.BaseAdapter):
         message = http.client.HTTPMessage()  # every field apart: the cookie jar reads it
         for name, value in answer.headers.items():
             message[name] = value
-        raw = urllib3.HTTPResponse(body=io.BytesIO(content), headers=joined, status=answer.status_code,
-                                   preload_content=False)
+        raw = urllib3.HTTPResponse(
+            body=io.BytesIO(content), headers=joined, status=answer.status_code, preload_content=False
+        )
         raw._original_response = _Answered(message)  # where the Session takes cookies
         response = requests.Response()
         response.status_code, response.reason = answer.status_code, answer.status.partition(" ")[2]

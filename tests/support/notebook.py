@@ -2,6 +2,7 @@
 a whole stack (`start_stack`, `stop_stack`), the link server's handler
 (`LinkHandler`), and the settings the suite runs with. devtools/release_dumps.py
 uses the password and the encryption key too."""
+
 import http.server
 import os
 import subprocess
@@ -19,14 +20,14 @@ from tests.support.shared import ROOT
 
 PASSWORD = "test-password-9f3a"
 AUTH = {"Authorization": f"Bearer {PASSWORD}"}
-LINK_HOST = "127.0.0.2"          # allowed by NOTEBOOK_URL_ALLOWLIST; 127.0.0.1 stays forbidden
-MAX_UPLOAD = 2 * 1024 * 1024     # small cap, so that 413 is cheap to reach
-MAX_TEXT = 2 * 1024 * 1024       # a body without a file (NOTEBOOK_MAX_TEXT_BYTES), small for the same reason
-MAX_CHARS = 1_000_000            # a source's or a note's text (NOTEBOOK_MAX_SOURCE_CHARS)
-JOB_DEADLINE = 120.0             # the worker's first job waits for the model to load
+LINK_HOST = "127.0.0.2"  # allowed by NOTEBOOK_URL_ALLOWLIST; 127.0.0.1 stays forbidden
+MAX_UPLOAD = 2 * 1024 * 1024  # small cap, so that 413 is cheap to reach
+MAX_TEXT = 2 * 1024 * 1024  # a body without a file (NOTEBOOK_MAX_TEXT_BYTES), small for the same reason
+MAX_CHARS = 1_000_000  # a source's or a note's text (NOTEBOOK_MAX_SOURCE_CHARS)
+JOB_DEADLINE = 120.0  # the worker's first job waits for the model to load
 
 # The model features' stack (tests/notebook/conftest.py: `llm_nb`).
-PROVIDER_HOST = "127.0.0.3"      # the fake providers; allowed by NOTEBOOK_MODEL_HOST_ALLOWLIST only
+PROVIDER_HOST = "127.0.0.3"  # the fake providers; allowed by NOTEBOOK_MODEL_HOST_ALLOWLIST only
 ENCRYPTION_KEY = "9vK3oqyJ1a7h0d8V2bqQm6YQ5bQ0m0n1R2j4b7c8d9E="
 LLM_TIMEOUT = 3.0
 
@@ -87,9 +88,15 @@ class LinkHandler(http.server.BaseHTTPRequestHandler):
 
 
 def notebook_env(data_dir, **extra):
-    return {"NOTEBOOK_PASSWORD": PASSWORD, "NOTEBOOK_URL_ALLOWLIST": f"{LINK_HOST}/32",
-            "NOTEBOOK_MAX_UPLOAD_BYTES": str(MAX_UPLOAD), "NOTEBOOK_MAX_TEXT_BYTES": str(MAX_TEXT),
-            "NOTEBOOK_MAX_SOURCE_CHARS": str(MAX_CHARS), "DATA_DIR": str(data_dir), **extra}
+    return {
+        "NOTEBOOK_PASSWORD": PASSWORD,
+        "NOTEBOOK_URL_ALLOWLIST": f"{LINK_HOST}/32",
+        "NOTEBOOK_MAX_UPLOAD_BYTES": str(MAX_UPLOAD),
+        "NOTEBOOK_MAX_TEXT_BYTES": str(MAX_TEXT),
+        "NOTEBOOK_MAX_SOURCE_CHARS": str(MAX_CHARS),
+        "DATA_DIR": str(data_dir),
+        **extra,
+    }
 
 
 class Worker:
@@ -98,8 +105,13 @@ class Worker:
     def __init__(self, data_dir, env, name="worker"):
         self.log_path = Path(data_dir) / f"{name}.log"
         self.log = open(self.log_path, "wb")
-        self.process = subprocess.Popen([sys.executable, "-m", "app.notebook", "worker"], cwd=ROOT,
-                                        env={**os.environ, **env}, stdout=self.log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "app.notebook", "worker"],
+            cwd=ROOT,
+            env={**os.environ, **env},
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
 
     def log_text(self):
         return self.log_path.read_text(errors="replace")
@@ -120,8 +132,7 @@ class Client:
 
     def call(self, method, path, auth=True, **kwargs):
         headers = {**(AUTH if auth else {}), **kwargs.pop("headers", {})}
-        return requests.request(method, self.url + path, headers=headers, timeout=kwargs.pop("timeout", 180),
-                                **kwargs)
+        return requests.request(method, self.url + path, headers=headers, timeout=kwargs.pop("timeout", 180), **kwargs)
 
     def get(self, path, **kwargs):
         return self.call("GET", path, **kwargs)
@@ -154,8 +165,9 @@ class Client:
             if command["status"] in until:
                 return command
             if time.monotonic() > end:
-                raise AssertionError(f"{command_id} still {command['status']} after {deadline} s\n"
-                                     + self.worker.log_text()[-3000:])
+                raise AssertionError(
+                    f"{command_id} still {command['status']} after {deadline} s\n" + self.worker.log_text()[-3000:]
+                )
             time.sleep(0.1)  # polling a job's status with a deadline
 
 
@@ -194,19 +206,31 @@ def shared_stack(tmp_path_factory, name, backend, links, **env):
 def llm_stack(tmp_path_factory, fake_providers, backend, **env):
     """A service + worker of its own for the model features: an encryption key, the
     fake providers allowed, a short model time-out, no embedding model to load."""
-    client = shared_stack(tmp_path_factory, "notebook-llm", backend, None,
-                          NOTEBOOK_ENCRYPTION_KEY=ENCRYPTION_KEY,
-                          NOTEBOOK_MODEL_HOST_ALLOWLIST=f"{PROVIDER_HOST}/32",
-                          NOTEBOOK_LLM_TIMEOUT=str(LLM_TIMEOUT), NOTEBOOK_EMBEDDING_PROVIDER="none",
-                          OPENAI_API_KEY="sk-good", OPENAI_BASE_URL=fake_providers.base_url("openai"),
-                          ANTHROPIC_API_KEY="", OLLAMA_API_BASE="", **env)
+    client = shared_stack(
+        tmp_path_factory,
+        "notebook-llm",
+        backend,
+        None,
+        NOTEBOOK_ENCRYPTION_KEY=ENCRYPTION_KEY,
+        NOTEBOOK_MODEL_HOST_ALLOWLIST=f"{PROVIDER_HOST}/32",
+        NOTEBOOK_LLM_TIMEOUT=str(LLM_TIMEOUT),
+        NOTEBOOK_EMBEDDING_PROVIDER="none",
+        OPENAI_API_KEY="sk-good",
+        OPENAI_BASE_URL=fake_providers.base_url("openai"),
+        ANTHROPIC_API_KEY="",
+        OLLAMA_API_BASE="",
+        **env,
+    )
     client.fake = fake_providers
     return client
 
 
 def credential(nb, provider, key=None, base_url=None, name=None):
-    body = {"name": name or f"{provider} {time.monotonic_ns()}", "provider": provider,
-            "base_url": base_url or nb.fake.base_url("openai" if provider == "openai_compatible" else provider)}
+    body = {
+        "name": name or f"{provider} {time.monotonic_ns()}",
+        "provider": provider,
+        "base_url": base_url or nb.fake.base_url("openai" if provider == "openai_compatible" else provider),
+    }
     if key:
         body["api_key"] = key
     response = nb.post("/credentials", json=body)
@@ -221,8 +245,10 @@ def model(nb, name, provider, cred, kind="language"):
 
 
 def add_text_source(nb, notebook_id, title, content):
-    response = nb.post("/sources", json={"type": "text", "notebook_id": notebook_id, "title": title,
-                                         "content": content, "embed": False})
+    response = nb.post(
+        "/sources",
+        json={"type": "text", "notebook_id": notebook_id, "title": title, "content": content, "embed": False},
+    )
     assert response.status_code == 201, response.text
     return response.json()["id"]
 

@@ -18,6 +18,7 @@ bob (bob@example.com, a password account made by the Owner). Provider users:
 | Erin O'Neil   | erin@example.net       | yes      | get a new account named Erin-O-Neil        |
 | frank         | frank@example.net      | no       | get a new account (no email to link to)    |
 """
+
 import html
 import re
 import secrets
@@ -42,8 +43,7 @@ PASSWORD = "idp-pass-9ZqW"  # every provider user's password
 PROVIDER_USERS = [
     {"username": "olivia", "email": "Owner@Example.COM", "email_verified": True, "name": "Olivia Owner"},
     {"username": "mallory", "email": "bob@example.com", "email_verified": False},
-    {"username": "dave", "email": "dave@example.net", "email_verified": True, "name": "Dave",
-     "groups": ["developers"]},
+    {"username": "dave", "email": "dave@example.net", "email_verified": True, "name": "Dave", "groups": ["developers"]},
     {"username": "Bob", "email": "robert@example.net", "email_verified": True},
     {"username": "Erin O'Neil", "email": "erin@example.net", "email_verified": True},
     {"username": "frank", "email": "frank@example.net", "email_verified": False},
@@ -54,6 +54,7 @@ TIMEOUT = 15
 @dataclass
 class Stack:
     """A provider and a workspace service configured against it."""
+
     idp: OidcProvider
     service: object
     client_secret: str
@@ -85,12 +86,13 @@ class Stack:
             return [dict(row) for row in connection.execute(sql, params)]
 
     def user_count(self):
-        return self.rows("SELECT count(*) AS n FROM \"user\"")[0]["n"]
+        return self.rows('SELECT count(*) AS n FROM "user"')[0]["n"]
 
     def api(self, method, path, token=None, **kwargs):
         headers = {"Workspace-Session-Token": token} if token else {}
-        return requests.request(method, self.url(path), headers=headers, timeout=TIMEOUT,
-                                allow_redirects=False, **kwargs)
+        return requests.request(
+            method, self.url(path), headers=headers, timeout=TIMEOUT, allow_redirects=False, **kwargs
+        )
 
     # --- the browser's side of the chain -------------------------------------------
 
@@ -103,8 +105,12 @@ class Stack:
 
     def button_href(self, http, redirect=None):
         """GET /login (with ?redirect=) and the href of the single-sign-on button."""
-        page = http.get(self.url("/login"), params={"redirect": redirect} if redirect else None,
-                        timeout=TIMEOUT, allow_redirects=False)
+        page = http.get(
+            self.url("/login"),
+            params={"redirect": redirect} if redirect else None,
+            timeout=TIMEOUT,
+            allow_redirects=False,
+        )
         assert page.status_code == 200, page.text
         match = re.search(r'<a class="button sso" id="sso" href="([^"]+)">\s*(.*?)\s*</a>', page.text, re.S)
         assert match, "the login page has no single-sign-on button"
@@ -179,21 +185,30 @@ def stack_factory(start_service, db_backend=None):
         secret = secrets.token_urlsafe(32)
         with services.held_port() as port:  # until the provider has a port of its own
             base_url = f"http://127.0.0.1:{port}"
-            idp = OidcProvider({
-                "clients": [{"client_id": CLIENT_ID, "client_name": "Workspace",
-                             "client_secret_digest": pbkdf2_sha512_digest(secret),
-                             "redirect_uris": [base_url + CALLBACK]}],
-                "users": [{**user, "password": PASSWORD} for user in users],
-            }).start()
+            idp = OidcProvider(
+                {
+                    "clients": [
+                        {
+                            "client_id": CLIENT_ID,
+                            "client_name": "Workspace",
+                            "client_secret_digest": pbkdf2_sha512_digest(secret),
+                            "redirect_uris": [base_url + CALLBACK],
+                        }
+                    ],
+                    "users": [{**user, "password": PASSWORD} for user in users],
+                }
+            ).start()
         providers.append(idp)
         environment = {"WORKSPACE_ACCESS_URL": base_url, **(db_backend.env() if db_backend else {})}
         if oidc:
-            environment.update({
-                "WORKSPACE_OIDC_ISSUER_URL": idp.issuer,
-                "WORKSPACE_OIDC_CLIENT_ID": CLIENT_ID,
-                "WORKSPACE_OIDC_CLIENT_SECRET": secret if secret_at_platform is None else secret_at_platform,
-                "WORKSPACE_OIDC_SIGN_IN_TEXT": SIGN_IN_TEXT,
-            })
+            environment.update(
+                {
+                    "WORKSPACE_OIDC_ISSUER_URL": idp.issuer,
+                    "WORKSPACE_OIDC_CLIENT_ID": CLIENT_ID,
+                    "WORKSPACE_OIDC_CLIENT_SECRET": secret if secret_at_platform is None else secret_at_platform,
+                    "WORKSPACE_OIDC_SIGN_IN_TEXT": SIGN_IN_TEXT,
+                }
+            )
         environment.update((env(idp) if callable(env) else env) or {})
         service = start_service("workspace", env=environment, port=port)
         stack = Stack(idp, service, secret)

@@ -1,6 +1,7 @@
 """What the ops tests share: the venv's tools, Jinja2 as Ansible renders templates,
 a role's own tasks run by ansible-playbook, TLS to a staging box by a site's name, and
 the recap line of an ansible run."""
+
 import json
 import os
 import re
@@ -28,9 +29,12 @@ def venv_tool(name):
 
 def ansible_like(search_path):
     """Jinja2 as Ansible's template module has it, with the two filters the ops templates use."""
-    environment = jinja2.Environment(loader=jinja2.FileSystemLoader(str(search_path)),
-                                     undefined=jinja2.StrictUndefined, trim_blocks=True,
-                                     keep_trailing_newline=True)
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(search_path)),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        keep_trailing_newline=True,
+    )
     environment.filters["to_json"] = json.dumps
     return environment
 
@@ -62,12 +66,14 @@ def role_task(role, name, tasks_file="main.yml"):
 
 def registry_vars():
     """The settings group_vars/all.yml computes from the registry, with their values."""
-    return {"bundle_registry": REGISTRY,
-            "bundle_known_services": [s["name"] for s in REGISTRY],
-            "bundle_ports": {s["name"]: s["port"] for s in REGISTRY},
-            "bundle_workers": [s["name"] for s in REGISTRY if s["worker"]],
-            "bundle_database_services": [s["name"] for s in REGISTRY if s["database"]],
-            "bundle_redis_databases": {s["name"]: s["redis_db"] for s in REGISTRY if s["redis_db"] is not None}}
+    return {
+        "bundle_registry": REGISTRY,
+        "bundle_known_services": [s["name"] for s in REGISTRY],
+        "bundle_ports": {s["name"]: s["port"] for s in REGISTRY},
+        "bundle_workers": [s["name"] for s in REGISTRY if s["worker"]],
+        "bundle_database_services": [s["name"] for s in REGISTRY if s["database"]],
+        "bundle_redis_databases": {s["name"]: s["redis_db"] for s in REGISTRY if s["redis_db"] is not None},
+    }
 
 
 def group_vars():
@@ -82,11 +88,25 @@ def run_play(folder, tasks, variables, roles=("base",)):
     win); returns the completed process (text; ANSIBLE_NOCOLOR)."""
     folder = Path(folder)
     vars_files = [str(OPS / "group_vars/all.yml")] + [str(OPS / "roles" / r / "defaults/main.yml") for r in roles]
-    play = [{"name": "A role's tasks", "hosts": "localhost", "connection": "local", "gather_facts": False,
-             "vars_files": vars_files, "tasks": list(tasks)}]
+    play = [
+        {
+            "name": "A role's tasks",
+            "hosts": "localhost",
+            "connection": "local",
+            "gather_facts": False,
+            "vars_files": vars_files,
+            "tasks": list(tasks),
+        }
+    ]
     (folder / "play.yml").write_text(yaml.safe_dump(play))
-    (folder / "vars.json").write_text(json.dumps({"ansible_python_interpreter": sys.executable,
-                                                  "bundle_registry": REGISTRY, **variables}))
-    return subprocess.run([venv_tool("ansible-playbook"), "-i", "localhost,", "-e", f"@{folder / 'vars.json'}",
-                           str(folder / "play.yml")], capture_output=True, text=True, timeout=300, cwd=folder,
-                          env={**os.environ, "ANSIBLE_LOCAL_TEMP": str(folder / "tmp"), "ANSIBLE_NOCOLOR": "1"})
+    (folder / "vars.json").write_text(
+        json.dumps({"ansible_python_interpreter": sys.executable, "bundle_registry": REGISTRY, **variables})
+    )
+    return subprocess.run(
+        [venv_tool("ansible-playbook"), "-i", "localhost,", "-e", f"@{folder / 'vars.json'}", str(folder / "play.yml")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=folder,
+        env={**os.environ, "ANSIBLE_LOCAL_TEMP": str(folder / "tmp"), "ANSIBLE_NOCOLOR": "1"},
+    )

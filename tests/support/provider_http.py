@@ -2,6 +2,7 @@
 transport (app/common/provider_http.py): JSON, compressed, capped and held answers,
 errors that quote the key, redirects, lines and SSE records; `seen` holds each
 request, `release` ends a held answer."""
+
 import gzip
 import json
 import threading
@@ -32,8 +33,15 @@ class _Handler(BaseHTTPRequestHandler):
     def _answer(self):
         fake = self.server.fake
         path = self.path
-        fake.seen.append({"path": path, "port": self.client_address[1], "headers": dict(self.headers),
-                          "method": self.command, "body": getattr(self, "body", b"")})
+        fake.seen.append(
+            {
+                "path": path,
+                "port": self.client_address[1],
+                "headers": dict(self.headers),
+                "method": self.command,
+                "body": getattr(self, "body", b""),
+            }
+        )
         if path.startswith("http://"):  # asked as a proxy: route on the target's path
             path = urlsplit(path).path
         if path == "/json":
@@ -52,9 +60,9 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/sse":
             self._send(200, b"data: one\n\nevent: x\ndata: two\ndata: lines\n\n", "text/event-stream")
         elif path.startswith("/redirect/"):
-            self._send(302, b"", headers=[("Location", "http://" + path[len("/redirect/"):])])
+            self._send(302, b"", headers=[("Location", "http://" + path[len("/redirect/") :])])
         elif path.startswith("/moved/"):  # 308: the same request, elsewhere
-            self._send(308, b"", headers=[("Location", "/" + path[len("/moved/"):])])
+            self._send(308, b"", headers=[("Location", "/" + path[len("/moved/") :])])
         elif path == "/hold-head":
             fake.release.wait(30)
             self._send(200, b"{}")

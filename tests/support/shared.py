@@ -1,5 +1,6 @@
 """What every suite uses: services started as production starts them, stopped
 within systemd's time-out, and the database backends a service can run on."""
+
 from pathlib import Path
 
 from devtools import services

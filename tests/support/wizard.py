@@ -1,5 +1,6 @@
 """The wizard's test client: requests as a given user, through the loopback test
 identity or trusted Remote-* headers; and the forward-auth portal's password."""
+
 import requests
 
 

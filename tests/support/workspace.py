@@ -1,6 +1,7 @@
 """The workspace platform's test helpers: the running platform with its calls
 (`Workspace`), workspaces and their agents (`create_workspace`, `wait_status`,
 `AgentProcess`), and the setting the `connected` fixture builds (`Connected`)."""
+
 import base64
 import http.client
 import os
@@ -56,8 +57,12 @@ AGENT_ENV = {"WORKSPACE_AGENT_PING_SECONDS": "1"}  # fast pings: a lost agent sh
 
 def create_workspace(ws, token, name, agents, user="me"):
     """POST a workspace; returns its JSON (with each agent's token)."""
-    response = requests.post(f"{ws.api}/users/{user}/workspaces", json={"name": name, "agents": agents},
-                             headers=ws.as_user(token), timeout=10)
+    response = requests.post(
+        f"{ws.api}/users/{user}/workspaces",
+        json={"name": name, "agents": agents},
+        headers=ws.as_user(token),
+        timeout=10,
+    )
     assert response.status_code == 201, response.text
     return response.json()
 
@@ -89,6 +94,7 @@ def agent_program():
     """The agent's zipapp, as the platform hands it out (app/workspace/routes/agent_files.py),
     written once to a file named by its digest: [python, -I, file]."""
     from app.workspace.routes.agent_files import agent_file
+
     built = agent_file()
     path = Path(tempfile.gettempdir()) / f"workspace-agent-{built.sha256[:16]}.pyz"
     if not path.exists():
@@ -131,6 +137,7 @@ class Connected:
 
 # --------------------------------------------------------------------------- one chosen worker
 
+
 def connect_to_worker(service, pid, timeout=30.0):
     """A keep-alive connection to `service` that its worker `pid` holds: connections
     are opened (each answering one GET /healthz) until the kernel hands one to it."""
@@ -146,8 +153,12 @@ def connect_to_worker(service, pid, timeout=30.0):
 
 def http_on(sock, method, path, headers=None, body=b"", host="127.0.0.1"):
     """One HTTP/1.1 request on a kept-alive connection: (status, body)."""
-    lines = [f"{method} {path} HTTP/1.1", f"Host: {host}", f"Content-Length: {len(body)}",
-             *(f"{name}: {value}" for name, value in (headers or {}).items())]
+    lines = [
+        f"{method} {path} HTTP/1.1",
+        f"Host: {host}",
+        f"Content-Length: {len(body)}",
+        *(f"{name}: {value}" for name, value in (headers or {}).items()),
+    ]
     sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
     response = http.client.HTTPResponse(sock, method=method)
     response.begin()
@@ -158,10 +169,17 @@ def websocket_on(sock, path, headers=None, host="127.0.0.1"):
     """Upgrade a kept-alive connection (a TLS one too) to a websocket: a client FrameTransport."""
     from app.workspace.transport.websocket import FrameTransport
     from workspace_protocol.websocket import accept_value
+
     key = base64.b64encode(os.urandom(16)).decode()
-    lines = [f"GET {path} HTTP/1.1", f"Host: {host}", "Upgrade: websocket", "Connection: Upgrade",
-             f"Sec-WebSocket-Key: {key}", "Sec-WebSocket-Version: 13",
-             *(f"{name}: {value}" for name, value in (headers or {}).items())]
+    lines = [
+        f"GET {path} HTTP/1.1",
+        f"Host: {host}",
+        "Upgrade: websocket",
+        "Connection: Upgrade",
+        f"Sec-WebSocket-Key: {key}",
+        "Sec-WebSocket-Version: 13",
+        *(f"{name}: {value}" for name, value in (headers or {}).items()),
+    ]
     sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
     answer = b""
     while b"\r\n\r\n" not in answer:
@@ -176,7 +194,12 @@ def websocket_on(sock, path, headers=None, host="127.0.0.1"):
 
 def run_cli(ws, *args, stdin=""):
     """`python -m app.workspace <args>` on the host of `ws` (its data folder and environment)."""
-    return subprocess.run([sys.executable, "-m", "app.workspace", *args], cwd=ROOT, input=stdin, text=True,
-                          capture_output=True, timeout=60,
-                          env={"DATA_DIR": str(ws.service.data_dir), "PATH": "/usr/bin:/bin",
-                               **getattr(ws.service, "env", {})})
+    return subprocess.run(
+        [sys.executable, "-m", "app.workspace", *args],
+        cwd=ROOT,
+        input=stdin,
+        text=True,
+        capture_output=True,
+        timeout=60,
+        env={"DATA_DIR": str(ws.service.data_dir), "PATH": "/usr/bin:/bin", **getattr(ws.service, "env", {})},
+    )

@@ -20,6 +20,7 @@
 
 A threaded server: each connection gets a thread of its own.
 """
+
 import hashlib
 import json
 import random
@@ -80,11 +81,18 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         route = urlsplit(self.path).path
-        handler = {"/hello": self._hello, "/hello-then-close": self._hello_then_close,
-                   "/hello-then-drop-next": self._hello_then_drop_next, "/bad-length": self._bad_length,
-                   "/headers": self._headers, "/stream": self._stream,
-                   "/bytes": self._bytes, "/random": self._random, "/ws": self._websocket,
-                   "/slow": self._slow}.get(route)
+        handler = {
+            "/hello": self._hello,
+            "/hello-then-close": self._hello_then_close,
+            "/hello-then-drop-next": self._hello_then_drop_next,
+            "/bad-length": self._bad_length,
+            "/headers": self._headers,
+            "/stream": self._stream,
+            "/bytes": self._bytes,
+            "/random": self._random,
+            "/ws": self._websocket,
+            "/slow": self._slow,
+        }.get(route)
         if handler is None:
             self._answer(404, {"error": f"no route {route}"})
         else:
@@ -119,8 +127,15 @@ class Handler(BaseHTTPRequestHandler):
 
     def _headers(self):
         self.rfile.read(int(self.headers.get("Content-Length") or 0))  # the next request follows it
-        self._answer(200, {"method": self.command, "path": self.path, "port": self.client_address[1],
-                           "headers": [[name, value] for name, value in self.headers.items()]})
+        self._answer(
+            200,
+            {
+                "method": self.command,
+                "path": self.path,
+                "port": self.client_address[1],
+                "headers": [[name, value] for name, value in self.headers.items()],
+            },
+        )
 
     def _body_chunks(self):
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
@@ -167,7 +182,7 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         view = memoryview(BLOCK)
         while count > 0:
-            self.wfile.write(view[:min(count, len(BLOCK))])
+            self.wfile.write(view[: min(count, len(BLOCK))])
             count -= len(BLOCK)
 
     def _random(self):
@@ -215,8 +230,7 @@ class Handler(BaseHTTPRequestHandler):
                 if isinstance(event, (TextMessage, BytesMessage)):
                     # wsproto hands over a message in pieces as its bytes arrive: each
                     # piece goes back as a fragment of the same message.
-                    sock.sendall(connection.send(type(event)(data=event.data,
-                                                             message_finished=event.message_finished)))
+                    sock.sendall(connection.send(type(event)(data=event.data, message_finished=event.message_finished)))
                 elif isinstance(event, Ping):
                     sock.sendall(connection.send(event.response()))
                 elif isinstance(event, CloseConnection):
@@ -243,6 +257,7 @@ class LocalApp:
 
 if __name__ == "__main__":  # python -m tests.support.workspace_app PORT (the bench runs it in a process of its own)
     import sys
+
     server = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
     server.daemon_threads = True
     server.serve_forever()

@@ -1,5 +1,6 @@
 """Fixtures of the wizard tests: the service under gunicorn with the test identity
 enabled, and clients that call it as a given user (tests.support.wizard)."""
+
 import pytest
 
 from tests.support.wizard import TEST_IDENTITY, WizardClient

@@ -1,6 +1,7 @@
 """AI generation's live relays through a running gunicorn and a local OpenAI-compatible
 provider: thoughts and phases reach the right identity and tab; and a wizard with no
 provider. Statuses, rows and the stored WebP, in process: tests/unit/wizard/test_ai.py."""
+
 import threading
 import uuid
 
@@ -21,10 +22,18 @@ def fake_ai():
 
 @pytest.fixture(scope="module")
 def ai_server(start_module_service, fake_ai):
-    return start_module_service("wizard", env={
-        **TEST_IDENTITY, "WIZ_AI_BASE_URL": fake_ai.base_url(), "WIZ_AI_API_KEY": KEY,
-        "WIZ_TEXT_MODEL": "fake-valid-json", "WIZ_IMAGE_MODEL": "fake-png", "WIZ_AI_PROVIDER": "fake-openai",
-        "WIZ_AI_TIMEOUT": "1"})
+    return start_module_service(
+        "wizard",
+        env={
+            **TEST_IDENTITY,
+            "WIZ_AI_BASE_URL": fake_ai.base_url(),
+            "WIZ_AI_API_KEY": KEY,
+            "WIZ_TEXT_MODEL": "fake-valid-json",
+            "WIZ_IMAGE_MODEL": "fake-png",
+            "WIZ_AI_PROVIDER": "fake-openai",
+            "WIZ_AI_TIMEOUT": "1",
+        },
+    )
 
 
 @pytest.fixture
@@ -34,8 +43,14 @@ def alice(ai_server, fake_ai):
 
 
 def text_call(client, model=None, json_mode=True, kind="smoke", **more):
-    body = {"system": "Answer in JSON.", "messages": [{"role": "user", "content": "Say hello."}],
-            "json": json_mode, "kind": kind, "templateKey": "smoke.v1", **more}
+    body = {
+        "system": "Answer in JSON.",
+        "messages": [{"role": "user", "content": "Say hello."}],
+        "json": json_mode,
+        "kind": kind,
+        "templateKey": "smoke.v1",
+        **more,
+    }
     if model:
         body["model"] = model
     return client.post("/api/ai/text", json=body)
@@ -62,9 +77,11 @@ def test_thoughts_reach_only_the_same_identity_and_tab(alice):
     tab, other_tab = uuid.uuid4().hex, uuid.uuid4().hex
     mine, wrong_tab, wrong_user = [], [], []
     listeners = []
-    for client, path, into in [(alice, f"/api/ai/thoughts/{tab}", mine),
-                               (alice, f"/api/ai/thoughts/{other_tab}", wrong_tab),
-                               (alice.as_user("bob"), f"/api/ai/thoughts/{tab}", wrong_user)]:
+    for client, path, into in [
+        (alice, f"/api/ai/thoughts/{tab}", mine),
+        (alice, f"/api/ai/thoughts/{other_tab}", wrong_tab),
+        (alice.as_user("bob"), f"/api/ai/thoughts/{tab}", wrong_user),
+    ]:
         ready = threading.Event()
         thread = threading.Thread(target=_collect, args=(client, path, into, ready, 10_000), daemon=True)
         thread.start()
@@ -78,7 +95,7 @@ def test_thoughts_reach_only_the_same_identity_and_tab(alice):
     for _ in range(100):
         if "".join(m.get("text", "") for m in mine) == deadline_text and wrong_user:
             break
-        threading.Event().wait(0.05)   # polling the listener threads' lists, with a bound
+        threading.Event().wait(0.05)  # polling the listener threads' lists, with a bound
     assert "".join(m.get("text", "") for m in mine) == deadline_text
     assert all(m["requestId"] == "r1" for m in mine)
     assert wrong_tab == []
@@ -93,4 +110,7 @@ def test_phases_are_relayed_to_the_identity(alice):
     text_call(alice, requestId="phase-1")
     thread.join(10)
     assert [(m["requestId"], m["phase"]) for m in seen] == [
-        ("phase-1", "queued"), ("phase-1", "started"), ("phase-1", "done")]
+        ("phase-1", "queued"),
+        ("phase-1", "started"),
+        ("phase-1", "done"),
+    ]

@@ -1,5 +1,6 @@
 """Collections written by two worker processes at once: every write waits its turn.
 The collections' route logic is tests/unit/wizard/test_collections.py."""
+
 import json
 from urllib.parse import quote
 
@@ -17,6 +18,7 @@ def test_concurrent_writes_in_two_workers_all_succeed(start_service, redis_serve
     from concurrent.futures import ThreadPoolExecutor
 
     from tests.support.wizard import TEST_IDENTITY, WizardClient
+
     service = start_service("wizard", workers=2, env={**TEST_IDENTITY, "REDIS_URL": redis_server.new_url()})
     client = WizardClient(service.base_url, "alice")
     row = client.post("/api/collections/saved_prompts", json={"text": "v0"}).json()

@@ -1,5 +1,6 @@
 """The collection event stream: headers, one event per affected collection, every
 write reaching every open stream."""
+
 from app.common.sse_client import iter_records
 
 
@@ -45,8 +46,12 @@ def test_every_write_reaches_every_open_stream(wizard, admin):
 def test_refused_writes_send_no_event(wizard):
     with open_stream(wizard) as response:
         assert wizard.post("/api/collections/likes", json={}).status_code == 403
-        assert wizard.post("/api/collections/saved_prompts", data="x",
-                           headers={"Content-Type": "application/json"}).status_code == 400
+        assert (
+            wizard.post(
+                "/api/collections/saved_prompts", data="x", headers={"Content-Type": "application/json"}
+            ).status_code
+            == 400
+        )
         wizard.post("/api/collections/prompt_history", json={"prompt": "marker"})
         assert next_collections(response, 1) == ["prompt_history"]
 
@@ -56,6 +61,7 @@ def test_writes_in_one_worker_reach_streams_in_every_worker(start_service, redis
     # handled by one of them; the other hears of it through Redis (test_scale_out.py
     # checks that every worker holds streams, and the exact order).
     from tests.support.wizard import TEST_IDENTITY, WizardClient
+
     service = start_service("wizard", workers=2, env={**TEST_IDENTITY, "REDIS_URL": redis_server.new_url()})
     client = WizardClient(service.base_url, "alice")
     streams = [open_stream(WizardClient(service.base_url, f"reader{i}")) for i in range(8)]

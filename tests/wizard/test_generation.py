@@ -1,6 +1,7 @@
 """The generation layer (app/wizard/generation.py) under gevent's patching, as in the
 gunicorn worker, in a process of its own. The layer in plain threads is
 tests/unit/wizard/test_generation.py."""
+
 import json
 import os
 import subprocess
@@ -57,9 +58,14 @@ print(json.dumps({"queue": [t["queueMs"] for t in texts], "ticks": len(ticks),
 
 
 def test_works_under_gevent_patching(fake):
-    run = subprocess.run([sys.executable, "-c", GEVENT_SCRIPT, fake.base_url(), KEY, str(SLOW)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=30,
-                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    run = subprocess.run(
+        [sys.executable, "-c", GEVENT_SCRIPT, fake.base_url(), KEY, str(SLOW)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert result["gevent_slots"] is True

@@ -1,6 +1,7 @@
 """The test identity as a gunicorn service starts with it: ignored unless enabled, and
 a warning at the start when it is.
 The identity's route logic is tests/unit/wizard/test_identity.py."""
+
 from tests.support.wizard import WizardClient
 
 

@@ -1,5 +1,6 @@
 """Likes across two worker processes on Redis: each toggle counted once, the count equal to the rows.
 The route logic of likes is tests/unit/wizard/test_likes.py."""
+
 import json
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import quote
@@ -18,8 +19,9 @@ def blueprint(client, blueprint_id):
 
 def test_concurrent_toggles_keep_the_count_equal_to_the_rows(start_service, tmp_path, redis_server):
     # Two worker processes, so toggles also race across processes on the database.
-    service = start_service("wizard", workers=2,
-                            env={"WIZ_ALLOW_TEST_IDENTITY": "1", "REDIS_URL": redis_server.new_url()})
+    service = start_service(
+        "wizard", workers=2, env={"WIZ_ALLOW_TEST_IDENTITY": "1", "REDIS_URL": redis_server.new_url()}
+    )
     owner = WizardClient(service.base_url, "owner")
     admin = WizardClient(service.base_url, "root", "admins")
     target = owner.post("/api/collections/blueprints", json={"title": "hot", "is_public": True}).json()["id"]
@@ -34,7 +36,7 @@ def test_concurrent_toggles_keep_the_count_equal_to_the_rows(start_service, tmp_
     assert len(like_rows(admin, target)) == 50 == blueprint(owner, target)["likes_count"]
 
     with ThreadPoolExecutor(50) as pool:
-        same = list(pool.map(toggle, ["user0"] * 50))   # an even number: ends as it began
+        same = list(pool.map(toggle, ["user0"] * 50))  # an even number: ends as it began
     assert all(r.status_code == 200 for r in same)
     assert [r.json()["liked"] for r in same].count(True) == 25
     assert len(like_rows(admin, target)) == 50 == blueprint(owner, target)["likes_count"]

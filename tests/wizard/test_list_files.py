@@ -1,5 +1,6 @@
 """The folder of collection lists nginx sends: the sweep keeps what was written lately;
 the anonymous view is published where one host owns the database."""
+
 import os
 import time
 
@@ -22,8 +23,11 @@ def test_the_sweep_removes_only_files_not_written_for_a_while(tmp_path):
 def test_the_anonymous_view_is_published_on_sqlite_only(wizard_server, db_backend):
     # With PostgreSQL another host's nginx could send its own file before that host
     # heard of a write (app/wizard/public_lists.py).
-    answer = requests.get(wizard_server.base_url + "/api/collections/blueprints", timeout=10,
-                          headers={"Remote-User": "public", "X-Wiz-Accel-Lists": "on"})
+    answer = requests.get(
+        wizard_server.base_url + "/api/collections/blueprints",
+        timeout=10,
+        headers={"Remote-User": "public", "X-Wiz-Accel-Lists": "on"},
+    )
     assert answer.status_code == 200
     published = wizard_server.data_dir / "lists" / "public" / "blueprints.json"
     assert published.exists() == (db_backend.name == "sqlite")
@@ -42,12 +46,12 @@ def test_a_published_view_never_moves_back_past_a_newer_one(tmp_path, monkeypatc
     public_lists.withdraw("blueprints")
     public_lists.store("blueprints", 6, older)
     assert not body.exists()
-    public_lists.store("blueprints", 7, older)   # as new as the last: its content is at least that new
+    public_lists.store("blueprints", 7, older)  # as new as the last: its content is at least that new
     assert body.read_bytes() == older.body and body.stat().st_mtime > first_mtime
     mtime = body.stat().st_mtime
-    public_lists.store("blueprints", 8, older)   # the same bytes: the file (and its ETag) stays
+    public_lists.store("blueprints", 8, older)  # the same bytes: the file (and its ETag) stays
     assert body.stat().st_mtime == mtime
-    body.write_bytes(b"[cut short")           # not the body its state describes (another mtime)
+    body.write_bytes(b"[cut short")  # not the body its state describes (another mtime)
     os.utime(body, (mtime - 1, mtime - 1))
     public_lists.store("blueprints", 8, older)
     assert body.read_bytes() == older.body and body.stat().st_mtime > mtime

@@ -1,4 +1,5 @@
 """Check 8 and the life of the data across restarts of the gunicorn process."""
+
 import requests
 
 from tests.support.wizard import TEST_IDENTITY, WizardClient
@@ -35,8 +36,9 @@ def test_deleted_global_wizards_stay_deleted_after_a_restart(start_service, tmp_
 
 
 def test_two_workers_starting_together_seed_once(start_service, tmp_path, redis_server):
-    service = start_service("wizard", data_dir=tmp_path / "wizard", workers=2,
-                            env={**TEST_IDENTITY, "REDIS_URL": redis_server.new_url()})
+    service = start_service(
+        "wizard", data_dir=tmp_path / "wizard", workers=2, env={**TEST_IDENTITY, "REDIS_URL": redis_server.new_url()}
+    )
     names = [row["name"] for row in WizardClient(service.base_url).get("/api/collections/wizards").json()]
     assert len(names) == len(set(names)) == 3
 
@@ -64,7 +66,7 @@ def test_a_published_anonymous_view_is_withdrawn_at_the_next_start(start_service
     # Nothing written while the service was stopped may be sent stale by nginx: the
     # next start removes the file, and the next anonymous read publishes it again.
     published = published_then_stopped(start_service, tmp_path / "wizard")
-    published.write_bytes(b"[]")   # as if the database had changed meanwhile
+    published.write_bytes(b"[]")  # as if the database had changed meanwhile
     service = start_service("wizard", data_dir=tmp_path / "wizard", env=TEST_IDENTITY)
     assert not published.exists()
     read_wizards_anonymously(service)
@@ -75,8 +77,9 @@ def test_views_published_on_sqlite_are_withdrawn_once_on_postgresql(start_servic
     # The move keeps the DATA_DIR (copy-to-postgres, then DATABASE_URL): nothing would
     # keep the old files current, so nginx must not find them.
     published = published_then_stopped(start_service, tmp_path / "wizard")
-    service = start_service("wizard", data_dir=tmp_path / "wizard",
-                            env={**TEST_IDENTITY, "DATABASE_URL": postgres_server.new_database()})
+    service = start_service(
+        "wizard", data_dir=tmp_path / "wizard", env={**TEST_IDENTITY, "DATABASE_URL": postgres_server.new_database()}
+    )
     assert not published.exists()
     read_wizards_anonymously(service)
     assert not published.exists()
@@ -91,11 +94,18 @@ def test_a_database_restored_to_an_earlier_state_is_published_again(start_servic
     service = start_service("wizard", data_dir=data_dir, env=TEST_IDENTITY)
     assert requests.get(service.base_url + lists, headers=AS_NGINX_WOULD_ASK, timeout=10).ok
     for title in ("one", "two", "three"):
-        assert requests.post(service.base_url + lists, json={"title": title, "is_public": True},
-                             headers={"Remote-User": "public"}, timeout=10).status_code == 201
+        assert (
+            requests.post(
+                service.base_url + lists,
+                json={"title": title, "is_public": True},
+                headers={"Remote-User": "public"},
+                timeout=10,
+            ).status_code
+            == 201
+        )
     assert b'"three"' in published.read_bytes()
     service.stop()
-    for database in data_dir.glob("wizard.db*"):   # restored to before those writes
+    for database in data_dir.glob("wizard.db*"):  # restored to before those writes
         database.unlink()
     service = start_service("wizard", data_dir=data_dir, env=TEST_IDENTITY)
     answer = requests.get(service.base_url + lists, headers=AS_NGINX_WOULD_ASK, timeout=10)

@@ -4,6 +4,7 @@ once; a generation's thoughts reach its tab and its phases its identity whicheve
 worker holds the stream; Redis going away closes the streams, never a committed write,
 and the streams opened again after it is back hear the next write. Without REDIS_URL
 the service refuses to start on several workers."""
+
 import os
 import subprocess
 import uuid
@@ -31,15 +32,25 @@ def fake_ai():
 @pytest.fixture(scope="module")
 def scaled(start_module_service, redis_server, postgres_server, fake_ai):
     """Four workers on PostgreSQL and Redis, as a scaled-out deployment runs."""
-    service = start_module_service("wizard", workers=WORKERS, env={
-        **TEST_IDENTITY, "REDIS_URL": redis_server.new_url(), "DATABASE_URL": postgres_server.new_database(),
-        "WIZ_AI_BASE_URL": fake_ai.base_url(),
-        "WIZ_AI_API_KEY": KEY, "WIZ_TEXT_MODEL": "fake-text", "WIZ_AI_PROVIDER": "fake-openai"})
+    service = start_module_service(
+        "wizard",
+        workers=WORKERS,
+        env={
+            **TEST_IDENTITY,
+            "REDIS_URL": redis_server.new_url(),
+            "DATABASE_URL": postgres_server.new_database(),
+            "WIZ_AI_BASE_URL": fake_ai.base_url(),
+            "WIZ_AI_API_KEY": KEY,
+            "WIZ_TEXT_MODEL": "fake-text",
+            "WIZ_AI_PROVIDER": "fake-openai",
+        },
+    )
     wait_for(lambda: len(service.worker_pids()) == WORKERS, f"{WORKERS} workers")
     return service
 
 
 # --------------------------------------------------------------------------- which worker holds a connection
+
 
 def on_every_worker(service, open_one):
     """One stream held by each worker: `open_one()` opens a Stream on a new connection,
@@ -102,6 +113,7 @@ def close_all(streams):
 
 # --------------------------------------------------------------------------- collection events
 
+
 def write_on_every_worker(service, write):
     """Call `write(client)` on new connections until writes were served by every
     worker; returns how many were made, each answered 201 (committed)."""
@@ -139,9 +151,12 @@ def test_writes_on_every_worker_reach_streams_on_every_worker_once_and_in_order(
 
 # --------------------------------------------------------------------------- thoughts and phases
 
+
 def text_call(client, tab, request_id):
-    response = client.post("/api/ai/text", json={
-        "messages": [{"role": "user", "content": "Say hello."}], "thoughtsTab": tab, "requestId": request_id})
+    response = client.post(
+        "/api/ai/text",
+        json={"messages": [{"role": "user", "content": "Say hello."}], "thoughtsTab": tab, "requestId": request_id},
+    )
     assert response.status_code == 200, response.text
     return response.json()["content"]
 
@@ -151,9 +166,11 @@ def test_thoughts_reach_their_tab_and_phases_their_identity_whichever_worker_hol
     tab, other_tab = uuid.uuid4().hex, uuid.uuid4().hex
     thoughts = on_every_worker(scaled, lambda: Stream(alice, f"/api/ai/thoughts/{tab}"))
     phases = on_every_worker(scaled, lambda: Stream(alice, "/api/ai/phases"))
-    others = {"alice's other tab": Stream(alice, f"/api/ai/thoughts/{other_tab}"),
-              "bob's thoughts on the same tab id": Stream(bob, f"/api/ai/thoughts/{tab}"),
-              "bob's phases": Stream(bob, "/api/ai/phases")}
+    others = {
+        "alice's other tab": Stream(alice, f"/api/ai/thoughts/{other_tab}"),
+        "bob's thoughts on the same tab id": Stream(bob, f"/api/ai/thoughts/{tab}"),
+        "bob's phases": Stream(bob, "/api/ai/phases"),
+    }
     try:
         content = text_call(alice, tab, "r1")
         for stream in thoughts:
@@ -164,27 +181,33 @@ def test_thoughts_reach_their_tab_and_phases_their_identity_whichever_worker_hol
                 heard.append(record.get("text", ""))
         for stream in phases:
             seen = stream.next(3, until=lambda m: m["phase"] == "done")
-            assert [(m["requestId"], m["phase"]) for m in seen] == [("r1", "queued"), ("r1", "started"),
-                                                                    ("r1", "done")]
+            assert [(m["requestId"], m["phase"]) for m in seen] == [("r1", "queued"), ("r1", "started"), ("r1", "done")]
         # The others heard nothing of r1: the first thing each hears is a later call of its own.
         text_call(alice, other_tab, "alice-other-tab")
         text_call(bob, tab, "bob-1")
         firsts = {name: stream.next(1)[0]["requestId"] for name, stream in others.items()}
-        assert firsts == {"alice's other tab": "alice-other-tab", "bob's thoughts on the same tab id": "bob-1",
-                          "bob's phases": "bob-1"}
+        assert firsts == {
+            "alice's other tab": "alice-other-tab",
+            "bob's thoughts on the same tab id": "bob-1",
+            "bob's phases": "bob-1",
+        }
     finally:
         close_all(thoughts + phases + list(others.values()))
 
 
 # --------------------------------------------------------------------------- Redis restarted
 
+
 def subscribed_pids(redis_server, url):
     """The pids of the processes with a subscriber connection to the database of `url`,
     as Redis lists them (connections are named bundle-<role>-<pid>)."""
     db = url.rsplit("/", 1)[1]
     listed = redis.Redis.from_url(redis_server.url()).client_list()
-    return {int(c["name"].rsplit("-", 1)[1]) for c in listed
-            if c.get("name", "").startswith("bundle-subscriber-") and c.get("db") == db}
+    return {
+        int(c["name"].rsplit("-", 1)[1])
+        for c in listed
+        if c.get("name", "").startswith("bundle-subscriber-") and c.get("db") == db
+    }
 
 
 def test_redis_restarted_closes_the_streams_never_a_committed_write(start_service, redis_server):
@@ -206,8 +229,9 @@ def test_redis_restarted_closes_the_streams_never_a_committed_write(start_servic
         WizardClient(service.base_url, "alice").post("/api/collections/wizards", json={"name": "after the outage"})
         for stream in streams:
             assert stream.next(1) == [{"collection": "wizards"}]
-        texts = [row["text"] for row in WizardClient(service.base_url, "alice").get(
-            "/api/collections/saved_prompts").json()]
+        texts = [
+            row["text"] for row in WizardClient(service.base_url, "alice").get("/api/collections/saved_prompts").json()
+        ]
         assert texts.count("during the outage") == writes
     finally:
         close_all(streams)
@@ -217,12 +241,18 @@ def test_redis_restarted_closes_the_streams_never_a_committed_write(start_servic
 
 # --------------------------------------------------------------------------- no Redis, one worker only
 
+
 def test_several_workers_without_redis_url_refuse_to_start(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
-    env.update(SERVICE="wizard", HOST="127.0.0.1", PORT=str(free_port()), DATA_DIR=str(tmp_path),
-               WEB_CONCURRENCY="2")
-    done = subprocess.run([str(GUNICORN), "-c", "gunicorn.conf.py", "wsgi:app"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=60)
+    env.update(SERVICE="wizard", HOST="127.0.0.1", PORT=str(free_port()), DATA_DIR=str(tmp_path), WEB_CONCURRENCY="2")
+    done = subprocess.run(
+        [str(GUNICORN), "-c", "gunicorn.conf.py", "wsgi:app"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode != 0
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "REDIS_URL" in lines[0], done.stderr

@@ -1,5 +1,6 @@
 """Fixtures of the workspace platform's tests: the service under gunicorn on a
 fresh database; the helpers that call it live in tests.support.workspace."""
+
 import pytest
 import requests
 
@@ -10,8 +11,10 @@ from tests.support.workspace import AGENT_ENV, AgentProcess, Connected, Workspac
 def workspace(start_service, db_backend):
     """start(env=None) -> Workspace: a platform of the test's own, on each database
     backend in turn."""
+
     def start(env=None, **kwargs):
         return Workspace(start_service("workspace", env={**db_backend.env(), **(env or {})}, **kwargs))
+
     return start
 
 
@@ -27,13 +30,27 @@ def connected(start_module_service, local_app, tmp_path_factory, db_backend):
     setup = Connected()
     setup.ws = ws = Workspace(start_module_service("workspace", env={**AGENT_ENV, **db_backend.env()}))
     setup.owner = ws.first_user()
-    requests.post(ws.api + "/users", json={"email": "other@example.com", "username": "other",
-                                           "password": "second good passphrase"},
-                  headers=ws.as_user(setup.owner), timeout=10).raise_for_status()
+    requests.post(
+        ws.api + "/users",
+        json={"email": "other@example.com", "username": "other", "password": "second good passphrase"},
+        headers=ws.as_user(setup.owner),
+        timeout=10,
+    ).raise_for_status()
     setup.other = ws.login("other@example.com", "second good passphrase").json()["session_token"]
-    setup.workspace = create_workspace(ws, setup.owner, "dev", [
-        {"name": "main", "apps": [{"slug": "echo", "url": local_app.url},
-                                  {"slug": "shared", "url": local_app.url, "sharing_level": "authenticated"}]}])
+    setup.workspace = create_workspace(
+        ws,
+        setup.owner,
+        "dev",
+        [
+            {
+                "name": "main",
+                "apps": [
+                    {"slug": "echo", "url": local_app.url},
+                    {"slug": "shared", "url": local_app.url, "sharing_level": "authenticated"},
+                ],
+            }
+        ],
+    )
     setup.agent = setup.workspace["agents"][0]
     setup.agent_process = AgentProcess(tmp_path_factory.mktemp("agent"), ws.url, setup.agent["token"])
     try:

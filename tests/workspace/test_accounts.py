@@ -1,6 +1,7 @@
 """The first user of a platform of the test's own under gunicorn: created once, even when
 requested at once, with a secure cookie behind https. The accounts' route logic in
 process is tests/unit/workspace/test_accounts.py."""
+
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -25,8 +26,9 @@ def test_first_user_once_with_a_session_and_its_cookie(workspace):
     me = requests.get(ws.api + "/users/me", headers=ws.as_user(body["session_token"]), timeout=10).json()
     assert me["roles"] == ["owner"] and me["organization_ids"] == [body["organization_id"]]
     assert me["name"] == "The Owner" and me["login_type"] == "password" and me["status"] == "active"
-    again = requests.post(ws.api + "/users/first", json={**OWNER, "username": "other", "email": "o@example.com"},
-                          timeout=30)
+    again = requests.post(
+        ws.api + "/users/first", json={**OWNER, "username": "other", "email": "o@example.com"}, timeout=30
+    )
     assert again.status_code == 409
     assert ws.count("user") == 1
 
@@ -37,8 +39,11 @@ def test_concurrent_first_user_requests_create_exactly_one_owner(workspace):
 
     def claim(n):
         barrier.wait()
-        return requests.post(ws.api + "/users/first", json={"email": f"u{n}@example.com", "username": f"user{n}",
-                                                            "password": "correct horse battery"}, timeout=60)
+        return requests.post(
+            ws.api + "/users/first",
+            json={"email": f"u{n}@example.com", "username": f"user{n}", "password": "correct horse battery"},
+            timeout=60,
+        )
 
     with ThreadPoolExecutor(20) as pool:
         statuses = sorted(r.status_code for r in pool.map(claim, range(20)))

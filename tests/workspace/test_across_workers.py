@@ -1,6 +1,7 @@
 """Agents on any worker: with REDIS_URL the platform runs several workers, and a
 request for an agent that reaches a worker not holding the agent's connection is
 carried to the one that does, over the workers' mesh (app/workspace/transport/mesh.py)."""
+
 import contextlib
 import hashlib
 import json
@@ -66,12 +67,21 @@ class Platform:
 def platform(start_module_service, postgres_server, redis_server, local_app, tmp_path_factory):
     setup = Platform()
     setup.tmp = tmp_path_factory.mktemp("agent")
-    setup.service = start_module_service("workspace", workers=WORKERS, env={
-        "DATABASE_URL": postgres_server.new_database(), "REDIS_URL": redis_server.new_url(), **MESH_ENV, **AGENT_ENV})
+    setup.service = start_module_service(
+        "workspace",
+        workers=WORKERS,
+        env={
+            "DATABASE_URL": postgres_server.new_database(),
+            "REDIS_URL": redis_server.new_url(),
+            **MESH_ENV,
+            **AGENT_ENV,
+        },
+    )
     setup.ws = Workspace(setup.service)
     setup.owner = setup.ws.first_user()
-    agent = create_workspace(setup.ws, setup.owner, "dev", [{"name": "main", "apps": [
-        {"slug": "echo", "url": local_app.url}]}])["agents"][0]
+    agent = create_workspace(
+        setup.ws, setup.owner, "dev", [{"name": "main", "apps": [{"slug": "echo", "url": local_app.url}]}]
+    )["agents"][0]
     setup.agent_id, setup.token = agent["id"], agent["token"]
     setup.start_agent(setup.ws.url)
     wait_status(setup.ws, setup.owner, setup.agent_id, "connected")
@@ -131,9 +141,11 @@ def test_websockets_and_the_terminal_reach_the_agent_from_another_worker(platfor
             assert (received if isinstance(received, str) else bytes(received)) == message
     finally:
         echo.close()
-    terminal = websocket_on(connect_to_worker(platform.service, other),
-                            f"/api/v2/workspaceagents/{platform.agent_id}/pty?reconnect={uuid.uuid4()}",
-                            platform.headers())
+    terminal = websocket_on(
+        connect_to_worker(platform.service, other),
+        f"/api/v2/workspaceagents/{platform.agent_id}/pty?reconnect={uuid.uuid4()}",
+        platform.headers(),
+    )
     try:
         terminal.send(json.dumps({"height": 33, "width": 101}))  # a resize crosses the mesh too
         terminal.send(json.dumps({"data": "stty size; echo marker-$((6*7))\r"}))
@@ -146,8 +158,11 @@ def test_websockets_and_the_terminal_reach_the_agent_from_another_worker(platfor
 
 
 def _relay(platform, pid, role, session, token):
-    return websocket_on(connect_to_worker(platform.service, pid),
-                        f"/relay?agent={platform.agent_id}&role={role}&session={session}", {TOKEN_HEADER: token})
+    return websocket_on(
+        connect_to_worker(platform.service, pid),
+        f"/relay?agent={platform.agent_id}&role={role}&session={session}",
+        {TOKEN_HEADER: token},
+    )
 
 
 def test_a_relay_pairs_peers_that_reached_different_workers(platform):
@@ -161,8 +176,12 @@ def test_a_relay_pairs_peers_that_reached_different_workers(platform):
         agent_side.send("from the agent side")
         assert client.receive() == "from the agent side"
         sock = connect_to_worker(platform.service, third)
-        status, answer = http_on(sock, "GET", f"/relay?agent={platform.agent_id}&role=client&session={session}",
-                                 {TOKEN_HEADER: platform.owner})
+        status, answer = http_on(
+            sock,
+            "GET",
+            f"/relay?agent={platform.agent_id}&role=client&session={session}",
+            {TOKEN_HEADER: platform.owner},
+        )
         assert status == 409 and "already has its client" in json.loads(answer)["message"]
         sock.close()
     finally:
@@ -176,10 +195,23 @@ def test_the_relay_client_reaches_the_agent_whichever_workers_it_and_the_agent_r
     # The client's worker invites the agent through its holder; the agent dials in
     # wherever the kernel puts it. Three sessions: most cross workers both ways.
     for _ in range(3):
-        done = subprocess.run([*agent_program(), "relay", "--url", platform.ws.url,
-                               "--agent", platform.agent_id, "app", "echo", "/hello"], cwd=ROOT,
-                              env={**os.environ, "WORKSPACE_SESSION_TOKEN": platform.owner},
-                              capture_output=True, timeout=60)
+        done = subprocess.run(
+            [
+                *agent_program(),
+                "relay",
+                "--url",
+                platform.ws.url,
+                "--agent",
+                platform.agent_id,
+                "app",
+                "echo",
+                "/hello",
+            ],
+            cwd=ROOT,
+            env={**os.environ, "WORKSPACE_SESSION_TOKEN": platform.owner},
+            capture_output=True,
+            timeout=60,
+        )
         assert done.returncode == 0 and done.stdout == b"hello from the app\n", done.stderr.decode()
 
 
@@ -189,9 +221,13 @@ def test_a_killed_holder_s_agent_comes_back_on_a_live_worker(platform):
     try:
         wait_for(lambda: statuses == ["connected"], "the dashboard's snapshot")
         os.kill(holder, signal.SIGKILL)
-        wait_for(lambda: platform.holder_pid() not in (None, holder)
-                 and platform.holder_pid() in platform.service.worker_pids(), "the agent's entry on a live worker",
-                 timeout=30)
+        wait_for(
+            lambda: (
+                platform.holder_pid() not in (None, holder) and platform.holder_pid() in platform.service.worker_pids()
+            ),
+            "the agent's entry on a live worker",
+            timeout=30,
+        )
         # The dashboard, on a worker that neither held the agent nor holds it now,
         # hears the new holder say so.
         wait_for(lambda: statuses[1:] == ["connected"], "the reconnection on the dashboard", timeout=30)
@@ -209,8 +245,9 @@ def _watch_on_another_worker(platform, holder):
     """The owner's dashboard watch (SSE) on a worker other than `holder`: the response,
     and the list its reader fills with the agent's statuses as they arrive."""
     while True:  # a connection of its own each time, until one lands elsewhere
-        response = requests.get(platform.ws.api + "/users/me/workspaces/watch", headers=platform.headers(),
-                                stream=True, timeout=60)
+        response = requests.get(
+            platform.ws.api + "/users/me/workspaces/watch", headers=platform.headers(), stream=True, timeout=60
+        )
         if serving_pid(platform.service, response) != holder:
             break
         response.close()
@@ -240,8 +277,11 @@ def test_a_holder_that_stops_answering_loses_its_agent_to_a_live_worker(platform
     # The old holder, back, lets its stale connection go without marking the agent
     # disconnected. Its record of the connection went with it (released before the
     # socket closes), so no later refresh of its can take the entry back.
-    wait_for(lambda: not _accepted_connections(platform.service, holder), "the old holder's stale connection closed",
-             timeout=30)
+    wait_for(
+        lambda: not _accepted_connections(platform.service, holder),
+        "the old holder's stale connection closed",
+        timeout=30,
+    )
     assert platform.holder_pid() in others
     for pid in platform.service.worker_pids():
         _serves_everything(platform, pid)
@@ -250,8 +290,11 @@ def test_a_holder_that_stops_answering_loses_its_agent_to_a_live_worker(platform
 def _accepted_connections(service, pid):
     """The client ports of the connections to the service that worker `pid` holds."""
     inodes = socket_inodes(pid)
-    return [sock.remote_port for sock in tcp_sockets()
-            if sock.local_port == service.port and sock.remote_port and sock.inode in inodes]
+    return [
+        sock.remote_port
+        for sock in tcp_sockets()
+        if sock.local_port == service.port and sock.remote_port and sock.inode in inodes
+    ]
 
 
 def test_an_agent_on_another_host_is_reached_there_and_a_wrong_secret_is_refused(platform, start_service):

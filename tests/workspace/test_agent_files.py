@@ -2,6 +2,7 @@
 script (public, the token from the environment; or minted with the owner's session),
 and what buildinfo says of them. The whole chain in a bare Debian root is in
 tests/proxy/test_agent_in_a_workspace.py."""
+
 import hashlib
 import io
 import os
@@ -20,8 +21,11 @@ from workspace_protocol.mux import VERSION as PROTOCOL_VERSION
 def platform(start_module_service):
     """A platform whose public address is its own (the init script points there)."""
     port = free_port()
-    ws = Workspace(start_module_service("workspace", port=port, env={
-        **AGENT_ENV, "WORKSPACE_ACCESS_URL": f"http://127.0.0.1:{port}"}))
+    ws = Workspace(
+        start_module_service(
+            "workspace", port=port, env={**AGENT_ENV, "WORKSPACE_ACCESS_URL": f"http://127.0.0.1:{port}"}
+        )
+    )
     return ws, ws.first_user()
 
 
@@ -48,10 +52,21 @@ def test_the_agent_file_runs_on_the_standard_library_alone(platform, tmp_path):
     path = tmp_path / "workspace-agent.pyz"
     path.write_bytes(requests.get(ws.url + "/bin/workspace-agent.pyz", timeout=10).content)
     # -S: not even the system's site-packages (Debian's dist-packages).
-    imports = subprocess.run([SYSTEM_PYTHON, "-I", "-S", "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
-                              "import workspace_agent.agent, workspace_agent.relay_client; "
-                              "print(workspace_agent.version())", str(path)],
-                             capture_output=True, text=True, timeout=30)
+    imports = subprocess.run(
+        [
+            SYSTEM_PYTHON,
+            "-I",
+            "-S",
+            "-c",
+            "import sys; sys.path.insert(0, sys.argv[1]); "
+            "import workspace_agent.agent, workspace_agent.relay_client; "
+            "print(workspace_agent.version())",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert imports.returncode == 0, imports.stderr
     assert imports.stdout.strip() == requests.get(ws.url + "/api/v2/buildinfo", timeout=10).json()["version"]
     usage = subprocess.run([SYSTEM_PYTHON, "-I", "-S", str(path)], capture_output=True, text=True, timeout=30)
@@ -62,8 +77,14 @@ def _run_script(script, tmp_path, env):
     """The init script on this machine with `sh`, its agent's file under tmp_path."""
     environment = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "SHELL": "/bin/sh", **env}
     log = open(tmp_path / "init.log", "wb")
-    process = subprocess.Popen(["sh", "-s", "--"], stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-                               env=environment, start_new_session=True)
+    process = subprocess.Popen(
+        ["sh", "-s", "--"],
+        stdin=subprocess.PIPE,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=environment,
+        start_new_session=True,
+    )
     process.stdin.write(script.encode())
     process.stdin.close()
     return process
@@ -82,8 +103,14 @@ def test_the_public_init_script_takes_the_token_from_the_environment_and_replace
     assert script.status_code == 200 and script.headers["Content-Type"].startswith("text/x-shellscript")
     assert f"ACCESS_URL='{ws.url}'" in script.text and "WORKSPACE_AGENT_TOKEN='" not in script.text
 
-    without = subprocess.run(["sh", "-s"], input=script.text, capture_output=True, text=True, timeout=30,
-                             env={"PATH": os.environ["PATH"], "HOME": str(tmp_path)})
+    without = subprocess.run(
+        ["sh", "-s"],
+        input=script.text,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"PATH": os.environ["PATH"], "HOME": str(tmp_path)},
+    )
     assert without.returncode == 2 and "WORKSPACE_AGENT_TOKEN is not set" in without.stderr
 
     cached = tmp_path / ".cache/workspace-agent/workspace-agent.pyz"
@@ -106,16 +133,20 @@ def test_a_minted_init_script_carries_a_new_token_and_needs_the_owner(platform, 
     agent = create_workspace(ws, owner, "minted-init", [{"name": "main"}])["agents"][0]
     url = f"{ws.url}/api/v2/workspaceagents/{agent['id']}/init-script"
     assert requests.post(url, timeout=10).status_code == 401
-    requests.post(ws.api + "/users", json={"email": "stranger@example.com", "username": "stranger",
-                                           "password": "another good passphrase"},
-                  headers=ws.as_user(owner), timeout=10).raise_for_status()
+    requests.post(
+        ws.api + "/users",
+        json={"email": "stranger@example.com", "username": "stranger", "password": "another good passphrase"},
+        headers=ws.as_user(owner),
+        timeout=10,
+    ).raise_for_status()
     stranger = ws.login("stranger@example.com", "another good passphrase").json()["session_token"]
     assert requests.post(url, headers={TOKEN_HEADER: stranger}, timeout=10).status_code == 404
     minted = requests.post(url, headers={TOKEN_HEADER: owner}, timeout=10)
     assert minted.status_code == 200 and minted.headers["Cache-Control"] == "no-store"
     assert "WORKSPACE_AGENT_TOKEN='" in minted.text and agent["token"] not in minted.text
-    refused = requests.get(ws.url + "/api/v2/workspaceagents/me/rpc", headers={TOKEN_HEADER: agent["token"]},
-                           timeout=10)
+    refused = requests.get(
+        ws.url + "/api/v2/workspaceagents/me/rpc", headers={TOKEN_HEADER: agent["token"]}, timeout=10
+    )
     assert refused.status_code == 401  # minting replaced the token the workspace was created with
     process = _run_script(minted.text, tmp_path, {})
     try:

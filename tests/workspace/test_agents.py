@@ -1,5 +1,6 @@
 """The agent connection: status transitions, pings, replacement, revocation, and an
 agent that reconnects by itself after its own restart and the platform's."""
+
 import json
 import os
 import signal
@@ -54,7 +55,8 @@ def test_agent_restart_and_platform_restart(start_service, start_agent, tmp_path
     ws = Workspace(start_service("workspace", data_dir=data_dir, port=port, env=AGENT_ENV))
     owner = ws.first_user()
     agent = create_workspace(ws, owner, "dev", [{"name": "main", "apps": [{"slug": "app", "url": local_app.url}]}])[
-        "agents"][0]
+        "agents"
+    ][0]
     first = start_agent(ws.url, agent["token"])
     wait_status(ws, owner, agent["id"], "connected")
     first.stop()
@@ -74,7 +76,8 @@ def test_revoked_token_is_refused_before_the_upgrade_and_its_connection_closed(w
     ws = workspace(AGENT_ENV)
     owner = ws.first_user()
     agent = create_workspace(ws, owner, "dev", [{"name": "main", "apps": [{"slug": "app", "url": local_app.url}]}])[
-        "agents"][0]
+        "agents"
+    ][0]
     process = start_agent(ws.url, agent["token"])
     wait_status(ws, owner, agent["id"], "connected")
     rotated = requests.post(f"{ws.api}/workspaceagents/{agent['id']}/token", headers=ws.as_user(owner), timeout=10)
@@ -83,18 +86,29 @@ def test_revoked_token_is_refused_before_the_upgrade_and_its_connection_closed(w
     with pytest.raises(HandshakeRefused) as refused:
         Client.connect(_rpc_url(ws), headers={TOKEN_HEADER: agent["token"]})
     assert refused.value.status_code == 401
-    plain = requests.get(ws.api + "/workspaceagents/me/rpc", headers={TOKEN_HEADER: agent["token"],
-                         "Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
-                         "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}, timeout=10)
-    assert plain.status_code == 401 and plain.json() == {"message": "You must be signed in to do this.",
-                                                         "detail": "the agent token is not valid"}
+    plain = requests.get(
+        ws.api + "/workspaceagents/me/rpc",
+        headers={
+            TOKEN_HEADER: agent["token"],
+            "Upgrade": "websocket",
+            "Connection": "Upgrade",
+            "Sec-WebSocket-Version": "13",
+            "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+        },
+        timeout=10,
+    )
+    assert plain.status_code == 401 and plain.json() == {
+        "message": "You must be signed in to do this.",
+        "detail": "the agent token is not valid",
+    }
     assert "HTTP 401" in process.log() or agent_status(ws, owner, agent["id"]) == "disconnected"
     assert agent["token"] not in process.log()
 
     machine = requests.get(f"{ws.url}/@owner/dev.main/apps/app/hello", headers=ws.as_user(owner), timeout=10)
     assert machine.status_code == 502 and machine.json()["message"] == "The workspace agent is not connected."
-    browser = requests.get(f"{ws.url}/@owner/dev.main/apps/app/hello", timeout=10,
-                           headers={**ws.as_user(owner), "Accept": "text/html"})
+    browser = requests.get(
+        f"{ws.url}/@owner/dev.main/apps/app/hello", timeout=10, headers={**ws.as_user(owner), "Accept": "text/html"}
+    )
     assert browser.status_code == 502 and "The workspace agent is not connected." in browser.text
     assert browser.headers["Content-Type"].startswith("text/html")
 
@@ -121,8 +135,9 @@ def test_dashboard_lists_agents_and_streams_their_status(workspace, start_agent)
     agent = create_workspace(ws, owner, "dev", [{"name": "main"}])["agents"][0]
     page = requests.get(ws.url + "/", cookies={"workspace_session_token": owner}, timeout=10)
     assert page.status_code == 200 and f'data-agent-id="{agent["id"]}"' in page.text and "connecting" in page.text
-    with requests.get(ws.api + "/users/me/workspaces/watch", headers=ws.as_user(owner), stream=True,
-                      timeout=20) as stream:
+    with requests.get(
+        ws.api + "/users/me/workspaces/watch", headers=ws.as_user(owner), stream=True, timeout=20
+    ) as stream:
         assert stream.headers["Content-Type"].startswith("text/event-stream")
         lines = stream.iter_lines()
         statuses = []
@@ -148,8 +163,9 @@ def test_an_agent_of_another_protocol_version_is_refused_with_the_reason(workspa
         for _ in range(20):  # a ping may come first
             client.receive(timeout=10)
     assert closed.value.reason == VERSION_REFUSED
-    assert closed.value.message == (f"the agent speaks protocol version {VERSION - 1}, the platform version "
-                                    f"{VERSION}; update the agent")
+    assert closed.value.message == (
+        f"the agent speaks protocol version {VERSION - 1}, the platform version {VERSION}; update the agent"
+    )
 
 
 class RefusingPlatform:
@@ -186,10 +202,15 @@ class RefusingPlatform:
                 if not data:
                     return
                 head += data
-            key = next(line.split(b":", 1)[1].strip().decode() for line in head.split(b"\r\n")
-                       if line.lower().startswith(b"sec-websocket-key:"))
-            answer = (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                      b"Sec-WebSocket-Accept: " + accept_value(key).encode() + b"\r\n\r\n")
+            key = next(
+                line.split(b":", 1)[1].strip().decode()
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"sec-websocket-key:")
+            )
+            answer = (
+                b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                b"Sec-WebSocket-Accept: " + accept_value(key).encode() + b"\r\n\r\n"
+            )
             body = self.code.to_bytes(2, "big") + self.reason.encode()
             if self.with_the_answer:
                 sock.sendall(answer + frame_head(OP_CLOSE, len(body)) + body)
@@ -206,8 +227,7 @@ class RefusingPlatform:
 
 
 @pytest.mark.parametrize("with_the_answer", [False, True])
-def test_an_agent_the_platform_does_not_accept_logs_the_reason_and_retries_with_backoff(start_agent,
-                                                                                        with_the_answer):
+def test_an_agent_the_platform_does_not_accept_logs_the_reason_and_retries_with_backoff(start_agent, with_the_answer):
     platform = RefusingPlatform(1013, "Redis is not answering", with_the_answer)
     try:
         process = start_agent(platform.url, "token-of-a-refused-agent")

@@ -4,6 +4,7 @@ the handshake that signs a browser in on an app host, the limits of its app toke
 own host only, single-use tickets, sign-out), sharing on app hosts and on paths (locked
 down; the dangerous flags and their sandbox), and what an app's answer may not do (set
 the platform's cookies, speak to nginx)."""
+
 import json
 import socket
 import time
@@ -79,8 +80,14 @@ class Browser:
 
 def _direct(port, host, path, headers=None, method="GET", **kwargs):
     """One request through nginx to `host`, no redirect followed."""
-    return requests.request(method, f"http://127.0.0.1:{port}{path}", headers={"Host": host, **(headers or {})},
-                            allow_redirects=False, timeout=10, **kwargs)
+    return requests.request(
+        method,
+        f"http://127.0.0.1:{port}{path}",
+        headers={"Host": host, **(headers or {})},
+        allow_redirects=False,
+        timeout=10,
+        **kwargs,
+    )
 
 
 def _platform(start_module_service, tmp_path_factory, env, wildcard):
@@ -91,13 +98,20 @@ def _platform(start_module_service, tmp_path_factory, env, wildcard):
         if wildcard:
             env["WORKSPACE_WILDCARD_ACCESS_URL"] = f"*{APPS}:{port}"
         ws = Workspace(start_module_service("workspace", env=env))
-    proxy = nginx.start(tmp_path_factory.mktemp("nginx"), port, upstreams={"workspace": f"127.0.0.1:{ws.service.port}"},
-                        hosts={"workspace": PLATFORM},
-                        variables={"workspace_apps_host": f"*{APPS}"} if wildcard else {})
+    proxy = nginx.start(
+        tmp_path_factory.mktemp("nginx"),
+        port,
+        upstreams={"workspace": f"127.0.0.1:{ws.service.port}"},
+        hosts={"workspace": PLATFORM},
+        variables={"workspace_apps_host": f"*{APPS}"} if wildcard else {},
+    )
     setup = SimpleNamespace(ws=ws, proxy=proxy, port=port, owner=ws.first_user())
-    requests.post(ws.api + "/users", json={"email": "other@example.com", "username": "other",
-                                           "password": "second good passphrase"},
-                  headers=ws.as_user(setup.owner), timeout=10).raise_for_status()
+    requests.post(
+        ws.api + "/users",
+        json={"email": "other@example.com", "username": "other", "password": "second good passphrase"},
+        headers=ws.as_user(setup.owner),
+        timeout=10,
+    ).raise_for_status()
     setup.other = ws.login("other@example.com", "second good passphrase").json()["session_token"]
     return setup
 
@@ -105,12 +119,24 @@ def _platform(start_module_service, tmp_path_factory, env, wildcard):
 def _workspaces(setup, local_app, hostile, tmp_path_factory):
     """Owner's `dev.main` (apps echo: owner only; shared and hostile: signed-in users)
     with its agent connected; other's `own.main` (app mine, owner only, no agent)."""
-    agent = create_workspace(setup.ws, setup.owner, "dev", [{"name": "main", "apps": [
-        {"slug": "echo", "url": local_app.url},
-        {"slug": "shared", "url": local_app.url, "sharing_level": "authenticated"},
-        {"slug": "hostile", "url": hostile.url, "sharing_level": "authenticated"}]}])["agents"][0]
-    create_workspace(setup.ws, setup.other, "own", [{"name": "main", "apps": [{"slug": "mine",
-                                                                              "url": "http://127.0.0.1:9"}]}])
+    agent = create_workspace(
+        setup.ws,
+        setup.owner,
+        "dev",
+        [
+            {
+                "name": "main",
+                "apps": [
+                    {"slug": "echo", "url": local_app.url},
+                    {"slug": "shared", "url": local_app.url, "sharing_level": "authenticated"},
+                    {"slug": "hostile", "url": hostile.url, "sharing_level": "authenticated"},
+                ],
+            }
+        ],
+    )["agents"][0]
+    create_workspace(
+        setup.ws, setup.other, "own", [{"name": "main", "apps": [{"slug": "mine", "url": "http://127.0.0.1:9"}]}]
+    )
     setup.agent = AgentProcess(tmp_path_factory.mktemp("agent"), setup.ws.url, agent["token"])
     wait_status(setup.ws, setup.owner, agent["id"], "connected")
 
@@ -143,9 +169,17 @@ def hosted(start_module_service, local_app, hostile, tmp_path_factory):
 @pytest.fixture(scope="module")
 def dangerous(start_module_service, local_app, hostile, tmp_path_factory):
     """No app hosts; path apps shared and opened by administrators, as the flags allow."""
-    yield from _running(start_module_service, local_app, hostile, tmp_path_factory, {
-        "WORKSPACE_DANGEROUS_ALLOW_PATH_APP_SHARING": "true",
-        "WORKSPACE_DANGEROUS_ALLOW_PATH_APP_SITE_OWNER_ACCESS": "true"}, wildcard=False)
+    yield from _running(
+        start_module_service,
+        local_app,
+        hostile,
+        tmp_path_factory,
+        {
+            "WORKSPACE_DANGEROUS_ALLOW_PATH_APP_SHARING": "true",
+            "WORKSPACE_DANGEROUS_ALLOW_PATH_APP_SITE_OWNER_ACCESS": "true",
+        },
+        wildcard=False,
+    )
 
 
 def app_host(setup, slug, workspace="dev", user="owner"):
@@ -161,8 +195,14 @@ def signed_in(setup, token):
 def _ticket_for(setup, token, slug):
     """The platform's answer to the handshake for app `slug`: (its Location, the ticket)."""
     back = f"http://{app_host(setup, slug)}/hello"
-    answer = _direct(setup.port, PLATFORM, "/api/v2/applications/auth-redirect", HTML,
-                     params={"redirect_uri": back}, cookies={"workspace_session_token": token})
+    answer = _direct(
+        setup.port,
+        PLATFORM,
+        "/api/v2/applications/auth-redirect",
+        HTML,
+        params={"redirect_uri": back},
+        cookies={"workspace_session_token": token},
+    )
     assert answer.status_code == 303, answer.text
     location = answer.headers["Location"]
     assert location.startswith(back + "?workspace_app_ticket=")
@@ -170,6 +210,7 @@ def _ticket_for(setup, token, slug):
 
 
 # --------------------------------------------------------------------------- the handshake
+
 
 def test_the_handshake_signs_a_browser_in_on_the_app_host(hosted):
     browser = signed_in(hosted, hosted.other)
@@ -183,7 +224,7 @@ def test_the_handshake_signs_a_browser_in_on_the_app_host(hosted):
     assert seen["path"] == "/headers?x=1"  # the app's own path: no prefix, no ticket
     headers = {name.lower(): value for name, value in seen["headers"]}
     assert "cookie" not in headers and "x-forwarded-prefix" not in headers
-    (host, line), = [(h, line) for h, line in browser.set_cookies if line.startswith("workspace_app_token=")]
+    ((host, line),) = [(h, line) for h, line in browser.set_cookies if line.startswith("workspace_app_token=")]
     name, value, attributes = _set_cookie(line)
     assert host == app_host(hosted, "shared").split(":")[0]
     assert {"httponly", "path"} <= set(attributes) and "domain" not in attributes and "secure" not in attributes
@@ -210,14 +251,25 @@ def test_the_platform_refuses_a_ticket_for_an_app_the_visitor_may_not_open(hoste
     answer = browser.get(f"http://{app_host(hosted, 'echo')}/hello")
     assert answer.status_code == 404 and urlsplit(answer.final_url).hostname == PLATFORM
     assert not any(line.startswith("workspace_app_token=") for _, line in browser.set_cookies)
-    for bad in ("https://evil.example/", f"http://{PLATFORM}:{hosted.port}/", f"http://a--b{APPS}:{hosted.port}/",
-                f"http://{app_host(hosted, 'echo').split(':')[0]}:1/"):
-        refused = _direct(hosted.port, PLATFORM, "/api/v2/applications/auth-redirect", JSON,
-                          params={"redirect_uri": bad}, cookies={"workspace_session_token": hosted.owner})
+    for bad in (
+        "https://evil.example/",
+        f"http://{PLATFORM}:{hosted.port}/",
+        f"http://a--b{APPS}:{hosted.port}/",
+        f"http://{app_host(hosted, 'echo').split(':')[0]}:1/",
+    ):
+        refused = _direct(
+            hosted.port,
+            PLATFORM,
+            "/api/v2/applications/auth-redirect",
+            JSON,
+            params={"redirect_uri": bad},
+            cookies={"workspace_session_token": hosted.owner},
+        )
         assert refused.status_code in (400, 404) and "Location" not in refused.headers, bad
 
 
 # --------------------------------------------------------------------------- tickets and app tokens
+
 
 def test_a_ticket_is_bound_to_its_host_and_spent_at_its_first_use(hosted):
     location, ticket = _ticket_for(hosted, hosted.other, "shared")
@@ -253,13 +305,17 @@ def test_the_app_token_is_good_on_its_own_host_only(hosted):
     assert _direct(hosted.port, app_host(hosted, "shared"), "/hello", cookie).status_code == 200
     other_app = _direct(hosted.port, app_host(hosted, "hostile"), "/seen", cookie)
     assert other_app.status_code == 401 and "not valid" in other_app.json()["detail"]
-    for sent in ({"Cookie": f"workspace_app_token={token}"}, {"Cookie": f"workspace_session_token={token}"},
-                 {TOKEN_HEADER: token}):
+    for sent in (
+        {"Cookie": f"workspace_app_token={token}"},
+        {"Cookie": f"workspace_session_token={token}"},
+        {TOKEN_HEADER: token},
+    ):
         api = _direct(hosted.port, PLATFORM, "/api/v2/users/me", sent)
         assert api.status_code == 401, sent
     # Nor does the platform's own session cookie open an app host.
-    platform_cookie = _direct(hosted.port, app_host(hosted, "shared"), "/hello",
-                              {"Cookie": f"workspace_session_token={hosted.other}", **JSON})
+    platform_cookie = _direct(
+        hosted.port, app_host(hosted, "shared"), "/hello", {"Cookie": f"workspace_session_token={hosted.other}", **JSON}
+    )
     assert platform_cookie.status_code == 401
 
 
@@ -268,12 +324,15 @@ def test_an_app_token_planted_by_a_sibling_app_host_neither_hides_nor_replaces_t
     (Domain=<apps domain>). The browser then sends both under one name."""
     own = _app_token(hosted, hosted.other, "shared")
     planted = _app_token(hosted, hosted.owner, "echo")  # the attacker's own, for his own app
-    for cookies in (f"workspace_app_token=junk; workspace_app_token={own}",
-                    f"workspace_app_token={planted}; workspace_app_token={own}"):
+    for cookies in (
+        f"workspace_app_token=junk; workspace_app_token={own}",
+        f"workspace_app_token={planted}; workspace_app_token={own}",
+    ):
         seen = _direct(hosted.port, app_host(hosted, "shared"), "/headers", {"Cookie": cookies, **JSON})
         assert seen.status_code == 200, cookies
-    alone = _direct(hosted.port, app_host(hosted, "shared"), "/hello",
-                    {"Cookie": f"workspace_app_token={planted}", **JSON})
+    alone = _direct(
+        hosted.port, app_host(hosted, "shared"), "/hello", {"Cookie": f"workspace_app_token={planted}", **JSON}
+    )
     assert alone.status_code == 401  # another host's token opens nothing here
 
 
@@ -282,12 +341,14 @@ def test_signing_out_stops_the_app_token(hosted):
     token = _app_token(hosted, session, "shared")
     cookie = {"Cookie": f"workspace_app_token={token}", **JSON}
     assert _direct(hosted.port, app_host(hosted, "shared"), "/hello", cookie).status_code == 200
-    assert requests.post(hosted.ws.api + "/users/logout", headers={TOKEN_HEADER: session},
-                         timeout=10).status_code == 200
+    assert (
+        requests.post(hosted.ws.api + "/users/logout", headers={TOKEN_HEADER: session}, timeout=10).status_code == 200
+    )
     refused = _direct(hosted.port, app_host(hosted, "shared"), "/hello", cookie)
     assert refused.status_code == 401 and "revoked" in refused.json()["detail"]
-    browser = _direct(hosted.port, app_host(hosted, "shared"), "/hello", {"Cookie": f"workspace_app_token={token}",
-                                                                          **HTML})
+    browser = _direct(
+        hosted.port, app_host(hosted, "shared"), "/hello", {"Cookie": f"workspace_app_token={token}", **HTML}
+    )
     assert browser.status_code == 303 and "/api/v2/applications/auth-redirect?" in browser.headers["Location"]
 
 
@@ -295,20 +356,28 @@ def test_a_cookie_authenticated_post_from_another_app_host_is_refused(hosted):
     token = _app_token(hosted, hosted.other, "shared")
     cookie = {"Cookie": f"workspace_app_token={token}", **JSON}
     sibling = {"Origin": f"http://{app_host(hosted, 'hostile')}", "Sec-Fetch-Site": "same-site"}
-    refused = _direct(hosted.port, app_host(hosted, "shared"), "/headers", {**cookie, **sibling}, method="POST",
-                      data=b"x")
+    refused = _direct(
+        hosted.port, app_host(hosted, "shared"), "/headers", {**cookie, **sibling}, method="POST", data=b"x"
+    )
     assert refused.status_code == 403
     own = {"Origin": f"http://{app_host(hosted, 'shared')}", "Sec-Fetch-Site": "same-origin"}
-    assert _direct(hosted.port, app_host(hosted, "shared"), "/headers", {**cookie, **own}, method="POST",
-                   data=b"x").status_code == 200
+    assert (
+        _direct(
+            hosted.port, app_host(hosted, "shared"), "/headers", {**cookie, **own}, method="POST", data=b"x"
+        ).status_code
+        == 200
+    )
 
 
 # --------------------------------------------------------------------------- who opens what, where
 
+
 def test_sharing_on_app_hosts_with_the_session_header(hosted):
     def status(token, slug, workspace="dev", user="owner"):
-        return _direct(hosted.port, app_host(hosted, slug, workspace, user), "/hello", {TOKEN_HEADER: token}
-                       ).status_code
+        return _direct(
+            hosted.port, app_host(hosted, slug, workspace, user), "/hello", {TOKEN_HEADER: token}
+        ).status_code
+
     assert status(hosted.other, "shared") == 200
     assert status(hosted.other, "echo") == 404
     assert status(hosted.owner, "echo") == 200
@@ -317,18 +386,26 @@ def test_sharing_on_app_hosts_with_the_session_header(hosted):
 
 
 def test_the_api_and_the_dashboard_name_each_app_s_own_host(hosted):
-    workspaces = requests.get(hosted.ws.api + "/users/me/workspaces", headers=hosted.ws.as_user(hosted.owner),
-                              timeout=10)
-    apps = {app["slug"]: app for workspace in workspaces.json() for agent in workspace["agents"]
-            for app in agent["apps"]}
+    workspaces = requests.get(
+        hosted.ws.api + "/users/me/workspaces", headers=hosted.ws.as_user(hosted.owner), timeout=10
+    )
+    apps = {
+        app["slug"]: app for workspace in workspaces.json() for agent in workspace["agents"] for app in agent["apps"]
+    }
     assert apps["shared"]["host_url"] == f"http://{app_host(hosted, 'shared')}/"
     page = requests.get(hosted.ws.url + "/", cookies={"workspace_session_token": hosted.owner}, timeout=10)
     assert f'href="http://{app_host(hosted, "shared")}/"' in page.text
 
 
 def test_unknown_apps_and_hosts_are_one_404(hosted):
-    for host in (app_host(hosted, "nope"), app_host(hosted, "echo", "nope"), app_host(hosted, "echo", user="nobody"),
-                 app_host(hosted, "echo"), f"a--b{APPS}", f"x--main--dev--owner--more{APPS}"):
+    for host in (
+        app_host(hosted, "nope"),
+        app_host(hosted, "echo", "nope"),
+        app_host(hosted, "echo", user="nobody"),
+        app_host(hosted, "echo"),
+        f"a--b{APPS}",
+        f"x--main--dev--owner--more{APPS}",
+    ):
         answer = _direct(hosted.port, host, "/hello", {TOKEN_HEADER: hosted.other, **JSON})
         assert answer.status_code == 404 and answer.json() == NOT_FOUND, host
 
@@ -341,6 +418,7 @@ def test_the_platform_s_routes_are_the_app_s_paths_on_an_app_host(hosted):
 def test_path_apps_are_locked_down_by_default(hosted):
     def path(token, path, headers=None):
         return _direct(hosted.port, PLATFORM, path, {TOKEN_HEADER: token, **(headers or JSON)})
+
     assert path(hosted.other, "/@owner/dev.main/apps/shared/hello").json() == NOT_FOUND
     assert path(hosted.owner, "/@other/own.main/apps/mine/").json() == NOT_FOUND  # an administrator may not
     assert path(hosted.other, "/@other/own.main/apps/mine/").status_code == 502  # its owner may
@@ -355,6 +433,7 @@ def test_path_apps_are_locked_down_by_default(hosted):
 def test_the_dangerous_flags_open_path_apps_inside_a_sandbox(dangerous):
     def path(token, path):
         return _direct(dangerous.port, PLATFORM, path, {TOKEN_HEADER: token, **JSON})
+
     shared = path(dangerous.other, "/@owner/dev.main/apps/shared/hello")
     assert shared.status_code == 200 and shared.headers["Content-Security-Policy"] == SANDBOX
     assert path(dangerous.owner, "/@other/own.main/apps/mine/").status_code == 502  # allowed: the agent is away
@@ -364,6 +443,7 @@ def test_the_dangerous_flags_open_path_apps_inside_a_sandbox(dangerous):
 
 # --------------------------------------------------------------------------- what an app's answer may not do
 
+
 def _both_kinds(setup):
     """(host, path prefix) of the hostile app on its host and on its path (the owner's)."""
     return [(app_host(setup, "hostile"), ""), (PLATFORM, "/@owner/dev.main/apps/hostile")]
@@ -372,9 +452,13 @@ def _both_kinds(setup):
 def _raw_upgrade(setup, host, path):
     """An upgrade request through nginx on a connection of its own: the answer's head."""
     with socket.create_connection(("127.0.0.1", setup.port), timeout=10) as client:
-        client.sendall((f"GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                        f"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
-                        f"{TOKEN_HEADER}: {setup.owner}\r\n\r\n").encode())
+        client.sendall(
+            (
+                f"GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                f"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+                f"{TOKEN_HEADER}: {setup.owner}\r\n\r\n"
+            ).encode()
+        )
         head = b""
         while b"\r\n\r\n" not in head:
             data = client.recv(65536)
@@ -392,8 +476,12 @@ def test_an_app_cannot_set_the_platform_s_cookies(hosted):
 
 def test_an_app_cannot_make_nginx_answer_a_platform_route(hosted):
     for host, prefix in _both_kinds(hosted):
-        answer = _direct(hosted.port, host, prefix + "/accel", {TOKEN_HEADER: hosted.owner,
-                                                                 "Cookie": f"workspace_session_token={hosted.owner}"})
+        answer = _direct(
+            hosted.port,
+            host,
+            prefix + "/accel",
+            {TOKEN_HEADER: hosted.owner, "Cookie": f"workspace_session_token={hosted.owner}"},
+        )
         assert answer.status_code == 200 and answer.text == "the app's own body\n", host
         assert not [name for name in answer.headers if name.lower().startswith("x-accel")], host
 
@@ -429,14 +517,23 @@ def test_the_app_never_sees_the_app_token_or_the_ticket(hosted):
 
 # --------------------------------------------------------------------------- settings
 
-@pytest.mark.parametrize(("wildcard", "problem"), [
-    ("apps.example.org", "must be a host pattern"), ("https://*.apps.example.org", "must be a host pattern"),
-    ("*.apps.example.org/x", "must be a host pattern"), ("*.apps.example.org:0", "must be a host pattern"),
-    ("*.apps.example.org:70000", "must be a host pattern"), ("*.*.example.org", "must be a host pattern"),
-    ("*.example.org", "is one of WORKSPACE_WILDCARD_ACCESS_URL's app hosts")])
+
+@pytest.mark.parametrize(
+    ("wildcard", "problem"),
+    [
+        ("apps.example.org", "must be a host pattern"),
+        ("https://*.apps.example.org", "must be a host pattern"),
+        ("*.apps.example.org/x", "must be a host pattern"),
+        ("*.apps.example.org:0", "must be a host pattern"),
+        ("*.apps.example.org:70000", "must be a host pattern"),
+        ("*.*.example.org", "must be a host pattern"),
+        ("*.example.org", "is one of WORKSPACE_WILDCARD_ACCESS_URL's app hosts"),
+    ],
+)
 def test_a_bad_wildcard_stops_the_start(monkeypatch, tmp_path, wildcard, problem):
     from app.common.config import ConfigError
     from app.workspace.settings import WorkspaceSettings
+
     monkeypatch.setenv("WORKSPACE_ACCESS_URL", "https://code.example.org")
     monkeypatch.setenv("WORKSPACE_WILDCARD_ACCESS_URL", wildcard)
     with pytest.raises(ConfigError, match=problem):
@@ -446,6 +543,7 @@ def test_a_bad_wildcard_stops_the_start(monkeypatch, tmp_path, wildcard, problem
 def test_a_wildcard_with_a_port_gives_app_urls_with_it(monkeypatch, tmp_path):
     from app.workspace.access.app_hosts import app_url
     from app.workspace.settings import WorkspaceSettings
+
     monkeypatch.setenv("WORKSPACE_ACCESS_URL", "https://code.example.org")
     monkeypatch.setenv("WORKSPACE_WILDCARD_ACCESS_URL", "*.Apps.Example.org:8443")
     settings = WorkspaceSettings.from_env(str(tmp_path))

@@ -1,4 +1,5 @@
 """The workspace apps proxy through a real agent process to a real local app."""
+
 import hashlib
 import json
 import os
@@ -31,22 +32,25 @@ def test_the_percent_form_and_the_sole_agent_form(connected):
 
 def test_post_of_5_mb_streams_to_the_app(connected):
     body = os.urandom(5 * 1024 * 1024)
-    response = requests.post(connected.app_url + "/upload", data=body, headers=connected.ws.as_user(connected.owner),
-                             timeout=30)
+    response = requests.post(
+        connected.app_url + "/upload", data=body, headers=connected.ws.as_user(connected.owner), timeout=30
+    )
     assert response.status_code == 200
     assert response.json() == {"length": len(body), "sha256": hashlib.sha256(body).hexdigest()}
 
 
 def test_chunked_upload_is_rechunked_to_the_app(connected):
     pieces = [os.urandom(100_000) for _ in range(5)]
-    response = requests.post(connected.app_url + "/upload", data=iter(pieces),
-                             headers=connected.ws.as_user(connected.owner), timeout=30)
+    response = requests.post(
+        connected.app_url + "/upload", data=iter(pieces), headers=connected.ws.as_user(connected.owner), timeout=30
+    )
     assert response.json() == {"length": 500_000, "sha256": hashlib.sha256(b"".join(pieces)).hexdigest()}
 
 
 def test_streaming_answer_arrives_piece_by_piece(connected):
-    with requests.get(connected.app_url + "/stream?chunks=6", headers=connected.ws.as_user(connected.owner),
-                      stream=True, timeout=10) as response:
+    with requests.get(
+        connected.app_url + "/stream?chunks=6", headers=connected.ws.as_user(connected.owner), stream=True, timeout=10
+    ) as response:
         assert response.status_code == 200
         arrivals = []
         for line in response.iter_lines():
@@ -81,9 +85,12 @@ def test_100_concurrent_requests_are_demultiplexed(connected):
 
 
 def test_platform_credentials_are_stripped(connected):
-    response = requests.get(connected.app_url + f"/headers?a=1&workspace_session_token={connected.owner}&b=2",
-                            headers={TOKEN_HEADER: connected.owner, "X-Custom": "kept"},
-                            cookies={"workspace_session_token": connected.owner, "app_cookie": "mine"}, timeout=10)
+    response = requests.get(
+        connected.app_url + f"/headers?a=1&workspace_session_token={connected.owner}&b=2",
+        headers={TOKEN_HEADER: connected.owner, "X-Custom": "kept"},
+        cookies={"workspace_session_token": connected.owner, "app_cookie": "mine"},
+        timeout=10,
+    )
     seen = response.json()
     headers = {name.lower(): value for name, value in seen["headers"]}
     assert seen["path"] == "/headers?a=1&b=2"
@@ -97,15 +104,17 @@ def test_platform_credentials_are_stripped(connected):
 
 
 def test_missing_trailing_slash_redirects_keeping_the_query(connected):
-    response = requests.get(connected.app_url + "?x=1", headers=connected.ws.as_user(connected.owner),
-                            allow_redirects=False, timeout=10)
+    response = requests.get(
+        connected.app_url + "?x=1", headers=connected.ws.as_user(connected.owner), allow_redirects=False, timeout=10
+    )
     assert response.status_code == 307
     assert response.headers["Location"].endswith("/@owner/dev.main/apps/echo/?x=1")
 
 
 def test_unauthenticated_browser_is_sent_to_login_and_machine_gets_401(connected):
-    browser = requests.get(connected.app_url + "/hello?x=1", headers={"Accept": "text/html,*/*"},
-                           allow_redirects=False, timeout=10)
+    browser = requests.get(
+        connected.app_url + "/hello?x=1", headers={"Accept": "text/html,*/*"}, allow_redirects=False, timeout=10
+    )
     assert browser.status_code == 303
     assert browser.headers["Location"] == "/login?redirect=%2F%40owner%2Fdev.main%2Fapps%2Fecho%2Fhello%3Fx%3D1"
     machine = requests.get(connected.app_url + "/hello", allow_redirects=False, timeout=10)
@@ -120,8 +129,11 @@ def test_path_apps_are_the_owners_only(connected):
     for slug in ("echo", "shared"):
         refused = requests.get(f"{connected.ws.url}/@owner/dev.main/apps/{slug}/hello", headers=other, timeout=10)
         assert refused.status_code == 404 and refused.json()["message"] == "Workspace app not found.", slug
-    mine = requests.get(f"{connected.ws.url}/@owner/dev.main/apps/shared/hello",
-                        headers=connected.ws.as_user(connected.owner), timeout=10)
+    mine = requests.get(
+        f"{connected.ws.url}/@owner/dev.main/apps/shared/hello",
+        headers=connected.ws.as_user(connected.owner),
+        timeout=10,
+    )
     assert mine.status_code == 200 and mine.text == "hello from the app\n"
 
 
@@ -129,16 +141,27 @@ def test_unknown_workspace_agent_or_app_is_one_404(connected):
     """The same answer whether the user, the workspace, the agent or the app is
     missing, or someone else's: it says nothing of who and what exists."""
     owner, other = connected.ws.as_user(connected.owner), connected.ws.as_user(connected.other)
-    cases = [(owner, path) for path in ("/@owner/nope.main/apps/echo/", "/@owner/dev.nope/apps/echo/",
-                                        "/@owner/dev.main/apps/nope/", "/@nobody/dev.main/apps/echo/")]
-    cases += [(other, "/@owner/dev.main/apps/echo/"), (other, "/@owner/dev/apps/echo/"),
-              (other, "/@nobody/dev/apps/echo/")]
+    cases = [
+        (owner, path)
+        for path in (
+            "/@owner/nope.main/apps/echo/",
+            "/@owner/dev.nope/apps/echo/",
+            "/@owner/dev.main/apps/nope/",
+            "/@nobody/dev.main/apps/echo/",
+        )
+    ]
+    cases += [
+        (other, "/@owner/dev.main/apps/echo/"),
+        (other, "/@owner/dev/apps/echo/"),
+        (other, "/@nobody/dev/apps/echo/"),
+    ]
     for auth, path in cases:
         response = requests.get(connected.ws.url + path, headers=auth, timeout=10)
         assert response.status_code == 404 and response.json() == {"message": "Workspace app not found."}, path
 
 
 # --------------------------------------------------------------------------- bulk bytes and back-pressure
+
 
 def _sha256_of_random(count, seed):
     digest = hashlib.sha256()
@@ -150,8 +173,12 @@ def _sha256_of_random(count, seed):
 def test_20_mb_download_arrives_byte_exact(connected):
     count, seed = 20 * 1024 * 1024 + 12345, "download"
     digest, length = hashlib.sha256(), 0
-    with requests.get(f"{connected.app_url}/random?count={count}&seed={seed}",
-                      headers=connected.ws.as_user(connected.owner), stream=True, timeout=30) as response:
+    with requests.get(
+        f"{connected.app_url}/random?count={count}&seed={seed}",
+        headers=connected.ws.as_user(connected.owner),
+        stream=True,
+        timeout=30,
+    ) as response:
         assert response.status_code == 200 and int(response.headers["Content-Length"]) == count
         for data in response.iter_content(256 * 1024):
             digest.update(data)
@@ -161,8 +188,9 @@ def test_20_mb_download_arrives_byte_exact(connected):
 
 def test_20_mb_upload_arrives_byte_exact(connected):
     body = b"".join(random_pieces(20 * 1024 * 1024 + 777, "upload"))
-    response = requests.post(connected.app_url + "/upload", data=body, headers=connected.ws.as_user(connected.owner),
-                             timeout=30)
+    response = requests.post(
+        connected.app_url + "/upload", data=body, headers=connected.ws.as_user(connected.owner), timeout=30
+    )
     assert response.status_code == 200
     assert response.json() == {"length": len(body), "sha256": hashlib.sha256(body).hexdigest()}
 
@@ -183,8 +211,10 @@ class SlowClient:
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)  # before connect: a small window
         self.sock.settimeout(30)
         self.sock.connect(("127.0.0.1", port))
-        self.sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{TOKEN_HEADER}: {connected.owner}\r\n"
-                          f"Connection: close\r\n\r\n".encode())
+        self.sock.sendall(
+            f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{TOKEN_HEADER}: {connected.owner}\r\n"
+            f"Connection: close\r\n\r\n".encode()
+        )
         head = b""
         while b"\r\n\r\n" not in head:
             data = self.sock.recv(4096)
@@ -254,6 +284,7 @@ def test_a_client_that_goes_away_ends_the_app_request(connected):
 
 # --------------------------------------------------------------------------- methods, tokens and the request log
 
+
 def test_head_and_options_reach_the_app(connected):
     auth = connected.ws.as_user(connected.owner)
     head = requests.head(connected.app_url + "/hello", headers=auth, timeout=10)
@@ -268,8 +299,10 @@ def test_a_revoked_session_token_is_refused_at_once(connected):
     token = connected.ws.login(OWNER["email"], OWNER["password"]).json()["session_token"]
     shared = f"{connected.ws.url}/@owner/dev.main/apps/shared/hello"
     assert requests.get(shared, headers=connected.ws.as_user(token), timeout=10).status_code == 200
-    assert requests.post(connected.ws.api + "/users/logout", headers=connected.ws.as_user(token),
-                         timeout=10).status_code < 300
+    assert (
+        requests.post(connected.ws.api + "/users/logout", headers=connected.ws.as_user(token), timeout=10).status_code
+        < 300
+    )
     for carried in ({"headers": {TOKEN_HEADER: token}}, {"cookies": {"workspace_session_token": token}}):
         refused = requests.get(shared, timeout=10, allow_redirects=False, **carried)
         assert refused.status_code == 401 and "revoked" in refused.json()["detail"], carried
@@ -280,8 +313,9 @@ def test_a_revoked_session_token_is_refused_at_once(connected):
 def test_the_token_in_a_cookie_is_accepted_in_the_query_not(connected):
     """A token in a URL ends up in logs and histories: the query carries one on a
     websocket upgrade only (app/workspace/access/sessions.py)."""
-    by_cookie = requests.get(connected.app_url + "/hello", cookies={"workspace_session_token": connected.owner},
-                             timeout=10)
+    by_cookie = requests.get(
+        connected.app_url + "/hello", cookies={"workspace_session_token": connected.owner}, timeout=10
+    )
     by_query = requests.get(connected.app_url + f"/hello?workspace_session_token={connected.owner}", timeout=10)
     assert (by_cookie.status_code, by_query.status_code) == (200, 401)
 
@@ -298,8 +332,9 @@ def test_a_proxied_request_is_logged_once_with_its_request_id(start_service, sta
     start_agent(ws.url, agent["token"])
     wait_status(ws, owner, agent["id"], "connected")
     path = "/@owner/dev.main/apps/echo/hello"
-    answer = requests.get(ws.url + path + "?secret=1", headers={TOKEN_HEADER: owner, "X-Request-Id": "bench-42"},
-                          timeout=10)
+    answer = requests.get(
+        ws.url + path + "?secret=1", headers={TOKEN_HEADER: owner, "X-Request-Id": "bench-42"}, timeout=10
+    )
     assert answer.status_code == 200 and answer.headers["X-Request-Id"] == "bench-42"
     unnamed = requests.get(ws.url + path, headers={TOKEN_HEADER: owner, "X-Request-Id": "bad id!"}, timeout=10)
     assert re.fullmatch(r"[0-9a-f]{32}", unnamed.headers["X-Request-Id"])
@@ -326,8 +361,10 @@ def test_requests_to_an_app_share_its_kept_connections(connected):
     read as the next request."""
     shared = connected.ws.url + "/@owner/dev.main/apps/shared/headers"
     second = connected.ws.login(OWNER["email"], OWNER["password"]).json()["session_token"]
-    ports = [requests.get(shared, headers=connected.ws.as_user(token), timeout=10).json()["port"]
-             for token in (connected.owner, second, connected.owner)]
+    ports = [
+        requests.get(shared, headers=connected.ws.as_user(token), timeout=10).json()["port"]
+        for token in (connected.owner, second, connected.owner)
+    ]
     assert len(set(ports)) == 1, ports
     posted = requests.post(shared, data=b"a body", headers=connected.ws.as_user(connected.owner), timeout=10)
     assert posted.status_code == 200 and posted.json()["port"] != ports[0]
@@ -366,26 +403,36 @@ def test_an_answer_with_a_malformed_length_is_a_502_and_its_connection_is_droppe
 def test_a_deleted_workspace_is_refused_at_once(connected):
     """Its app answered a moment ago (a 502: its agent never connected); once the
     workspace is deleted, the next request is a 404."""
-    created = create_workspace(connected.ws, connected.owner, "brief", [
-        {"name": "main", "apps": [{"slug": "app", "url": "http://127.0.0.1:9"}]}])
+    created = create_workspace(
+        connected.ws,
+        connected.owner,
+        "brief",
+        [{"name": "main", "apps": [{"slug": "app", "url": "http://127.0.0.1:9"}]}],
+    )
     url = connected.ws.url + "/@owner/brief.main/apps/app/"
     headers = connected.ws.as_user(connected.owner)
     assert requests.get(url, headers=headers, timeout=10).status_code == 502  # its agent never connected
-    assert requests.delete(f"{connected.ws.api}/workspaces/{created['id']}", headers=headers,
-                           timeout=10).status_code == 204
+    assert (
+        requests.delete(f"{connected.ws.api}/workspaces/{created['id']}", headers=headers, timeout=10).status_code
+        == 204
+    )
     assert requests.get(url, headers=headers, timeout=10).status_code == 404
 
 
 def test_a_password_reset_on_the_host_refuses_the_sessions_at_once(connected):
     """The host's command runs in a process of its own: it tells the service's
     workers through the data folder (or Redis) that their grants are stale."""
-    requests.post(connected.ws.api + "/users", json={"email": "third@example.com", "username": "third",
-                                                     "password": "another long passphrase"},
-                  headers=connected.ws.as_user(connected.owner), timeout=10).raise_for_status()
+    requests.post(
+        connected.ws.api + "/users",
+        json={"email": "third@example.com", "username": "third", "password": "another long passphrase"},
+        headers=connected.ws.as_user(connected.owner),
+        timeout=10,
+    ).raise_for_status()
     token = connected.ws.login("third@example.com", "another long passphrase").json()["session_token"]
     # Third's own app: its agent never connects, so a 502 says that access was granted.
-    create_workspace(connected.ws, token, "thirds", [{"name": "main", "apps": [{"slug": "app",
-                                                                                "url": "http://127.0.0.1:9"}]}])
+    create_workspace(
+        connected.ws, token, "thirds", [{"name": "main", "apps": [{"slug": "app", "url": "http://127.0.0.1:9"}]}]
+    )
     own = f"{connected.ws.url}/@third/thirds.main/apps/app/hello"
     assert requests.get(own, headers=connected.ws.as_user(token), timeout=10).status_code == 502
     done = run_cli(connected.ws, "reset-password", "third", stdin="a brand new passphrase\n")

@@ -1,17 +1,24 @@
 """Another site's set-up form cannot claim a fresh platform (under gunicorn). The other
 cross-site requests are tests/unit/workspace/test_csrf.py."""
+
 import requests
 
 from tests.support.workspace import OWNER
 
 ACCESS_URL = "https://workspace.example.org"
 COOKIE = "__Host-workspace_session_token"  # the session cookie's name behind https
-CROSS_SITE = [{"Sec-Fetch-Site": "cross-site", "Origin": "https://evil.example"},
-              {"Sec-Fetch-Site": "same-site", "Origin": "https://app.example.org"},  # a sibling host
-              {"Origin": "https://evil.example"},                                    # a browser without Fetch Metadata
-              {"Origin": "null"}]                                                    # a sandboxed page
-SAME_ORIGIN = [{"Sec-Fetch-Site": "same-origin", "Origin": ACCESS_URL}, {"Origin": ACCESS_URL},
-               {"Origin": ACCESS_URL + ":443"}, {}]
+CROSS_SITE = [
+    {"Sec-Fetch-Site": "cross-site", "Origin": "https://evil.example"},
+    {"Sec-Fetch-Site": "same-site", "Origin": "https://app.example.org"},  # a sibling host
+    {"Origin": "https://evil.example"},  # a browser without Fetch Metadata
+    {"Origin": "null"},
+]  # a sandboxed page
+SAME_ORIGIN = [
+    {"Sec-Fetch-Site": "same-origin", "Origin": ACCESS_URL},
+    {"Origin": ACCESS_URL},
+    {"Origin": ACCESS_URL + ":443"},
+    {},
+]
 
 
 def _session_cookie(response):
@@ -20,6 +27,7 @@ def _session_cookie(response):
 
 def test_another_sites_setup_form_cannot_claim_the_platform(start_service):
     from tests.support.workspace import Workspace
+
     ws = Workspace(start_service("workspace", env={"WORKSPACE_ACCESS_URL": ACCESS_URL}))
     response = requests.post(ws.url + "/setup", data=OWNER, headers=CROSS_SITE[0], allow_redirects=False, timeout=30)
     assert response.status_code == 403 and "Set-Cookie" not in response.headers

@@ -8,6 +8,7 @@ claims an administrator maps, the `groups` scope is an extra claim, the issuer m
 announced with a trailing slash, a new key can replace the old one under the same id,
 and its 2.16 reads a client_secret_basic header only up to a `+` or `/` in its base64
 (devtools.lemonldap.basic_safe_secret)."""
+
 import base64
 import hashlib
 import html
@@ -28,15 +29,14 @@ from tests.support.oidc import CALLBACK, OWNER, TIMEOUT, as_uuid, assert_error_p
 
 SIGN_IN_TEXT = "Sign in with LemonLDAP::NG"
 SCOPES = "openid profile email groups"  # the spec's client registration table
-DOCTOR = {"email": "dwho@badwolf.org", "username": "doctor", "password": "Tardis-blue-box-42",
-          "login_type": "password"}
-MICKEY = {"email": "msmith@badwolf.org", "username": "mickey", "password": "Tin-dog-k9-2005",
-          "login_type": "password"}
+DOCTOR = {"email": "dwho@badwolf.org", "username": "doctor", "password": "Tardis-blue-box-42", "login_type": "password"}
+MICKEY = {"email": "msmith@badwolf.org", "username": "mickey", "password": "Tin-dog-k9-2005", "login_type": "password"}
 
 
 @dataclass
 class Site:
     """The provider, the workspace service and the nginx in front of it."""
+
     idp: LemonLdap
     service: object
     proxy: object
@@ -50,8 +50,9 @@ class Site:
 
     def api(self, method, path, token=None, **kwargs):
         headers = {"Workspace-Session-Token": token} if token else {}
-        return requests.request(method, self.url(path), headers=headers, timeout=TIMEOUT,
-                                allow_redirects=False, **kwargs)
+        return requests.request(
+            method, self.url(path), headers=headers, timeout=TIMEOUT, allow_redirects=False, **kwargs
+        )
 
     def rows(self, sql, *params):
         with peek(self.service) as connection:
@@ -67,8 +68,7 @@ class Site:
         page = http.get(self.url("/login"), timeout=TIMEOUT)
         match = re.search(r'<a class="button sso" id="sso" href="([^"]+)">\s*(.*?)\s*</a>', page.text, re.S)
         assert match and html.unescape(match.group(2)) == SIGN_IN_TEXT, page.text
-        answer = http.get(urljoin(self.base_url, html.unescape(match.group(1))), timeout=TIMEOUT,
-                          allow_redirects=False)
+        answer = http.get(urljoin(self.base_url, html.unescape(match.group(1))), timeout=TIMEOUT, allow_redirects=False)
         assert answer.status_code == 303, answer.text
         return answer.headers["Location"]
 
@@ -95,16 +95,23 @@ def make_site(start_module_service, tmp_path_factory, issuer_suffix="", configur
     with held_port() as port:  # nginx's, named in the provider's registration; bound below
         base_url = f"http://127.0.0.1:{port}"
         idp = LemonLdap(redirect_uris=[base_url + CALLBACK], issuer_suffix=issuer_suffix).start()
-    service = start_module_service("workspace", env={
-        "WORKSPACE_ACCESS_URL": base_url,
-        "WORKSPACE_OIDC_ISSUER_URL": configured_issuer(idp) if configured_issuer else idp.issuer,
-        "WORKSPACE_OIDC_CLIENT_ID": CLIENT_ID,
-        "WORKSPACE_OIDC_CLIENT_SECRET": idp.client_secret,
-        "WORKSPACE_OIDC_SCOPES": SCOPES.replace(" ", ","),
-        "WORKSPACE_OIDC_SIGN_IN_TEXT": SIGN_IN_TEXT,
-    })
-    proxy = nginx.start(tmp_path_factory.mktemp("nginx-sso"), listen_port=port,
-                        upstreams={"workspace": f"127.0.0.1:{service.port}"}, hosts={"workspace": "127.0.0.1"})
+    service = start_module_service(
+        "workspace",
+        env={
+            "WORKSPACE_ACCESS_URL": base_url,
+            "WORKSPACE_OIDC_ISSUER_URL": configured_issuer(idp) if configured_issuer else idp.issuer,
+            "WORKSPACE_OIDC_CLIENT_ID": CLIENT_ID,
+            "WORKSPACE_OIDC_CLIENT_SECRET": idp.client_secret,
+            "WORKSPACE_OIDC_SCOPES": SCOPES.replace(" ", ","),
+            "WORKSPACE_OIDC_SIGN_IN_TEXT": SIGN_IN_TEXT,
+        },
+    )
+    proxy = nginx.start(
+        tmp_path_factory.mktemp("nginx-sso"),
+        listen_port=port,
+        upstreams={"workspace": f"127.0.0.1:{service.port}"},
+        hosts={"workspace": "127.0.0.1"},
+    )
     site = Site(idp, service, proxy, base_url)
     first = site.api("POST", "/api/v2/users/first", json=OWNER)
     assert first.status_code == 201, first.text
@@ -132,6 +139,7 @@ def site(start_module_service, tmp_path_factory):
 
 # --- the whole chain ------------------------------------------------------------------------------
 
+
 def test_the_first_sign_in_creates_an_account_through_the_whole_chain(site):
     http = site.browser()
     authorization = site.start(http)
@@ -150,8 +158,9 @@ def test_the_first_sign_in_creates_an_account_through_the_whole_chain(site):
     assert me["username"] == "rtyler" and me["email"] == "rtyler@badwolf.org"
     assert me["name"] == "Rose Tyler" and me["login_type"] == "oidc"
     links = site.rows("SELECT user_id, issuer, subject FROM oidclink")
-    assert [(as_uuid(link["user_id"]), link["issuer"], link["subject"]) for link in links] == \
-        [(as_uuid(me["id"]), site.idp.issuer, "rtyler")]
+    assert [(as_uuid(link["user_id"]), link["issuer"], link["subject"]) for link in links] == [
+        (as_uuid(me["id"]), site.idp.issuer, "rtyler")
+    ]
 
     # Again in a new browser that holds only the provider's session: no form, the same account.
     later = site.browser()
@@ -171,11 +180,13 @@ def test_a_verified_email_signs_into_the_account_that_has_it(site):
     me = site.me(http)
     assert as_uuid(me["id"]) == as_uuid(site.accounts["doctor"]) and me["username"] == "doctor"
     audit = site.rows("SELECT action, detail FROM auditlog WHERE action = 'user.oidc_link'")
-    assert any(json.loads(row["detail"]).get("matched_by") == "verified_email"
-               and json.loads(row["detail"]).get("subject") == "dwho" for row in audit), audit
+    assert any(
+        json.loads(row["detail"]).get("matched_by") == "verified_email"
+        and json.loads(row["detail"]).get("subject") == "dwho"
+        for row in audit
+    ), audit
     # The password still works beside the link.
-    login = site.api("POST", "/api/v2/users/login",
-                     json={"email": DOCTOR["email"], "password": DOCTOR["password"]})
+    login = site.api("POST", "/api/v2/users/login", json={"email": DOCTOR["email"], "password": DOCTOR["password"]})
     assert login.status_code == 201, login.text
 
 
@@ -187,6 +198,7 @@ def test_an_unverified_email_matching_an_account_is_refused(site):
 
 
 # --- what the provider really sends --------------------------------------------------------------
+
 
 def pkce_pair():
     verifier = secrets.token_urlsafe(64)
@@ -204,13 +216,36 @@ def test_what_the_provider_sends_is_what_the_platform_reads(site):
     metadata = site.idp.metadata()
     verifier, challenge = pkce_pair()
     http = site.browser()
-    location = sign_in(http, metadata["authorization_endpoint"] + "?" + urlencode({
-        "response_type": "code", "client_id": CLIENT_ID, "redirect_uri": site.url(CALLBACK), "scope": SCOPES,
-        "state": "st", "nonce": "nc", "code_challenge": challenge, "code_challenge_method": "S256"}), "dwho")
+    location = sign_in(
+        http,
+        metadata["authorization_endpoint"]
+        + "?"
+        + urlencode(
+            {
+                "response_type": "code",
+                "client_id": CLIENT_ID,
+                "redirect_uri": site.url(CALLBACK),
+                "scope": SCOPES,
+                "state": "st",
+                "nonce": "nc",
+                "code_challenge": challenge,
+                "code_challenge_method": "S256",
+            }
+        ),
+        "dwho",
+    )
     code = query_of(location)["code"]
-    token = requests.post(metadata["token_endpoint"], auth=(CLIENT_ID, site.idp.client_secret), timeout=TIMEOUT,
-                          data={"grant_type": "authorization_code", "code": code, "code_verifier": verifier,
-                                "redirect_uri": site.url(CALLBACK)})
+    token = requests.post(
+        metadata["token_endpoint"],
+        auth=(CLIENT_ID, site.idp.client_secret),
+        timeout=TIMEOUT,
+        data={
+            "grant_type": "authorization_code",
+            "code": code,
+            "code_verifier": verifier,
+            "redirect_uri": site.url(CALLBACK),
+        },
+    )
     assert token.status_code == 200, token.text
     answer = token.json()
     assert answer["token_type"].lower() == "bearer"
@@ -223,8 +258,9 @@ def test_what_the_provider_sends_is_what_the_platform_reads(site):
     assert claims["at_hash"] == base64.urlsafe_b64encode(digest[:16]).rstrip(b"=").decode()
     assert "email" not in claims  # only userinfo says who the person is
 
-    info = requests.get(metadata["userinfo_endpoint"], timeout=TIMEOUT,
-                        headers={"Authorization": f"Bearer {answer['access_token']}"}).json()
+    info = requests.get(
+        metadata["userinfo_endpoint"], timeout=TIMEOUT, headers={"Authorization": f"Bearer {answer['access_token']}"}
+    ).json()
     assert info["sub"] == "dwho" and info["email"] == "dwho@badwolf.org" and info["email_verified"] is True
     assert info["preferred_username"] == "dwho" and info["name"] == "Doctor Who"
     assert {"timelords", "users", "wiz-admins"} <= set(info["groups"])
@@ -232,22 +268,39 @@ def test_what_the_provider_sends_is_what_the_platform_reads(site):
     # The code is spent: brought to the platform (with a flow of its own), a readable refusal.
     replay = site.browser()
     state = query_of(site.start(replay))["state"]
-    refused = replay.get(site.url(CALLBACK) + "?" + urlencode({"code": code, "state": state}), timeout=TIMEOUT,
-                         allow_redirects=False)
+    refused = replay.get(
+        site.url(CALLBACK) + "?" + urlencode({"code": code, "state": state}), timeout=TIMEOUT, allow_redirects=False
+    )
     assert_error_page(refused, 400, "not accepted")
 
 
 def test_the_client_is_registered_as_the_spec_says(site):
     """PKCE required and exactly one redirect URI, at the provider's side."""
     http = site.browser()
-    asked = {"response_type": "code", "client_id": CLIENT_ID, "redirect_uri": site.url(CALLBACK), "scope": SCOPES,
-             "state": "st", "nonce": "nc"}
+    asked = {
+        "response_type": "code",
+        "client_id": CLIENT_ID,
+        "redirect_uri": site.url(CALLBACK),
+        "scope": SCOPES,
+        "state": "st",
+        "nonce": "nc",
+    }
     authorize = site.idp.metadata()["authorization_endpoint"] + "?"
     without_pkce = sign_in(http, authorize + urlencode(asked), "rtyler")
     assert query_of(without_pkce)["error"] == "invalid_request" and "code" not in query_of(without_pkce)
-    elsewhere = http.get(authorize + urlencode({**asked, "redirect_uri": site.url(CALLBACK) + "x",
-                                                "code_challenge": pkce_pair()[1], "code_challenge_method": "S256"}),
-                         timeout=TIMEOUT, allow_redirects=False)
+    elsewhere = http.get(
+        authorize
+        + urlencode(
+            {
+                **asked,
+                "redirect_uri": site.url(CALLBACK) + "x",
+                "code_challenge": pkce_pair()[1],
+                "code_challenge_method": "S256",
+            }
+        ),
+        timeout=TIMEOUT,
+        allow_redirects=False,
+    )
     # The portal's error page, PE_UNAUTHORIZEDURL (108), and no redirect anywhere.
     assert elsewhere.status_code == 200 and "Location" not in elsewhere.headers
     assert 'class="message message-negative alert"' in elsewhere.text and 'trmsg="108"' in elsewhere.text
@@ -286,10 +339,15 @@ def test_a_rotated_signing_key_is_fetched_again(site):
 
 # --- an issuer announced with a trailing slash ---------------------------------------------------
 
+
 @pytest.mark.parametrize("configured", ["as announced", "without the slash"])
 def test_an_issuer_with_a_trailing_slash(configured, start_module_service, tmp_path_factory):
-    made = make_site(start_module_service, tmp_path_factory, issuer_suffix="/",
-                     configured_issuer=None if configured == "as announced" else (lambda idp: idp.issuer[:-1]))
+    made = make_site(
+        start_module_service,
+        tmp_path_factory,
+        issuer_suffix="/",
+        configured_issuer=None if configured == "as announced" else (lambda idp: idp.issuer[:-1]),
+    )
     try:
         assert made.idp.metadata()["issuer"].endswith("/")
         http, answer = made.sso("rtyler")

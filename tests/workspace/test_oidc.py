@@ -2,6 +2,7 @@
 the Authelia-shaped provider's login form and the platform's callback, against the
 workspace service running under gunicorn (gevent worker) and the provider built on
 authlib's server components (devtools.oidc_provider)."""
+
 import base64
 import hashlib
 import json
@@ -37,12 +38,16 @@ def oidc_stack(start_service, db_backend):
 
 
 def assert_flow_cookies_cleared(response):
-    cleared = {h.split("=", 1)[0] for h in set_cookie_headers(response)
-               if h.startswith("oidc_") and ("Max-Age=0" in h or "1970" in h)}
+    cleared = {
+        h.split("=", 1)[0]
+        for h in set_cookie_headers(response)
+        if h.startswith("oidc_") and ("Max-Age=0" in h or "1970" in h)
+    }
     assert cleared == {"oidc_state", "oidc_nonce", "oidc_verifier", "oidc_redirect"}
 
 
 # --- the whole chain ----------------------------------------------------------------------------
+
 
 def test_first_sso_login_creates_an_account_and_lands_on_the_stored_path(oidc_stack):
     stack = oidc_stack()
@@ -56,8 +61,9 @@ def test_first_sso_login_creates_an_account_and_lands_on_the_stored_path(oidc_st
     authorization = stack.start(http, href)
     login_form = http.get(authorization, timeout=TIMEOUT, allow_redirects=False)
     assert login_form.status_code == 200 and 'name="password"' in login_form.text  # the provider's form
-    posted = http.post(authorization, data={"username": "dave", "password": PASSWORD}, timeout=TIMEOUT,
-                       allow_redirects=False)
+    posted = http.post(
+        authorization, data={"username": "dave", "password": PASSWORD}, timeout=TIMEOUT, allow_redirects=False
+    )
     assert posted.status_code == 302 and posted.headers["Location"].startswith(stack.callback_url())
 
     answer = stack.finish(http, posted.headers["Location"])
@@ -75,7 +81,11 @@ def test_first_sso_login_creates_an_account_and_lands_on_the_stored_path(oidc_st
     assert me.status_code == 200, me.text
     user = me.json()
     assert (user["username"], user["email"], user["login_type"], user["name"]) == (
-        "dave", "dave@example.net", "oidc", "Dave")
+        "dave",
+        "dave@example.net",
+        "oidc",
+        "Dave",
+    )
     assert user["roles"] == [] and user["status"] == "active" and len(user["organization_ids"]) == 1
     links = stack.rows("SELECT user_id, issuer, subject FROM oidclink")
     assert len(links) == 1
@@ -170,6 +180,7 @@ def test_new_accounts_get_an_allowed_unique_username(oidc_stack):
 
 # --- refusals -------------------------------------------------------------------------------------
 
+
 def test_an_unverified_email_matching_an_existing_account_is_refused(oidc_stack):
     stack = oidc_stack()
     users = stack.user_count()
@@ -178,8 +189,9 @@ def test_an_unverified_email_matching_an_existing_account_is_refused(oidc_stack)
     assert_flow_cookies_cleared(answer)
     assert stack.me(http).status_code == 401
     assert stack.user_count() == users
-    assert stack.rows('SELECT id FROM "user" WHERE email_key = \'bob@example.com\'') == [
-        {"id": as_uuid(stack.bob_id).hex}]
+    assert stack.rows("SELECT id FROM \"user\" WHERE email_key = 'bob@example.com'") == [
+        {"id": as_uuid(stack.bob_id).hex}
+    ]
     assert stack.rows("SELECT id FROM oidclink") == []
     # Bob's own password sign-in is untouched.
     login = stack.api("POST", "/api/v2/users/login", json={"email": BOB["email"], "password": BOB["password"]})
@@ -249,8 +261,7 @@ def test_a_verifier_of_another_attempt_is_refused_by_the_provider(oidc_stack):
     callback = stack.to_callback(http, "dave")
     other = stack.browser()
     stack.start(other, stack.callback_url())
-    http.cookies.set("oidc_verifier", other.cookies["oidc_verifier"], domain="127.0.0.1",
-                     path="/api/v2/users/oidc")
+    http.cookies.set("oidc_verifier", other.cookies["oidc_verifier"], domain="127.0.0.1", path="/api/v2/users/oidc")
     answer = stack.finish(http, callback)
     assert_error_page(answer, 400, "not accepted")
     assert stack.me(http).status_code == 401
@@ -284,8 +295,7 @@ def test_id_token_signatures_are_checked_against_the_jwks(oidc_stack):
     http, answer = stack.sso("dave")
     assert answer.status_code == 303 and stack.me(http).status_code == 200
     # A token signed by a key the provider does not publish, under its key id, does not verify.
-    stack.idp.state.signing_key = RSAKey.generate_key(2048, parameters={"use": "sig", "alg": "RS256",
-                                                                        "kid": known_kid})
+    stack.idp.state.signing_key = RSAKey.generate_key(2048, parameters={"use": "sig", "alg": "RS256", "kid": known_kid})
     http, answer = stack.sso("dave")
     assert_error_page(answer, 502, "could not be verified")
     assert stack.me(http).status_code == 401
@@ -300,8 +310,12 @@ def test_a_used_or_made_up_code_is_a_readable_error(oidc_stack):
     # The same callback again, with the flow cookies restored: the code is spent.
     replay = requests.get(callback, cookies=cookies, timeout=TIMEOUT, allow_redirects=False)
     assert_error_page(replay, 400, "not accepted")
-    made_up = requests.get(stack.callback_url(code="made-up", state=cookies["oidc_state"]), cookies=cookies,
-                           timeout=TIMEOUT, allow_redirects=False)
+    made_up = requests.get(
+        stack.callback_url(code="made-up", state=cookies["oidc_state"]),
+        cookies=cookies,
+        timeout=TIMEOUT,
+        allow_redirects=False,
+    )
     assert_error_page(made_up, 400, "not accepted")
 
 
@@ -330,9 +344,16 @@ def test_an_error_from_the_provider_is_a_readable_page(oidc_stack):
     assert_flow_cookies_cleared(answer)
     # What the provider writes in error_description is not echoed (it is query-string text).
     state = requests.get(stack.callback_url(), timeout=TIMEOUT, allow_redirects=False)
-    forged = requests.get(stack.callback_url(error="access_denied", error_description="Call +1 555 0100",
-                                             state=query_of(state.headers["Location"])["state"]),
-                          cookies=state.cookies, timeout=TIMEOUT, allow_redirects=False)
+    forged = requests.get(
+        stack.callback_url(
+            error="access_denied",
+            error_description="Call +1 555 0100",
+            state=query_of(state.headers["Location"])["state"],
+        ),
+        cookies=state.cookies,
+        timeout=TIMEOUT,
+        allow_redirects=False,
+    )
     assert_error_page(forged, 403, "did not allow")
     assert "555 0100" not in forged.text
 
@@ -348,9 +369,19 @@ def test_an_email_domain_restriction_is_enforced(oidc_stack):
     assert_error_page(answer, 403, "not allowed")
 
 
-OPEN_REDIRECTS = ["https://evil.example", "//evil.example", "/\\evil.example", "\\\\evil.example",
-                  "/\r\nLocation: https://evil.example", "/\tevil",
-                  "/\x00/evil.example", "javascript:alert(1)", "evil.example/x", "///evil.example", ""]
+OPEN_REDIRECTS = [
+    "https://evil.example",
+    "//evil.example",
+    "/\\evil.example",
+    "\\\\evil.example",
+    "/\r\nLocation: https://evil.example",
+    "/\tevil",
+    "/\x00/evil.example",
+    "javascript:alert(1)",
+    "evil.example/x",
+    "///evil.example",
+    "",
+]
 
 
 def test_open_redirect_attempts_end_at_the_root(oidc_stack):
@@ -435,6 +466,7 @@ def test_sso_is_404_when_oidc_is_not_configured(oidc_stack):
 
 # --- what single sign-on does not touch ----------------------------------------------------------------
 
+
 def test_the_providers_session_cookie_grants_nothing_at_the_platform(oidc_stack):
     stack = oidc_stack()
     http = stack.browser()
@@ -457,8 +489,9 @@ def test_token_traffic_is_unaffected_by_oidc(oidc_stack):
     token = stack.owner_token
     me = stack.api("GET", "/api/v2/users/me", token=token)
     assert me.status_code == 200 and me.json()["username"] == "owner"
-    created = stack.api("POST", "/api/v2/users", token=token,
-                        json={"email": "cli@example.com", "username": "cli", "login_type": "none"})
+    created = stack.api(
+        "POST", "/api/v2/users", token=token, json={"email": "cli@example.com", "username": "cli", "login_type": "none"}
+    )
     assert created.status_code == 201, created.text
     # The query string carries a token on websocket upgrades only (test_sessions.py).
     assert stack.api("GET", "/api/v2/users/me", params={"workspace_session_token": token}).status_code == 401
@@ -475,15 +508,30 @@ def test_token_traffic_is_unaffected_by_oidc(oidc_stack):
 
 # --- unit level (Flask test client) -------------------------------------------------------------------
 
+
 def test_flow_cookies_are_secure_behind_an_https_address(monkeypatch, tmp_path):
     from app import create_app
     from devtools.oidc_provider import OidcProvider, pbkdf2_sha512_digest
 
     access_url = "https://workspace.example.org"
-    with OidcProvider({"clients": [{"client_id": CLIENT_ID, "client_secret_digest": pbkdf2_sha512_digest("s" * 32),
-                                    "redirect_uris": [access_url + CALLBACK]}], "users": []}) as idp:
-        for name, value in {"WORKSPACE_ACCESS_URL": access_url, "WORKSPACE_OIDC_ISSUER_URL": idp.issuer,
-                            "WORKSPACE_OIDC_CLIENT_ID": CLIENT_ID, "WORKSPACE_OIDC_CLIENT_SECRET": "s" * 32}.items():
+    with OidcProvider(
+        {
+            "clients": [
+                {
+                    "client_id": CLIENT_ID,
+                    "client_secret_digest": pbkdf2_sha512_digest("s" * 32),
+                    "redirect_uris": [access_url + CALLBACK],
+                }
+            ],
+            "users": [],
+        }
+    ) as idp:
+        for name, value in {
+            "WORKSPACE_ACCESS_URL": access_url,
+            "WORKSPACE_OIDC_ISSUER_URL": idp.issuer,
+            "WORKSPACE_OIDC_CLIENT_ID": CLIENT_ID,
+            "WORKSPACE_OIDC_CLIENT_SECRET": "s" * 32,
+        }.items():
             monkeypatch.setenv(name, value)
         app = create_app("workspace", {"DATA_DIR": str(tmp_path), "TESTING": True})
         response = app.test_client().get(CALLBACK + "?redirect=/deep/link")

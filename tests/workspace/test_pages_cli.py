@@ -1,5 +1,6 @@
 """The workspace platform's pages and host-side commands, on a platform under gunicorn
 and in processes of their own. Its redirect rule alone is tests/unit/workspace/test_pages_cli.py."""
+
 import requests
 
 from tests.support.workspace import OWNER, run_cli
@@ -23,8 +24,12 @@ def test_setup_then_login_page_then_dashboard(workspace):
     assert "sso" not in page.text  # OIDC is not configured
     bad = stranger.post(ws.url + "/login", data={"email": OWNER["email"], "password": "nope nope"}, timeout=30)
     assert bad.status_code == 401 and "Incorrect email or password." in bad.text
-    good = stranger.post(ws.url + "/login", data={"email": OWNER["email"], "password": OWNER["password"],
-                                                  "redirect": "/settings"}, allow_redirects=False, timeout=30)
+    good = stranger.post(
+        ws.url + "/login",
+        data={"email": OWNER["email"], "password": OWNER["password"], "redirect": "/settings"},
+        allow_redirects=False,
+        timeout=30,
+    )
     assert good.status_code == 303 and good.headers["Location"] == "/settings"
     assert stranger.get(ws.api + "/users/me", timeout=10).json()["username"] == "owner"
     out = stranger.post(ws.url + "/logout", allow_redirects=False, timeout=10)
@@ -52,13 +57,17 @@ def test_create_admin_works_without_a_running_server(tmp_path):
     class Stopped:
         class service:
             data_dir = tmp_path
-    first = run_cli(Stopped, "create-admin", "--username", "root", "--email", "root@example.com",
-                    stdin="correct horse battery\n")
+
+    first = run_cli(
+        Stopped, "create-admin", "--username", "root", "--email", "root@example.com", stdin="correct horse battery\n"
+    )
     assert first.returncode == 0, first.stderr
-    second = run_cli(Stopped, "create-admin", "--username", "ROOT", "--email", "r2@example.com",
-                     stdin="correct horse battery\n")
+    second = run_cli(
+        Stopped, "create-admin", "--username", "ROOT", "--email", "r2@example.com", stdin="correct horse battery\n"
+    )
     assert second.returncode == 1 and "already exists" in second.stderr
     import sqlite3
+
     with sqlite3.connect(tmp_path / "workspace.db") as db:
         assert db.execute("select username, roles from user").fetchall() == [("root", '["owner"]')]
         assert db.execute("select count(*) from singleton").fetchone()[0] == 1  # it was the first user

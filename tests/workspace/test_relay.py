@@ -1,5 +1,6 @@
 """The relay: two authenticated peers naming one agent and session exchange opaque
 messages; a client on it reaches the real agent program's apps and shells (mux frames)."""
+
 import json
 import os
 import subprocess
@@ -54,12 +55,14 @@ def test_who_may_use_it(relay_setup):
     ws, owner, agent, second = relay_setup
     session = uuid.uuid4()
     plain = ws.url + "/relay"
-    cases = [({"agent": agent["id"], "role": "client", "session": session}, {}, 401),
-             ({"agent": agent["id"], "role": "agent", "session": session}, {TOKEN_HEADER: second["token"]}, 403),
-             ({"agent": agent["id"], "role": "agent", "session": session}, {TOKEN_HEADER: owner}, 401),
-             ({"agent": agent["id"], "role": "boss", "session": session}, {TOKEN_HEADER: owner}, 400),
-             ({"agent": "nope", "role": "client", "session": session}, {TOKEN_HEADER: owner}, 400),
-             ({"agent": str(uuid.uuid4()), "role": "client", "session": session}, {TOKEN_HEADER: owner}, 404)]
+    cases = [
+        ({"agent": agent["id"], "role": "client", "session": session}, {}, 401),
+        ({"agent": agent["id"], "role": "agent", "session": session}, {TOKEN_HEADER: second["token"]}, 403),
+        ({"agent": agent["id"], "role": "agent", "session": session}, {TOKEN_HEADER: owner}, 401),
+        ({"agent": agent["id"], "role": "boss", "session": session}, {TOKEN_HEADER: owner}, 400),
+        ({"agent": "nope", "role": "client", "session": session}, {TOKEN_HEADER: owner}, 400),
+        ({"agent": str(uuid.uuid4()), "role": "client", "session": session}, {TOKEN_HEADER: owner}, 404),
+    ]
     for params, headers, status in cases:
         response = requests.get(plain, params=params, headers=headers, timeout=10)
         assert response.status_code == status, (params, response.text)
@@ -67,6 +70,7 @@ def test_who_may_use_it(relay_setup):
 
 
 # --------------------------------------------------------------------------- the invitation and the agent program
+
 
 def _frame(kind, payload=b""):
     return mux.HEADER.pack(kind, 0) + payload
@@ -83,20 +87,25 @@ def _next_connection_frame(peer, wanted, timeout=15.0):
             continue
         kind, stream_id = mux.HEADER.unpack_from(message)
         if kind == mux.PING:
-            peer.send(_frame(mux.PONG, message[mux.HEADER.size:]))
+            peer.send(_frame(mux.PONG, message[mux.HEADER.size :]))
         elif kind == wanted and stream_id == 0:
-            return json.loads(message[mux.HEADER.size:])
+            return json.loads(message[mux.HEADER.size :])
 
 
 def test_a_client_invites_the_connected_agent(relay_setup):
     """The protocol seen by an agent: HELLO's answer names the agent; a client on the
     relay makes the platform send RELAY {session, apps}; the agent joins that session."""
     ws, owner, _, second = relay_setup
-    rpc = Client.connect(ws.url.replace("http://", "ws://") + "/api/v2/workspaceagents/me/rpc",
-                         headers={TOKEN_HEADER: second["token"]})
+    rpc = Client.connect(
+        ws.url.replace("http://", "ws://") + "/api/v2/workspaceagents/me/rpc", headers={TOKEN_HEADER: second["token"]}
+    )
     try:
-        rpc.send(_frame(mux.HELLO, json.dumps({"version": mux.VERSION, "apps": [
-            {"slug": "web", "url": "http://127.0.0.1:9"}]}).encode()))
+        rpc.send(
+            _frame(
+                mux.HELLO,
+                json.dumps({"version": mux.VERSION, "apps": [{"slug": "web", "url": "http://127.0.0.1:9"}]}).encode(),
+            )
+        )
         assert _next_connection_frame(rpc, mux.HELLO)["agent_id"] == second["id"]
         session = str(uuid.uuid4())
         client = Client.connect(_url(ws, second["id"], "client", session), headers={TOKEN_HEADER: owner})
@@ -118,9 +127,14 @@ def test_a_client_invites_the_connected_agent(relay_setup):
 def _relay_client(ws, token, agent_id, *command, stdin=b""):
     """The relay client (the agent's zipapp, `relay`; the token in the environment): its result."""
     env = {**os.environ, "WORKSPACE_SESSION_TOKEN": token}
-    return subprocess.run([*agent_program(), "relay", "--url", ws.url,
-                           "--agent", agent_id, *command], cwd=ROOT, env=env, input=stdin,
-                          capture_output=True, timeout=60)
+    return subprocess.run(
+        [*agent_program(), "relay", "--url", ws.url, "--agent", agent_id, *command],
+        cwd=ROOT,
+        env=env,
+        input=stdin,
+        capture_output=True,
+        timeout=60,
+    )
 
 
 def test_a_client_gets_an_app_through_the_relay(connected):
@@ -133,8 +147,9 @@ def test_a_client_gets_an_app_through_the_relay(connected):
 
 
 def test_a_client_runs_a_shell_through_the_relay(connected):
-    done = _relay_client(connected.ws, connected.owner, connected.agent["id"], "pty",
-                         stdin=b"echo relay-$((6*7))\nexit\n")
+    done = _relay_client(
+        connected.ws, connected.owner, connected.agent["id"], "pty", stdin=b"echo relay-$((6*7))\nexit\n"
+    )
     assert done.returncode == 0, (done.stderr.decode(), connected.agent_process.log())
     assert b"relay-42" in done.stdout, done.stdout
 
@@ -144,9 +159,12 @@ def test_a_client_for_an_agent_not_connected_is_told_so(relay_setup):
     done = _relay_client(ws, owner, agent["id"], "app", "web", "/")
     assert done.returncode == 2
     assert b"HTTP 502" in done.stderr and b"not connected" in done.stderr, done.stderr
-    response = requests.get(ws.url + "/relay", params={"agent": agent["id"], "role": "client",
-                                                       "session": uuid.uuid4()},
-                            headers={TOKEN_HEADER: owner}, timeout=10)
+    response = requests.get(
+        ws.url + "/relay",
+        params={"agent": agent["id"], "role": "client", "session": uuid.uuid4()},
+        headers={TOKEN_HEADER: owner},
+        timeout=10,
+    )
     assert response.status_code == 502
     assert response.json()["detail"] == "the agent has no open connection to the platform"
 
@@ -157,9 +175,17 @@ def test_a_relay_client_the_cookie_signs_in_must_come_from_the_platforms_own_pag
     with pytest.raises(HandshakeRefused) as refused:
         Client.connect(url, headers={"Cookie": f"workspace_session_token={owner}", "Origin": "http://evil.example"})
     assert refused.value.status_code == 403
-    plain = requests.get(url.replace("ws://", "http://"), cookies={"workspace_session_token": owner},
-                         headers={"Origin": "http://evil.example", "Upgrade": "websocket", "Connection": "Upgrade",
-                                  "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version": "13"},
-                         timeout=10)
+    plain = requests.get(
+        url.replace("ws://", "http://"),
+        cookies={"workspace_session_token": owner},
+        headers={
+            "Origin": "http://evil.example",
+            "Upgrade": "websocket",
+            "Connection": "Upgrade",
+            "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+            "Sec-WebSocket-Version": "13",
+        },
+        timeout=10,
+    )
     assert plain.status_code == 403
     assert plain.json()["message"] == "This request came from another site and was refused."

@@ -1,6 +1,7 @@
 """Sign-in limits and cookies of a platform of the test's own under gunicorn: failures
 counted per account and address, delays that double, the https cookie. The session
 logic in process is tests/unit/workspace/test_sessions.py."""
+
 import requests
 
 from tests.support.workspace import OWNER
@@ -8,8 +9,9 @@ from tests.support.workspace import OWNER
 
 def _login_from(ws, address, email, password):
     # The platform believes X-Real-IP from a loopback peer: nginx on the same host.
-    return requests.post(ws.api + "/users/login", json={"email": email, "password": password},
-                         headers={"X-Real-IP": address}, timeout=30)
+    return requests.post(
+        ws.api + "/users/login", json={"email": email, "password": password}, headers={"X-Real-IP": address}, timeout=30
+    )
 
 
 SLOW = {"WORKSPACE_LOGIN_DELAY_SECONDS": "3600"}
@@ -36,15 +38,21 @@ def test_failures_for_an_account_from_one_address_never_lock_it_out_from_another
 def test_the_addresses_of_one_ipv6_network_count_as_one_guesser(workspace):
     ws = workspace({**SLOW, "WORKSPACE_LOGIN_RATE_PER_ACCOUNT": "3", "WORKSPACE_LOGIN_RATE_PER_ADDRESS": "1000"})
     ws.first_user()
-    statuses = [_login_from(ws, f"2001:db8:1:2::{n:x}", OWNER["email"], "wrong password").status_code
-                for n in range(1, 6)]
+    statuses = [
+        _login_from(ws, f"2001:db8:1:2::{n:x}", OWNER["email"], "wrong password").status_code for n in range(1, 6)
+    ]
     assert statuses == [401] * 3 + [429] * 2  # five addresses of one /64: one allowance
     assert _login_from(ws, "2001:db8:1:3::1", OWNER["email"], OWNER["password"]).status_code == 201
 
 
 def test_failures_slow_down_with_a_delay_that_doubles(workspace):
-    ws = workspace({"WORKSPACE_LOGIN_RATE_PER_ACCOUNT": "2", "WORKSPACE_LOGIN_MAX_DELAY_SECONDS": "7200",
-                    "WORKSPACE_LOGIN_DELAY_SECONDS": "1800"})
+    ws = workspace(
+        {
+            "WORKSPACE_LOGIN_RATE_PER_ACCOUNT": "2",
+            "WORKSPACE_LOGIN_MAX_DELAY_SECONDS": "7200",
+            "WORKSPACE_LOGIN_DELAY_SECONDS": "1800",
+        }
+    )
     ws.first_user()
     statuses = [_login_from(ws, "203.0.113.8", OWNER["email"], "wrong password").status_code for _ in range(3)]
     assert statuses == [401, 401, 429]
@@ -77,8 +85,13 @@ def test_the_login_pages_form_has_the_same_limits(workspace):
     ws.first_user()
 
     def form(address, password):
-        return requests.post(ws.url + "/login", data={"email": OWNER["email"], "password": password},
-                             headers={"X-Real-IP": address}, allow_redirects=False, timeout=30)
+        return requests.post(
+            ws.url + "/login",
+            data={"email": OWNER["email"], "password": password},
+            headers={"X-Real-IP": address},
+            allow_redirects=False,
+            timeout=30,
+        )
 
     assert [form("203.0.113.11", "wrong password").status_code for _ in range(3)] == [401, 401, 429]
     limited = form("203.0.113.11", OWNER["password"])

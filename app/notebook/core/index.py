@@ -17,6 +17,7 @@ each (the title in every part, `body_start` where the part starts in the body):
 a search keeps each parent's best part, and its snippet is made from that part.
 Diacritics are folded before the text is parsed (the query's too), as SQLite's
 `remove_diacritics` does."""
+
 import re
 import unicodedata
 
@@ -51,14 +52,15 @@ def parts(body):
     """[(start, text)] of `body`: where each indexed part starts, and its text."""
     if len(body) <= PART_CHARS + PART_OVERLAP:
         return [(0, body)]
-    return [(start, body[start:start + PART_CHARS + PART_OVERLAP]) for start in range(0, len(body), PART_CHARS)]
+    return [(start, body[start : start + PART_CHARS + PART_OVERLAP]) for start in range(0, len(body), PART_CHARS)]
 
 
 def drop(parent):
     """Remove the indexed rows of `parent`."""
     if is_sqlite():
-        database.execute_sql("DELETE FROM search_fts WHERE rowid IN (SELECT id FROM searchdoc WHERE parent = ?)",
-                             (parent,))
+        database.execute_sql(
+            "DELETE FROM search_fts WHERE rowid IN (SELECT id FROM searchdoc WHERE parent = ?)", (parent,)
+        )
     SearchDoc.delete().where(SearchDoc.parent == parent).execute()
 
 
@@ -68,23 +70,33 @@ def put(parent, title, body):
     title, body, kind = title or "", body or "", parent.split(":", 1)[0]
     if is_sqlite():
         doc = SearchDoc.create(parent=parent, part=kind)
-        database.execute_sql("INSERT INTO search_fts (rowid, title, body, parent) VALUES (?, ?, ?, ?)",
-                             (doc.id, title, body, parent))
+        database.execute_sql(
+            "INSERT INTO search_fts (rowid, title, body, parent) VALUES (?, ?, ?, ?)", (doc.id, title, body, parent)
+        )
         return
     folded_title = fold(title)
     for start, text in parts(body):
-        run_sql(database, "INSERT INTO searchdoc (parent, part, body_start, document)"
-                          f" VALUES (?, ?, ?, {_DOCUMENT_SQL})", (parent, kind, start, folded_title, fold(text)))
+        run_sql(
+            database,
+            f"INSERT INTO searchdoc (parent, part, body_start, document) VALUES (?, ?, ?, {_DOCUMENT_SQL})",
+            (parent, kind, start, folded_title, fold(text)),
+        )
 
 
 def set_title(parent, title):
     if is_sqlite():
-        database.execute_sql("UPDATE search_fts SET title = ? WHERE rowid IN "
-                             "(SELECT id FROM searchdoc WHERE parent = ?)", (title, parent))
+        database.execute_sql(
+            "UPDATE search_fts SET title = ? WHERE rowid IN (SELECT id FROM searchdoc WHERE parent = ?)",
+            (title, parent),
+        )
         return
     # The body's lexemes (weight B) stay; the title's are replaced.
-    run_sql(database, f"UPDATE searchdoc SET document = setweight(to_tsvector('{TS_CONFIG}', ?), 'A')"
-                      " || ts_filter(document, '{{b}}') WHERE parent = ?", (fold(title or ""), parent))
+    run_sql(
+        database,
+        f"UPDATE searchdoc SET document = setweight(to_tsvector('{TS_CONFIG}', ?), 'A')"
+        " || ts_filter(document, '{{b}}') WHERE parent = ?",
+        (fold(title or ""), parent),
+    )
 
 
 def words(query):

@@ -1,6 +1,7 @@
 """The notebook database's schema: its numbered history (app.common.migrations) and
 how a process opens the database. Add a step at the end of STEPS for every change of
 a model's table, and change the model to match."""
+
 from peewee import ForeignKeyField, SqliteDatabase, TextField
 from playhouse.migrate import migrate
 
@@ -35,8 +36,11 @@ def _create_search_index(db):
 def _model_of_transformations_and_modalities(db, migrator):
     """Open Notebook's clients set a transformation's model and a credential's modalities."""
     migrate(
-        migrator.add_column("transformation", "model_id",
-                            ForeignKeyField(LanguageModel, null=True, on_delete="SET NULL", field=LanguageModel.id)),
+        migrator.add_column(
+            "transformation",
+            "model_id",
+            ForeignKeyField(LanguageModel, null=True, on_delete="SET NULL", field=LanguageModel.id),
+        ),
         migrator.add_column("credential", "modalities", TextField(null=True)),
     )
 

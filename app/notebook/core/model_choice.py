@@ -4,6 +4,7 @@ A request's own override always wins (an unknown one is a 404, one of the wrong
 type a 400); without one, the use's defaults apply in the order of `FALLBACKS`.
 Nothing ever swaps in the large-context model (Open Notebook does, silently, for
 long contexts): it is used only where a request names it."""
+
 from dataclasses import dataclass
 
 from app.common.failures import ApiError, Failure, Invalid, NotFound
@@ -13,22 +14,29 @@ from app.notebook.core.ids import key_of, public
 from app.notebook.core.models import Credential, DefaultModel, LanguageModel, database
 
 # The type of model each default names.
-DEFAULT_TYPES = {"default_chat_model": "language", "default_transformation_model": "language",
-                 "large_context_model": "language", "default_embedding_model": "embedding",
-                 "default_text_to_speech_model": "text_to_speech",
-                 "default_speech_to_text_model": "speech_to_text",
-                 # Kept for Open Notebook's clients (its agents' tool calls); nothing here uses it yet.
-                 "default_tools_model": "language"}
+DEFAULT_TYPES = {
+    "default_chat_model": "language",
+    "default_transformation_model": "language",
+    "large_context_model": "language",
+    "default_embedding_model": "embedding",
+    "default_text_to_speech_model": "text_to_speech",
+    "default_speech_to_text_model": "speech_to_text",
+    # Kept for Open Notebook's clients (its agents' tool calls); nothing here uses it yet.
+    "default_tools_model": "language",
+}
 # Each use's defaults, first found wins.
-FALLBACKS = {"chat": ("default_chat_model",),
-             "transformation": ("default_transformation_model", "default_chat_model"),
-             "text_to_speech": ("default_text_to_speech_model",)}
+FALLBACKS = {
+    "chat": ("default_chat_model",),
+    "transformation": ("default_transformation_model", "default_chat_model"),
+    "text_to_speech": ("default_text_to_speech_model",),
+}
 USE_TYPES = {"chat": "language", "transformation": "language", "text_to_speech": "text_to_speech"}
 
 
 @dataclass
 class Resolved:
     """The model a call uses and where to send it."""
+
     record: LanguageModel
     target: llm.Target
 
@@ -53,17 +61,24 @@ def _models_with_credential(label, join, condition, params):
     Raw SQL: peewee takes ~1 ms of CPU to build and read this join, 30 times what
     SQLite takes to run it, and every request that calls a model starts here."""
     model_fields, credential_fields = LanguageModel._meta.sorted_fields, Credential._meta.sorted_fields
-    selected = ", ".join([f'm."{f.column_name}"' for f in model_fields] +
-                         [f'c."{f.column_name}"' for f in credential_fields])
+    selected = ", ".join(
+        [f'm."{f.column_name}"' for f in model_fields] + [f'c."{f.column_name}"' for f in credential_fields]
+    )
     rows = database.execute_sql(
         f'SELECT {label}, {selected} FROM "{LanguageModel._meta.table_name}" m {join}'
         f' LEFT JOIN "{Credential._meta.table_name}" c ON c."id" = m."credential_id" WHERE {condition}',
-        params).fetchall()
+        params,
+    ).fetchall()
     found = []
     for row in rows:
-        credential = _record(Credential, row[1 + len(model_fields):])
-        found.append((row[0], _record(LanguageModel, row[1:1 + len(model_fields)]),
-                       credential if credential.id is not None else None))
+        credential = _record(Credential, row[1 + len(model_fields) :])
+        found.append(
+            (
+                row[0],
+                _record(LanguageModel, row[1 : 1 + len(model_fields)]),
+                credential if credential.id is not None else None,
+            )
+        )
     return found
 
 
@@ -92,18 +107,29 @@ def _choose(use, override, field):
     if override:
         record, credential = _get_model(override, field)
         if record.type != wanted:
-            raise Invalid(f"{field}: {public('model', record.id)} is a {record.type} model, "
-                          f"a {wanted} model is needed", field=field)
+            raise Invalid(
+                f"{field}: {public('model', record.id)} is a {record.type} model, a {wanted} model is needed",
+                field=field,
+            )
         return record, credential
     marks = ", ".join(database.param for _ in FALLBACKS[use])
-    defaults = {key: (record, credential) for key, record, credential in _models_with_credential(
-        'd."key"', f'JOIN "{DefaultModel._meta.table_name}" d ON d."model_id" = m."id"',
-        f'd."key" IN ({marks})', list(FALLBACKS[use]))}
+    defaults = {
+        key: (record, credential)
+        for key, record, credential in _models_with_credential(
+            'd."key"',
+            f'JOIN "{DefaultModel._meta.table_name}" d ON d."model_id" = m."id"',
+            f'd."key" IN ({marks})',
+            list(FALLBACKS[use]),
+        )
+    }
     for key in FALLBACKS[use]:
         if key in defaults:
             return defaults[key]
-    raise Invalid(f"no {wanted} model is configured for {use}: set {FALLBACKS[use][0]} "
-                  f"(POST /models/config) or name one in the request ({field})", field=field)
+    raise Invalid(
+        f"no {wanted} model is configured for {use}: set {FALLBACKS[use][0]} "
+        f"(POST /models/config) or name one in the request ({field})",
+        field=field,
+    )
 
 
 def choose(use, override=None, field="model_id"):

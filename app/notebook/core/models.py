@@ -4,6 +4,7 @@ chunks with embeddings, notes, commands (background jobs) and the full-text inde
 Primary keys are random 20-character strings; the API shows them as
 `<table>:<key>` (see ids.py). Timestamps are naive UTC.
 """
+
 from datetime import UTC, datetime
 
 from peewee import (
@@ -38,7 +39,7 @@ class BaseModel(Model):
 class Notebook(BaseModel):
     id = CharField(primary_key=True, max_length=20)
     name = CharField(max_length=200)
-    name_key = CharField(unique=True)   # lower case: two notebooks never share a name (409)
+    name_key = CharField(unique=True)  # lower case: two notebooks never share a name (409)
     description = TextField(default="")
     archived = BooleanField(default=False)
     created = DateTimeField(default=now)
@@ -47,19 +48,19 @@ class Notebook(BaseModel):
 
 class Source(BaseModel):
     id = CharField(primary_key=True, max_length=20)
-    kind = CharField(max_length=10)              # upload | link | text
+    kind = CharField(max_length=10)  # upload | link | text
     title = CharField(max_length=500, default="")
-    url = TextField(null=True)                   # link sources
-    file_name = CharField(null=True)             # the stored basename under DATA_DIR/uploads
-    original_name = CharField(null=True)         # as the client sent it (shown, never used as a path)
+    url = TextField(null=True)  # link sources
+    file_name = CharField(null=True)  # the stored basename under DATA_DIR/uploads
+    original_name = CharField(null=True)  # as the client sent it (shown, never used as a path)
     content_type = CharField(null=True)
     full_text = TextField(default="")
     topics = JSONField(default=list)
     status = CharField(max_length=10, default="new", index=True)  # new|running|completed|failed|canceled
     error_message = TextField(null=True)
-    command_id = CharField(null=True)            # the last processing command (key only)
+    command_id = CharField(null=True)  # the last processing command (key only)
     embed = BooleanField(default=True)
-    delete_file = BooleanField(default=False)    # delete_source: drop the file once processed
+    delete_file = BooleanField(default=False)  # delete_source: drop the file once processed
     created = DateTimeField(default=now, index=True)
     updated = DateTimeField(default=now, index=True)
 
@@ -88,7 +89,7 @@ class Note(BaseModel):
     id = CharField(primary_key=True, max_length=20)
     title = CharField(max_length=500, default="")
     content = TextField()
-    note_type = CharField(max_length=10, default="human")   # human | ai
+    note_type = CharField(max_length=10, default="human")  # human | ai
     notebook = ForeignKeyField(Notebook, backref="notes", on_delete="CASCADE", null=True)
     embedding = BlobField(null=True)
     embedding_model = CharField(null=True, index=True)
@@ -99,8 +100,8 @@ class Note(BaseModel):
 
 class Command(BaseModel):
     id = CharField(primary_key=True, max_length=20)
-    kind = CharField(max_length=30)              # process_source | embed_note
-    target = CharField()                         # the public id of what it works on
+    kind = CharField(max_length=30)  # process_source | embed_note
+    target = CharField()  # the public id of what it works on
     status = CharField(max_length=10, default="new", index=True)  # new|running|completed|failed|canceled
     progress = JSONField(null=True)
     result = JSONField(null=True)
@@ -112,15 +113,17 @@ class Command(BaseModel):
 class SearchDoc(BaseModel):
     """One row of the full-text index (search_fts has the same rowid): which
     parent (`source:…`, `note:…`) a piece of indexed text belongs to."""
+
     id = AutoField()
     parent = CharField(index=True)
-    part = CharField(max_length=10)              # source | note
+    part = CharField(max_length=10)  # source | note
 
 
 class Generation(BaseModel):
     """Counters that say "this changed": `vectors` is bumped in every transaction that
     adds, replaces or removes embeddings, so that a web worker knows when the vectors
     it holds in memory for vector search are stale (one tiny read per query)."""
+
     key = CharField(primary_key=True)
     value = IntegerField(default=0)
 
@@ -139,18 +142,20 @@ def vectors_generation():
 class Credential(BaseModel):
     """A provider's API key (Fernet-encrypted with NOTEBOOK_ENCRYPTION_KEY, never
     answered) and base URL."""
+
     id = CharField(primary_key=True, max_length=20)
     name = CharField(max_length=200)
     provider = CharField(max_length=30, index=True)
     base_url = TextField(null=True)
     api_key_encrypted = TextField(null=True)
-    modalities = TextField(null=True)      # a JSON list: language, embedding, ... (null: none; schema step 2)
+    modalities = TextField(null=True)  # a JSON list: language, embedding, ... (null: none; schema step 2)
     created = DateTimeField(default=now, index=True)
     updated = DateTimeField(default=now)
 
 
 class LanguageModel(BaseModel):
     """A registered model of a provider (`model:<key>`), language, embedding or speech."""
+
     id = CharField(primary_key=True, max_length=20)
     name = CharField(max_length=300)
     provider = CharField(max_length=30)
@@ -166,6 +171,7 @@ class LanguageModel(BaseModel):
 
 class DefaultModel(BaseModel):
     """One row per default (default_chat_model, …): the model it names."""
+
     key = CharField(primary_key=True, max_length=40)
     model = ForeignKeyField(LanguageModel, null=True, on_delete="SET NULL")
 
@@ -175,7 +181,7 @@ class Transformation(BaseModel):
     name = CharField(max_length=200)
     title = CharField(max_length=500, default="")
     description = TextField(default="")
-    prompt = TextField()                         # data sent to the model, never rendered as a template
+    prompt = TextField()  # data sent to the model, never rendered as a template
     apply_default = BooleanField(default=False)
     # The model that runs it when a request names none (schema step 2); else the default.
     model = ForeignKeyField(LanguageModel, null=True, on_delete="SET NULL")
@@ -185,6 +191,7 @@ class Transformation(BaseModel):
 
 class Insight(BaseModel):
     """What a transformation made of a source."""
+
     id = CharField(primary_key=True, max_length=20)
     source = ForeignKeyField(Source, backref="insights", on_delete="CASCADE")
     transformation = ForeignKeyField(Transformation, null=True, on_delete="SET NULL")
@@ -199,10 +206,11 @@ class InsightRequest(BaseModel):
     """A transformation to apply to a source: its command (once queued) and the
     model the request named. A source's creation asks for these before it is
     processed (no command yet); they are queued when its processing completes."""
+
     id = AutoField()
     source = ForeignKeyField(Source, on_delete="CASCADE")
     transformation = ForeignKeyField(Transformation, on_delete="CASCADE")
-    model_id = CharField(null=True, max_length=100)   # the request's override, as it named it
+    model_id = CharField(null=True, max_length=100)  # the request's override, as it named it
     command_id = CharField(null=True, index=True)
 
 
@@ -218,7 +226,7 @@ class ChatSession(BaseModel):
 class ChatMessage(BaseModel):
     id = AutoField()
     session = ForeignKeyField(ChatSession, backref="messages", on_delete="CASCADE")
-    role = CharField(max_length=10)              # human | ai
+    role = CharField(max_length=10)  # human | ai
     content = TextField()
     created = DateTimeField(default=now)
 
@@ -226,6 +234,7 @@ class ChatMessage(BaseModel):
 class Episode(BaseModel):
     """A podcast episode: its job, its script and, once made, its MP3 under
     DATA_DIR/podcasts."""
+
     id = CharField(primary_key=True, max_length=20)
     name = CharField(max_length=200)
     notebook = ForeignKeyField(Notebook, null=True, on_delete="SET NULL")
@@ -239,12 +248,30 @@ class Episode(BaseModel):
     updated = DateTimeField(default=now)
 
 
-MODELS = [Notebook, Source, SourceNotebook, Chunk, Note, Command, SearchDoc, Generation, Credential,
-          LanguageModel, DefaultModel, Transformation, Insight, InsightRequest, ChatSession,
-          ChatMessage, Episode]
+MODELS = [
+    Notebook,
+    Source,
+    SourceNotebook,
+    Chunk,
+    Note,
+    Command,
+    SearchDoc,
+    Generation,
+    Credential,
+    LanguageModel,
+    DefaultModel,
+    Transformation,
+    Insight,
+    InsightRequest,
+    ChatSession,
+    ChatMessage,
+    Episode,
+]
 
-FTS_DDL = ("CREATE VIRTUAL TABLE IF NOT EXISTS search_fts USING fts5("
-           "title, body, parent UNINDEXED, tokenize = 'porter unicode61 remove_diacritics 2')")
+FTS_DDL = (
+    "CREATE VIRTUAL TABLE IF NOT EXISTS search_fts USING fts5("
+    "title, body, parent UNINDEXED, tokenize = 'porter unicode61 remove_diacritics 2')"
+)
 # `rank` is BM25 with a word in the title worth five in the body.
 FTS_RANK = "INSERT INTO search_fts (search_fts, rank) VALUES ('rank', 'bm25(5.0, 1.0)')"
 

@@ -1,6 +1,7 @@
 """Providers' API keys at rest (Fernet with NOTEBOOK_ENCRYPTION_KEY) and where a
 call's Target comes from: a model's credential, else the provider's newest credential,
 else the provider's environment variables. No Flask here: the job worker uses it too."""
+
 from cryptography.fernet import Fernet, InvalidToken
 
 from app.common.failures import Invalid
@@ -15,8 +16,11 @@ class DecryptionError(Exception):
 
 def encrypt(config, api_key):
     if not config.encryption_key:
-        raise Invalid("api_key: cannot be stored: NOTEBOOK_ENCRYPTION_KEY is not set on the server "
-                      "(set it to a Fernet key to store provider keys encrypted)", field="api_key")
+        raise Invalid(
+            "api_key: cannot be stored: NOTEBOOK_ENCRYPTION_KEY is not set on the server "
+            "(set it to a Fernet key to store provider keys encrypted)",
+            field="api_key",
+        )
     return Fernet(config.encryption_key.encode()).encrypt(api_key.encode()).decode()
 
 
@@ -43,9 +47,14 @@ def decryption_error(config, credential):
 
 # --------------------------------------------------------------------------- targets
 
+
 def newest_credential(provider):
-    return (Credential.select().where(Credential.provider == provider)
-            .order_by(Credential.created.desc(), Credential.id).first())
+    return (
+        Credential.select()
+        .where(Credential.provider == provider)
+        .order_by(Credential.created.desc(), Credential.id)
+        .first()
+    )
 
 
 def target_for(config, provider, credential=None):
@@ -56,13 +65,15 @@ def target_for(config, provider, credential=None):
         try:
             api_key = decrypt(config, credential)
         except DecryptionError as exc:
-            raise llm.ProviderError(400, f"the API key of {public('credential', credential.id)} cannot be "
-                                         f"decrypted ({exc}); store it again") from None
+            raise llm.ProviderError(
+                400, f"the API key of {public('credential', credential.id)} cannot be decrypted ({exc}); store it again"
+            ) from None
         base_url = credential.base_url
     else:
         api_key, base_url = llm.env_settings(provider)
     base_url = base_url or llm.DEFAULT_BASE_URLS.get(provider)
     if not base_url:
         raise llm.ProviderError(400, f"provider {provider} needs a base URL: create a credential with base_url")
-    return llm.Target(provider, base_url, api_key, config.llm_timeout, config.llm_connect_timeout,
-                      config.provider_allowlist)
+    return llm.Target(
+        provider, base_url, api_key, config.llm_timeout, config.llm_connect_timeout, config.provider_allowlist
+    )

@@ -1,5 +1,6 @@
 """Look-ups of the records that several route modules and jobs share, by public id:
 404 naming the field when there is none (so that no route module imports another for them)."""
+
 from app.common.failures import NotFound
 from app.notebook.core.ids import key_of
 from app.notebook.core.models import Source, Transformation

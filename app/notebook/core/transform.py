@@ -1,6 +1,7 @@
 """How a transformation is applied to a text: the messages (its prompt is data, sent
 as the system message exactly as written, never rendered as a template) and the
 model that runs it. No Flask here: the job worker uses it too."""
+
 from app.notebook.core.ids import public
 
 TRUNCATED = "\n\n[… the rest of the text was cut: it is longer than NOTEBOOK_CONTEXT_MAX_CHARS]"

@@ -3,6 +3,7 @@ paragraph, a sentence or a space where one is near, so that a chunk rarely start
 or ends in the middle of a word. Characters rather than model tokens: the chunk
 size then means the same whatever the embedding model (MiniLM reads ~256 tokens,
 about 1000 characters of English)."""
+
 import re
 
 _BREAKS = ("\n\n", "\n", ". ", "? ", "! ", "; ", ", ", " ")

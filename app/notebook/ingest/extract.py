@@ -8,6 +8,7 @@ floor, for small files); a DOCX's zip entries are checked in the zip's directory
 BEFORE anything is inflated (zipfile never inflates an entry past its declared size:
 it stops there and fails the CRC check), and a PDF's text is counted page by page as
 it is produced (pypdf caps each stream's inflation itself)."""
+
 import io
 import logging
 import os
@@ -18,12 +19,28 @@ from charset_normalizer import from_bytes
 
 log = logging.getLogger("bundle.notebook")
 
-EXTENSIONS = {".pdf": "pdf", ".txt": "text", ".text": "text", ".md": "text", ".markdown": "text",
-              ".csv": "text", ".html": "html", ".htm": "html", ".xhtml": "html", ".docx": "docx"}
-CONTENT_TYPES = {"application/pdf": "pdf", "text/plain": "text", "text/markdown": "text",
-                 "text/x-markdown": "text", "text/csv": "text", "text/html": "html",
-                 "application/xhtml+xml": "html",
-                 "application/vnd.openxmlformats-officedocument.wordprocessingml.document": "docx"}
+EXTENSIONS = {
+    ".pdf": "pdf",
+    ".txt": "text",
+    ".text": "text",
+    ".md": "text",
+    ".markdown": "text",
+    ".csv": "text",
+    ".html": "html",
+    ".htm": "html",
+    ".xhtml": "html",
+    ".docx": "docx",
+}
+CONTENT_TYPES = {
+    "application/pdf": "pdf",
+    "text/plain": "text",
+    "text/markdown": "text",
+    "text/x-markdown": "text",
+    "text/csv": "text",
+    "text/html": "html",
+    "application/xhtml+xml": "html",
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.document": "docx",
+}
 SUPPORTED = "PDF, text, Markdown, CSV, HTML or DOCX"
 
 
@@ -38,13 +55,14 @@ class Unsupported(ExtractionError):
 class TooMuchText(ExtractionError):
     """The document is over a cap: a source's add answers 413 (the content is larger
     than the server takes), like a body over the byte cap."""
+
     status = 413
 
 
 # Below these, a document's size does not limit what it may inflate to or yield: a small
 # DOCX inflates ~25-fold (its styles and theme); the ratio is for documents past them.
-INFLATED_FLOOR = 4 * 1024 * 1024   # bytes
-TEXT_FLOOR = 64 * 1024             # characters
+INFLATED_FLOOR = 4 * 1024 * 1024  # bytes
+TEXT_FLOOR = 64 * 1024  # characters
 # Bytes of inflated XML allowed per character of the text cap (WordprocessingML's markup).
 XML_PER_CHAR = 16
 
@@ -60,11 +78,15 @@ class Caps:
 
     def check_text(self, count: int, kind: str) -> None:
         if count > self.max_chars:
-            raise TooMuchText(f"the {kind.upper()} document has more than {self.max_chars} characters "
-                              "of text, the most a source may have")
+            raise TooMuchText(
+                f"the {kind.upper()} document has more than {self.max_chars} characters "
+                "of text, the most a source may have"
+            )
         if count > self.text:
-            raise TooMuchText(f"the {kind.upper()} document yields more than {self.ratio} characters of text "
-                              f"per byte of its {self.size} bytes")
+            raise TooMuchText(
+                f"the {kind.upper()} document yields more than {self.ratio} characters of text "
+                f"per byte of its {self.size} bytes"
+            )
 
 
 def _sniff(head):
@@ -115,6 +137,7 @@ def decode_text(data):
 def _pdf(data, caps):
     from pypdf import PdfReader
     from pypdf.errors import PdfReadError, PyPdfError
+
     try:
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted:
@@ -142,12 +165,15 @@ def _check_inflation(data, caps):
     except (zipfile.BadZipFile, ValueError, OSError) as exc:
         raise ExtractionError(f"the DOCX could not be read: {exc}") from None
     if inflated > caps.inflated:
-        raise TooMuchText(f"the DOCX inflates to {inflated} bytes, more than the {caps.inflated} bytes "
-                          f"allowed for a file of {len(data)} bytes (at most {caps.ratio} times its size)")
+        raise TooMuchText(
+            f"the DOCX inflates to {inflated} bytes, more than the {caps.inflated} bytes "
+            f"allowed for a file of {len(data)} bytes (at most {caps.ratio} times its size)"
+        )
 
 
 def _docx(data, caps):
     import docx
+
     _check_inflation(data, caps)
     try:
         document = docx.Document(io.BytesIO(data))
@@ -164,9 +190,9 @@ def _docx(data, caps):
 
 def _html(data, url=None):
     import trafilatura
+
     html = decode_text(data)
-    text = trafilatura.extract(html, url=url, include_comments=False, include_tables=True,
-                               favor_recall=True)
+    text = trafilatura.extract(html, url=url, include_comments=False, include_tables=True, favor_recall=True)
     title = None
     metadata = trafilatura.extract_metadata(html, default_url=url)
     if metadata is not None:

@@ -9,6 +9,7 @@ IPv4 address it carries; NAT64's local-use prefix 64:ff9b:1::/48 is refused. Red
 checked the same way, and the address actually connected to is checked again
 (a name that resolves differently the second time gains nothing). Bodies are
 capped in size and the whole download in time."""
+
 import ipaddress
 import socket
 import time
@@ -26,20 +27,20 @@ class LinkRefused(Exception):
 
 # IPv6 forms that carry an IPv4 address, which a translator or relay on the path may
 # deliver to (issue #32: NAT64 and 6to4 forms of internal addresses got through).
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")            # RFC 6052: the v4 address is the last 32 bits
-_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")    # RFC 8215: a site's own translator
-_COMPATIBLE = ipaddress.ip_network("::/96")              # IPv4-compatible (deprecated): the last 32 bits
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")  # RFC 6052: the v4 address is the last 32 bits
+_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")  # RFC 8215: a site's own translator
+_COMPATIBLE = ipaddress.ip_network("::/96")  # IPv4-compatible (deprecated): the last 32 bits
 
 
 def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list:
     """The IPv4 addresses an IPv6 address stands for (none for a plain one)."""
-    if ip.ipv4_mapped:                                   # ::ffff:a.b.c.d
+    if ip.ipv4_mapped:  # ::ffff:a.b.c.d
         return [ip.ipv4_mapped]
     if ip in _NAT64 or ip in _COMPATIBLE:
         return [ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)]
-    if ip.sixtofour:                                     # 2002:AABB:CCDD::/48
+    if ip.sixtofour:  # 2002:AABB:CCDD::/48
         return [ip.sixtofour]
-    if ip.teredo:                                        # 2001::/32: server, and client (bits inverted)
+    if ip.teredo:  # 2001::/32: server, and client (bits inverted)
         return list(ip.teredo)
     return []
 
@@ -83,15 +84,17 @@ def check_url(url, allowlist):
             raise LinkRefused(f"the host {parts.hostname!r} is a non-public address that links may not reach")
         return
     try:
-        infos = socket.getaddrinfo(parts.hostname, port or (443 if parts.scheme == "https" else 80),
-                                   type=socket.SOCK_STREAM)
+        infos = socket.getaddrinfo(
+            parts.hostname, port or (443 if parts.scheme == "https" else 80), type=socket.SOCK_STREAM
+        )
     except (socket.gaierror, UnicodeError) as exc:
         raise LinkRefused(f"the host {parts.hostname!r} could not be resolved: {exc}") from None
     for info in infos:
         address = info[4][0]
         if _forbidden(address, allowlist):
-            raise LinkRefused(f"the host {parts.hostname!r} resolves to {address}, a non-public address "
-                              "that links may not reach")
+            raise LinkRefused(
+                f"the host {parts.hostname!r} resolves to {address}, a non-public address that links may not reach"
+            )
 
 
 def _peer_allowed(response, allowlist):
@@ -128,9 +131,13 @@ def fetch(url, allowlist, timeout, max_bytes):
             check_url(url, allowlist)
             remaining = max(0.1, deadline - time.monotonic())
             try:
-                response = session.get(url, stream=True, allow_redirects=False, timeout=(min(5, remaining), remaining),
-                                       headers={"User-Agent": USER_AGENT,
-                                                "Accept": "text/html,application/pdf,text/*;q=0.9,*/*;q=0.5"})
+                response = session.get(
+                    url,
+                    stream=True,
+                    allow_redirects=False,
+                    timeout=(min(5, remaining), remaining),
+                    headers={"User-Agent": USER_AGENT, "Accept": "text/html,application/pdf,text/*;q=0.9,*/*;q=0.5"},
+                )
             except requests.RequestException as exc:
                 raise LinkRefused(f"the link could not be fetched: {type(exc).__name__}") from None
             with response:

@@ -1,5 +1,6 @@
 """Uploaded files under DATA_DIR/uploads: names reduced to a safe basename and
 made unique, written without ever leaving that folder."""
+
 import os
 import re
 import shutil
@@ -26,7 +27,7 @@ def safe_name(filename):
     if not dot:
         stem, ext = name, ""
     ext = ext[:16]
-    stem = stem[:MAX_NAME - len(ext) - 1] or "upload"
+    stem = stem[: MAX_NAME - len(ext) - 1] or "upload"
     return f"{stem}.{ext}" if ext else stem
 
 

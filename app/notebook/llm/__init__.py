@@ -2,6 +2,7 @@
 every OpenAI-compatible server, ollama, anthropic), each a handful of functions
 over app.notebook.llm.transport. Callers hand a Target (where, which key, how
 long) and a model name; messages are [{role: system|user|assistant, content}]."""
+
 import json
 import os
 
@@ -12,20 +13,32 @@ PROVIDERS = ("openai", "openai_compatible", "ollama", "anthropic")
 MODEL_TYPES = ("language", "embedding", "text_to_speech", "speech_to_text")
 _ADAPTERS = {"openai": openai, "openai_compatible": openai, "ollama": ollama, "anthropic": anthropic}
 # What each provider can serve (speech_to_text is registered and defaulted, not run yet).
-CAPABILITIES = {"openai": set(MODEL_TYPES), "openai_compatible": set(MODEL_TYPES),
-                "ollama": {"language", "embedding"}, "anthropic": {"language"}}
-DEFAULT_BASE_URLS = {"openai": openai.DEFAULT_BASE_URL, "ollama": ollama.DEFAULT_BASE_URL,
-                     "anthropic": anthropic.DEFAULT_BASE_URL}
+CAPABILITIES = {
+    "openai": set(MODEL_TYPES),
+    "openai_compatible": set(MODEL_TYPES),
+    "ollama": {"language", "embedding"},
+    "anthropic": {"language"},
+}
+DEFAULT_BASE_URLS = {
+    "openai": openai.DEFAULT_BASE_URL,
+    "ollama": ollama.DEFAULT_BASE_URL,
+    "anthropic": anthropic.DEFAULT_BASE_URL,
+}
 # Environment variables Open Notebook reads, per provider: (API key, base URL).
-ENV_VARIABLES = {"openai": ("OPENAI_API_KEY", "OPENAI_BASE_URL"), "ollama": (None, "OLLAMA_API_BASE"),
-                 "anthropic": ("ANTHROPIC_API_KEY", None)}
+ENV_VARIABLES = {
+    "openai": ("OPENAI_API_KEY", "OPENAI_BASE_URL"),
+    "ollama": (None, "OLLAMA_API_BASE"),
+    "anthropic": ("ANTHROPIC_API_KEY", None),
+}
 
 
 def env_settings(provider):
     """(API key, base URL) of `provider` from the environment (blank when unset)."""
     key_name, url_name = ENV_VARIABLES.get(provider, (None, None))
-    return (os.environ.get(key_name, "").strip() if key_name else "",
-            os.environ.get(url_name, "").strip() if url_name else "")
+    return (
+        os.environ.get(key_name, "").strip() if key_name else "",
+        os.environ.get(url_name, "").strip() if url_name else "",
+    )
 
 
 def first_json_object(text):

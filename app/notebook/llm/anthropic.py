@@ -1,6 +1,7 @@
 """Anthropic's messages API: POST /v1/messages (streamed as SSE events
 message_start, content_block_delta with text_delta, message_stop) and GET
 /v1/models; the key in `x-api-key`, the version in `anthropic-version`."""
+
 import json
 
 from app.notebook.llm.transport import call_json, malformed, stream_records

@@ -1,5 +1,6 @@
 """Ollama's native API: /api/chat (streamed as NDJSON lines, the last with
 `"done": true`), /api/tags (the models pulled) and /api/embed."""
+
 import json
 
 from app.notebook.llm.transport import call_json, malformed, stream_lines
@@ -24,8 +25,9 @@ def _content(record):
 
 
 def chat(target, model, messages):
-    answer = call_json(target, NAME, "POST", "/api/chat", _headers(target),
-                       {"model": model, "messages": messages, "stream": False})
+    answer = call_json(
+        target, NAME, "POST", "/api/chat", _headers(target), {"model": model, "messages": messages, "stream": False}
+    )
     return _content(answer)
 
 

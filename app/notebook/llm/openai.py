@@ -2,6 +2,7 @@
 Studio, OpenRouter): base URL ending in /v1. Chat completions (streamed as SSE
 `data: {...}` records ended by `data: [DONE]`, read by app.common.openai_chat, which
 the wizard shares), models, embeddings and speech."""
+
 from app.common import openai_chat
 from app.notebook.llm.transport import (
     ProviderError,
@@ -22,6 +23,7 @@ class _ChatWording(Wording):
     """A chat answer's own failures: each one is "malformed". A stream's records without
     a choice (an error, usage) are read past, and a stream that stops without [DONE]
     has ended."""
+
     no_message = "{name}'s answer is malformed: no choices[0].message.content"
     no_text = "{name}'s answer is malformed: the content is not text"
     model_refused = None
@@ -75,9 +77,15 @@ def embed(target, model, texts):
 
 
 def speech(target, model, text, voice):
-    audio, content_type = call_bytes(target, NAME, "POST", "/audio/speech", _headers(target),
-                                     {"model": model, "input": text, "voice": voice or "alloy",
-                                      "response_format": "mp3"}, MAX_SPEECH_BYTES)
+    audio, content_type = call_bytes(
+        target,
+        NAME,
+        "POST",
+        "/audio/speech",
+        _headers(target),
+        {"model": model, "input": text, "voice": voice or "alloy", "response_format": "mp3"},
+        MAX_SPEECH_BYTES,
+    )
     if not audio or content_type.startswith(("application/json", "text/")):
         raise malformed(NAME, "the speech answer is not audio")
     return audio

@@ -4,6 +4,7 @@ wording (never the provider's own text: OpenAI echoes part of a wrong key in its
 `CHECK_TTL_S` (per URL and allow-list; a changed URL is checked anew). Each call's
 deadline starts at the call and lasts the Target's `timeout`; connections are kept
 alive in one pool per (provider, base URL)."""
+
 import time
 
 from app.common import provider_http
@@ -31,6 +32,7 @@ class Target:
 
 class Wording(provider_http.Wording):
     """The notebook's wording of a provider's failures."""
+
     error = ProviderError
 
     def refused(self, code, exchange):
@@ -46,8 +48,9 @@ def check_base_url(url, allowlist):
     try:
         ssrf.check_url(url, allowlist)
     except ssrf.LinkRefused as exc:
-        raise ProviderError(400, f"base_url: {exc} (a local model server's network must be in "
-                                 "NOTEBOOK_MODEL_HOST_ALLOWLIST)") from None
+        raise ProviderError(
+            400, f"base_url: {exc} (a local model server's network must be in NOTEBOOK_MODEL_HOST_ALLOWLIST)"
+        ) from None
 
 
 _checked: dict[tuple[str, tuple[object, ...]], float] = {}  # (base URL, allow-list networks) → good until
@@ -69,8 +72,7 @@ def open_exchange(target, wording, method, path, headers, body=None):
     """The opened Exchange of one call, its failures worded by `wording` (a Wording)."""
     deadline = provider_http.Deadline(target.timeout)  # from the call on, the SSRF check's look-up too
     _check_target(target)
-    exchange = provider_http.Exchange(wording, deadline, target.base_url, target.connect_timeout,
-                                      pool=target.provider)
+    exchange = provider_http.Exchange(wording, deadline, target.base_url, target.connect_timeout, pool=target.provider)
     return exchange.open(method, target.url(path), headers, body)
 
 

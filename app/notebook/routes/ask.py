@@ -12,6 +12,7 @@ that ends the stream. `/search/ask` (Open Notebook's path) is the same stream, a
 models are resolved (override, else the default chat model) before the stream
 starts, so a missing one is a plain 400/404. Searches are full-text (BM25) over
 the notebook (or everything); answers cite what they use by id."""
+
 import re
 
 from flask import Blueprint
@@ -34,13 +35,16 @@ CHARS_PER_RESULT = 4000
 STRATEGY_PROMPT = (
     "You plan how to answer a question from a research notebook's sources. Reply with one JSON object and "
     'nothing else: {"reasoning": "<why these searches>", "searches": [{"term": "<words to search for>", '
-    '"instructions": "<what to find out from the results>"}]} with one to five searches.')
+    '"instructions": "<what to find out from the results>"}]} with one to five searches.'
+)
 ANSWER_PROMPT = (
     "Answer the instructions from the search results only. Cite every result you use by its id in brackets, "
-    "for example [source:<id>]. If the results do not answer, say so.")
+    "for example [source:<id>]. If the results do not answer, say so."
+)
 FINAL_PROMPT = (
     "Write the final answer to the question from the partial answers. Keep their citations ([source:…], "
-    "[note:…]) and add no fact they do not hold.")
+    "[note:…]) and add no fact they do not hold."
+)
 NO_RESULTS = "None of the notebook's sources or notes matched the searches, so there is nothing to answer from."
 _CITATION = re.compile(r"\b(?:source|note):[a-z0-9]{1,64}\b")
 _REQUEST = AskRequest()  # made once: a schema keeps no state between loads
@@ -87,8 +91,9 @@ def _notebook_key(public_id):
     raw query: peewee's get_or_none costs half a millisecond of CPU to build and read
     what SQLite answers in a few microseconds, and /ask is made to be cheap."""
     key = key_of("notebook", public_id)
-    found = database.execute_sql(f'SELECT 1 FROM "{Notebook._meta.table_name}" WHERE "id" = {database.param}',
-                                 [key]).fetchone()
+    found = database.execute_sql(
+        f'SELECT 1 FROM "{Notebook._meta.table_name}" WHERE "id" = {database.param}', [key]
+    ).fetchone()
     if found is None:
         raise NotFound(f"notebook {public_id[:80]!r} not found")
     return key
@@ -102,11 +107,20 @@ def _records(question, notebook_key, models):
         results = _search(search["term"], notebook_key)
         if not results:
             continue
-        content = _call(models["answer_model"], ANSWER_PROMPT,
-                        f"Instructions: {search['instructions']}\n\nSearch results:\n\n" + _render(results))
+        content = _call(
+            models["answer_model"],
+            ANSWER_PROMPT,
+            f"Instructions: {search['instructions']}\n\nSearch results:\n\n" + _render(results),
+        )
         ids = [r["id"] for r in results]
-        answer = {"type": "answer", "term": search["term"], "instructions": search["instructions"],
-                  "content": content, "sources": ids, "cited": _cited(content, ids)}
+        answer = {
+            "type": "answer",
+            "term": search["term"],
+            "instructions": search["instructions"],
+            "content": content,
+            "sources": ids,
+            "cited": _cited(content, ids),
+        }
         answers.append(answer)
         yield answer
     final = _final(question, answers, models["final_answer_model"])
@@ -125,8 +139,9 @@ def _final(question, answers, model):
 
 
 def _call(resolved, system, user):
-    return llm.chat(resolved.target, resolved.name, [{"role": "system", "content": system},
-                                                     {"role": "user", "content": user}])
+    return llm.chat(
+        resolved.target, resolved.name, [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    )
 
 
 def parse_plan(text):
@@ -135,15 +150,18 @@ def parse_plan(text):
     plan = llm.first_json_object(text)
     searches = plan.get("searches") if isinstance(plan, dict) else None
     if not isinstance(searches, list):
-        raise llm.ProviderError(502, "the strategy model's answer is not a search plan "
-                                     "(a JSON object with `searches`)")
+        raise llm.ProviderError(502, "the strategy model's answer is not a search plan (a JSON object with `searches`)")
     cleaned = []
     for item in searches:
         term = item.get("term") if isinstance(item, dict) else item
         if isinstance(term, str) and term.strip():
             instructions = item.get("instructions") if isinstance(item, dict) else None
-            cleaned.append({"term": term.strip()[:300],
-                            "instructions": (instructions if isinstance(instructions, str) else term).strip()[:2000]})
+            cleaned.append(
+                {
+                    "term": term.strip()[:300],
+                    "instructions": (instructions if isinstance(instructions, str) else term).strip()[:2000],
+                }
+            )
     if not cleaned:
         raise llm.ProviderError(502, "the strategy model planned no search")
     reasoning = plan.get("reasoning")
@@ -154,8 +172,11 @@ def _search(term, notebook_key):
     """The best hits of `term` with their text (cut), as {id, title, text}."""
     with database.connection_context():
         try:
-            return text_passages({"query": term, "search_sources": True, "search_notes": True,
-                                  "limit": RESULTS_PER_SEARCH}, notebook_key, CHARS_PER_RESULT)
+            return text_passages(
+                {"query": term, "search_sources": True, "search_notes": True, "limit": RESULTS_PER_SEARCH},
+                notebook_key,
+                CHARS_PER_RESULT,
+            )
         except Failure:  # no word to search for in the term
             return []
 

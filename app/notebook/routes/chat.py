@@ -3,6 +3,7 @@ built from a notebook's sources and notes, and `POST /chat/execute` answering
 with the model's reply and the history (or as SSE with `stream: true`).
 
 A turn is stored only once the model answered: a failed call changes nothing."""
+
 from flask import Blueprint
 
 from app.common.failures import Invalid, NotFound
@@ -30,10 +31,12 @@ from app.notebook.routes.payloads import (
 
 bp = Blueprint("chat", __name__)
 
-SYSTEM_PROMPT = ("You are a research assistant. Answer from the context below when it helps; when you use a "
-                 "source or note, cite it by its id in brackets, for example [source:<id>]. Say so when the "
-                 "context does not hold the answer.")
-HISTORY_TURNS = 50   # the most recent messages sent back to the model
+SYSTEM_PROMPT = (
+    "You are a research assistant. Answer from the context below when it helps; when you use a "
+    "source or note, cite it by its id in brackets, for example [source:<id>]. Say so when the "
+    "context does not hold the answer."
+)
+HISTORY_TURNS = 50  # the most recent messages sent back to the model
 
 
 def get_session(public_id):
@@ -49,8 +52,11 @@ def _history(session_key):
 
 def _session_view(record, with_messages=False):
     messages = _history(record.id) if with_messages else None
-    count = len(messages) if messages is not None else (
-        ChatMessage.select().where(ChatMessage.session == record.id).count())
+    count = (
+        len(messages)
+        if messages is not None
+        else (ChatMessage.select().where(ChatMessage.session == record.id).count())
+    )
     return serializers.chat_session(record, count, messages)
 
 
@@ -61,6 +67,7 @@ def _model_key(model_id, field="model_override"):
 
 
 # --------------------------------------------------------------------------- sessions
+
 
 @bp.get("/chat/sessions")
 def list_sessions():
@@ -77,8 +84,9 @@ def create_session():
     """Start a chat session, optionally tied to a notebook and a model (201)."""
     data = body(ChatSessionCreate())
     notebook_key = get_notebook(data["notebook_id"]).id if data.get("notebook_id") else None
-    record = ChatSession.create(id=new_key(), title=data["title"], notebook=notebook_key,
-                                model_override=_model_key(data.get("model_override")))
+    record = ChatSession.create(
+        id=new_key(), title=data["title"], notebook=notebook_key, model_override=_model_key(data.get("model_override"))
+    )
     return _session_view(record, with_messages=True), 201
 
 
@@ -112,6 +120,7 @@ def delete_session(session_id):
 
 # --------------------------------------------------------------------------- context
 
+
 @bp.post("/chat/context/build")
 @bp.post("/chat/context")
 def context_route():
@@ -123,21 +132,26 @@ def context_route():
     for part in ("sources", "notes"):
         for item_id, mode in (config.get(part) or {}).items():
             if mode not in MODES:
-                raise Invalid(f"context_config.{part}.{item_id}: must be one of {', '.join(MODES)}",
-                              field=f"context_config.{part}")
+                raise Invalid(
+                    f"context_config.{part}.{item_id}: must be one of {', '.join(MODES)}",
+                    field=f"context_config.{part}",
+                )
     context = build_context(notebook.id, config, settings().context_max_chars)
     return {"notebook_id": public("notebook", notebook.id), "context": context, **sizes(context)}
 
 
 # --------------------------------------------------------------------------- execute
 
+
 def _messages(session, context, message):
     system = SYSTEM_PROMPT
     text = render_context(context) if context else ""
     if text:
-        system += "\n\nContext:\n" + text[:settings().context_max_chars]
-    history = [{"role": "user" if m.role == "human" else "assistant", "content": m.content}
-               for m in _history(session.id)[-HISTORY_TURNS:]]
+        system += "\n\nContext:\n" + text[: settings().context_max_chars]
+    history = [
+        {"role": "user" if m.role == "human" else "assistant", "content": m.content}
+        for m in _history(session.id)[-HISTORY_TURNS:]
+    ]
     return [{"role": "system", "content": system}, *history, {"role": "user", "content": message}]
 
 
@@ -164,8 +178,11 @@ def execute():
         return streams.sse(_streamed_reply(session, data["message"], resolved, messages))
     reply = model_choice.complete(resolved, messages)
     _store_turn(session, data["message"], reply)
-    return {"session_id": public("chat_session", session.id), "model_id": resolved.id,
-            "messages": [serializers.chat_message(m) for m in _history(session.id)]}
+    return {
+        "session_id": public("chat_session", session.id),
+        "model_id": resolved.id,
+        "messages": [serializers.chat_message(m) for m in _history(session.id)],
+    }
 
 
 def _streamed_reply(session, message, resolved, messages):
@@ -177,5 +194,9 @@ def _streamed_reply(session, message, resolved, messages):
     reply = "".join(parts)
     with database.connection_context():  # the stream's greenlet holds none across the model call
         _store_turn(session, message, reply)
-    yield {"type": "complete", "session_id": public("chat_session", session.id), "model_id": resolved.id,
-           "reply": reply}
+    yield {
+        "type": "complete",
+        "session_id": public("chat_session", session.id),
+        "model_id": resolved.id,
+        "reply": reply,
+    }

@@ -1,4 +1,5 @@
 """Commands: the background jobs, polled by clients (no push)."""
+
 from flask import Blueprint
 
 from app.common.failures import Conflict, NotFound
@@ -44,12 +45,18 @@ def cancel_command(command_id):
     """Cancel a job that has not finished: a queued one is skipped by the worker, a
     running one stops at its next step. A finished one cannot be canceled (409)."""
     record = get_command(command_id)
-    updated = (Command.update(status="canceled", error_message="canceled by request", updated=now())
-               .where((Command.id == record.id) & Command.status.in_(("new", "running"))).execute())
+    updated = (
+        Command.update(status="canceled", error_message="canceled by request", updated=now())
+        .where((Command.id == record.id) & Command.status.in_(("new", "running")))
+        .execute()
+    )
     if not updated:
         current = Command.get_by_id(record.id)
         raise Conflict(f"the command has already finished ({current.status})")
     if record.kind == "process_source":
-        (Source.update(status="canceled", error_message="processing was canceled", updated=now())
-         .where((Source.command_id == record.id) & Source.status.in_(("new", "running"))).execute())
+        (
+            Source.update(status="canceled", error_message="processing was canceled", updated=now())
+            .where((Source.command_id == record.id) & Source.status.in_(("new", "running")))
+            .execute()
+        )
     return serializers.command(Command.get_by_id(record.id))

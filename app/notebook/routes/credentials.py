@@ -1,6 +1,7 @@
 """Routes of the provider credentials (`credential:<key>`): name, provider, base URL
 and an API key encrypted at rest (app.notebook.core.provider_keys), never answered
 (`has_api_key`)."""
+
 import json
 import logging
 import os
@@ -35,8 +36,10 @@ def _checked_base_url(url):
     if url:
         parts = urlsplit(url)
         if parts.query or parts.fragment or "?" in url or "#" in url:
-            raise Invalid("base_url: must not have a query or a fragment (give the API's base, "
-                          "e.g. http://host:8000/v1)", field="base_url")
+            raise Invalid(
+                "base_url: must not have a query or a fragment (give the API's base, e.g. http://host:8000/v1)",
+                field="base_url",
+            )
         if "\\" in url or any(unquote(segment) in (".", "..") for segment in parts.path.split("/")):
             raise Invalid("base_url: must not have '.' or '..' path segments", field="base_url")
         try:
@@ -70,6 +73,7 @@ def _view(record, model_counts=None):
 
 # --------------------------------------------------------------------------- CRUD
 
+
 @bp.get("/credentials")
 def list_credentials():
     """The provider credentials, optionally of one provider, with how many models use each (keys never answered)."""
@@ -77,8 +81,12 @@ def list_credentials():
     selection = Credential.select()
     if args.get("provider"):
         selection = selection.where(Credential.provider == args["provider"])
-    counts = dict(LanguageModel.select(LanguageModel.credential, fn.COUNT(LanguageModel.id))
-                  .where(LanguageModel.credential.is_null(False)).group_by(LanguageModel.credential).tuples())
+    counts = dict(
+        LanguageModel.select(LanguageModel.credential, fn.COUNT(LanguageModel.id))
+        .where(LanguageModel.credential.is_null(False))
+        .group_by(LanguageModel.credential)
+        .tuples()
+    )
     return [_view(record, counts) for record in selection.order_by(Credential.created, Credential.id)]
 
 
@@ -86,9 +94,13 @@ def list_credentials():
 def create_credential():
     """Store a provider credential; its API key is encrypted with NOTEBOOK_ENCRYPTION_KEY (201)."""
     data = body(CredentialCreate())
-    record = Credential(id=new_key(), name=data["name"], provider=data["provider"],
-                        base_url=_checked_base_url(data.get("base_url")),
-                        modalities=json.dumps(data.get("modalities") or []))
+    record = Credential(
+        id=new_key(),
+        name=data["name"],
+        provider=data["provider"],
+        base_url=_checked_base_url(data.get("base_url")),
+        modalities=json.dumps(data.get("modalities") or []),
+    )
     if data.get("api_key"):
         record.api_key_encrypted = encrypt(settings(), data["api_key"])
     with write_transaction():
@@ -135,11 +147,15 @@ def delete_credential(credential_id):
     record = get_credential(credential_id)
     force = query(CredentialDeleteQuery)["force"]
     with write_transaction():
-        keys = [key for (key,) in LanguageModel.select(LanguageModel.id)
-                .where(LanguageModel.credential == record.id).tuples()]
+        keys = [
+            key
+            for (key,) in LanguageModel.select(LanguageModel.id).where(LanguageModel.credential == record.id).tuples()
+        ]
         if keys and not force:
-            raise Conflict(f"{public('credential', record.id)} is used by {len(keys)} model(s): delete "
-                           "them first, or delete with ?force=true to delete them with it")
+            raise Conflict(
+                f"{public('credential', record.id)} is used by {len(keys)} model(s): delete "
+                "them first, or delete with ?force=true to delete them with it"
+            )
         if keys:
             DefaultModel.update(model=None).where(DefaultModel.model.in_(keys)).execute()
             LanguageModel.delete().where(LanguageModel.id.in_(keys)).execute()
@@ -148,6 +164,7 @@ def delete_credential(credential_id):
 
 
 # --------------------------------------------------------------------------- provider calls
+
 
 def _target_of(record):
     try:
@@ -165,8 +182,11 @@ def test_credential(credential_id):
         models = llm.list_models(target_for(settings(), record.provider, record))
     except llm.ProviderError as exc:
         return {"provider": record.provider, "success": False, "message": exc.message}
-    return {"provider": record.provider, "success": True,
-            "message": f"connected: the provider lists {len(models)} model(s)"}
+    return {
+        "provider": record.provider,
+        "success": True,
+        "message": f"connected: the provider lists {len(models)} model(s)",
+    }
 
 
 def _provider_call(fn_, *args):
@@ -181,19 +201,26 @@ def discover_models(credential_id):
     """The models the credential's provider lists, each marked when already registered."""
     record = get_credential(credential_id)
     listed = _provider_call(llm.list_models, _target_of(record))
-    registered = {name for (name,) in LanguageModel.select(LanguageModel.name)
-                  .where((LanguageModel.provider == record.provider)
-                         & (LanguageModel.credential == record.id)).tuples()}
-    return {"provider": record.provider, "credential_id": public("credential", record.id),
-            "models": [{"name": m["name"], "provider": record.provider, "registered": m["name"] in registered}
-                       for m in listed]}
+    registered = {
+        name
+        for (name,) in LanguageModel.select(LanguageModel.name)
+        .where((LanguageModel.provider == record.provider) & (LanguageModel.credential == record.id))
+        .tuples()
+    }
+    return {
+        "provider": record.provider,
+        "credential_id": public("credential", record.id),
+        "models": [
+            {"name": m["name"], "provider": record.provider, "registered": m["name"] in registered} for m in listed
+        ],
+    }
 
 
 def find_model(name, provider, kind, credential_key):
-    condition = ((LanguageModel.name == name) & (LanguageModel.provider == provider)
-                 & (LanguageModel.type == kind))
-    condition &= (LanguageModel.credential.is_null() if credential_key is None
-                  else LanguageModel.credential == credential_key)
+    condition = (LanguageModel.name == name) & (LanguageModel.provider == provider) & (LanguageModel.type == kind)
+    condition &= (
+        LanguageModel.credential.is_null() if credential_key is None else LanguageModel.credential == credential_key
+    )
     return LanguageModel.get_or_none(condition)
 
 
@@ -207,12 +234,16 @@ def register_models(credential_id):
     with write_transaction():
         for choice in data["models"]:
             if choice["type"] not in llm.CAPABILITIES[record.provider]:
-                raise Invalid(f"models: provider {record.provider} has no {choice['type']} models",
-                              field="models")
+                raise Invalid(f"models: provider {record.provider} has no {choice['type']} models", field="models")
             model = find_model(choice["name"], record.provider, choice["type"], record.id)
             if model is None:
-                model = LanguageModel.create(id=new_key(), name=choice["name"], provider=record.provider,
-                                             type=choice["type"], credential=record.id)
+                model = LanguageModel.create(
+                    id=new_key(),
+                    name=choice["name"],
+                    provider=record.provider,
+                    type=choice["type"],
+                    credential=record.id,
+                )
                 created += 1
             else:
                 existing += 1
@@ -222,6 +253,7 @@ def register_models(credential_id):
 
 # --------------------------------------------------------------------------- status, environment
 
+
 def _env_configured(provider):
     api_key, base_url = llm.env_settings(provider)
     return bool(api_key) if provider in ("openai", "anthropic") else bool(base_url)
@@ -230,14 +262,14 @@ def _env_configured(provider):
 @bp.get("/credentials/status")
 def credentials_status():
     """Per provider, whether it is configured, and from where (database or environment)."""
-    counts = dict(Credential.select(Credential.provider, fn.COUNT(Credential.id))
-                  .group_by(Credential.provider).tuples())
+    counts = dict(
+        Credential.select(Credential.provider, fn.COUNT(Credential.id)).group_by(Credential.provider).tuples()
+    )
     providers = {}
     for provider in llm.PROVIDERS:
         in_env = _env_configured(provider) if provider in llm.ENV_VARIABLES else False
         source = "database" if counts.get(provider) else ("environment" if in_env else "none")
-        providers[provider] = {"configured": source != "none", "source": source,
-                               "credentials": counts.get(provider, 0)}
+        providers[provider] = {"configured": source != "none", "source": source, "credentials": counts.get(provider, 0)}
     return {"encryption_configured": bool(settings().encryption_key), "providers": providers}
 
 
@@ -264,8 +296,9 @@ def migrate_from_env():
         try:
             if base_url:
                 _checked_base_url(base_url)
-            record = Credential(id=new_key(), name=f"{provider} (from environment)", provider=provider,
-                                base_url=base_url or None)
+            record = Credential(
+                id=new_key(), name=f"{provider} (from environment)", provider=provider, base_url=base_url or None
+            )
             if api_key:
                 record.api_key_encrypted = encrypt(settings(), api_key)
             with write_transaction():

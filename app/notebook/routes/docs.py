@@ -1,6 +1,7 @@
 """Interactive documentation: the OpenAPI 3 document built by apispec from the
 same marshmallow schemas that validate requests (/openapi.json), and Swagger UI
 from the swagger-ui-dist files installed at set-up (no CDN) at /docs."""
+
 import functools
 import os
 from pathlib import Path
@@ -16,155 +17,488 @@ from app.notebook.routes import payloads as s
 from app.notebook.routes.http import settings
 
 # The files of app/notebook/static (the documentation's stylesheet and scripts) at /docs/assets.
-bp = Blueprint("docs", __name__, static_folder=str(Path(__file__).parent.parent / "static"),
-               static_url_path="/docs/assets")
+bp = Blueprint(
+    "docs", __name__, static_folder=str(Path(__file__).parent.parent / "static"), static_url_path="/docs/assets"
+)
 
 VERSION = (PROJECT_ROOT / "VERSION").read_text().strip()
-UI_FILES = {"swagger-ui.css", "swagger-ui-bundle.js", "swagger-ui-standalone-preset.js",
-            "favicon-32x32.png", "favicon-16x16.png"}
+UI_FILES = {
+    "swagger-ui.css",
+    "swagger-ui-bundle.js",
+    "swagger-ui-standalone-preset.js",
+    "favicon-32x32.png",
+    "favicon-16x16.png",
+}
 
 # (method, path, tag, summary, request, {status: response schema or None}, errors)
 # request: ("json", Schema) | ("query", Schema) | ("source", None) for the JSON-or-multipart add.
 OPERATIONS = [
-    ("get", "/health", "system", "Health: 200 when the database answers", None,
-     {200: s.Health}, [503]),
-    ("get", "/notebooks", "notebooks", "List notebooks", ("query", s.NotebookListQuery),
-     {200: [s.NotebookOut]}, [400]),
-    ("post", "/notebooks", "notebooks", "Create a notebook", ("json", s.NotebookCreate),
-     {201: s.NotebookOut}, [400, 409, 413, 415]),
+    ("get", "/health", "system", "Health: 200 when the database answers", None, {200: s.Health}, [503]),
+    ("get", "/notebooks", "notebooks", "List notebooks", ("query", s.NotebookListQuery), {200: [s.NotebookOut]}, [400]),
+    (
+        "post",
+        "/notebooks",
+        "notebooks",
+        "Create a notebook",
+        ("json", s.NotebookCreate),
+        {201: s.NotebookOut},
+        [400, 409, 413, 415],
+    ),
     ("get", "/notebooks/{notebook_id}", "notebooks", "Read a notebook", None, {200: s.NotebookOut}, [404]),
-    ("put", "/notebooks/{notebook_id}", "notebooks", "Update a notebook", ("json", s.NotebookUpdate),
-     {200: s.NotebookOut}, [400, 404, 409, 413, 415]),
-    ("delete", "/notebooks/{notebook_id}", "notebooks",
-     "Delete a notebook and its notes; shared sources are unlinked, sources only it holds are kept unless "
-     "delete_exclusive_sources=true", ("query", s.NotebookDeleteQuery), {200: s.NotebookDeleted}, [400, 404]),
-    ("get", "/sources", "sources", "List sources (X-Total-Count: the total)", ("query", s.SourceListQuery),
-     {200: [s.SourceOut]}, [400, 404]),
-    ("post", "/sources", "sources",
-     "Add a source: upload (multipart), link or text; async_processing answers at once with the source, its "
-     "command and the status new; a synchronous add answers the processed source (command_id and status null)",
-     ("source", s.SourceCreate), {201: s.SourceDetail, 202: s.SourceDetail}, [400, 404, 409, 413, 415]),
-    ("post", "/sources/json", "sources", "Add a link or text source from JSON (as POST /sources; Open Notebook's path)",
-     ("json", s.SourceCreate), {201: s.SourceDetail, 202: s.SourceDetail}, [400, 404, 409, 413, 415]),
-    ("get", "/sources/{source_id}", "sources", "Read a source with its full text", None,
-     {200: s.SourceDetail}, [404]),
-    ("put", "/sources/{source_id}", "sources", "Update a source's title or topics", ("json", s.SourceUpdate),
-     {200: s.SourceDetail}, [400, 404, 413, 415]),
-    ("delete", "/sources/{source_id}", "sources",
-     "Delete a source: its file, chunks and embeddings; its unfinished job is canceled", None,
-     {200: s.SourceDeleted}, [404]),
-    ("get", "/sources/{source_id}/status", "sources", "Processing status of a source", None,
-     {200: s.SourceStatus}, [404]),
-    ("post", "/sources/{source_id}/retry", "sources", "Process a failed or canceled source again", None,
-     {202: s.SourceDetail}, [400, 404]),
-    ("get", "/sources/{source_id}/download", "sources", "The original uploaded file", None,
-     {200: "file"}, [404]),
+    (
+        "put",
+        "/notebooks/{notebook_id}",
+        "notebooks",
+        "Update a notebook",
+        ("json", s.NotebookUpdate),
+        {200: s.NotebookOut},
+        [400, 404, 409, 413, 415],
+    ),
+    (
+        "delete",
+        "/notebooks/{notebook_id}",
+        "notebooks",
+        "Delete a notebook and its notes; shared sources are unlinked, sources only it holds are kept unless "
+        "delete_exclusive_sources=true",
+        ("query", s.NotebookDeleteQuery),
+        {200: s.NotebookDeleted},
+        [400, 404],
+    ),
+    (
+        "get",
+        "/sources",
+        "sources",
+        "List sources (X-Total-Count: the total)",
+        ("query", s.SourceListQuery),
+        {200: [s.SourceOut]},
+        [400, 404],
+    ),
+    (
+        "post",
+        "/sources",
+        "sources",
+        "Add a source: upload (multipart), link or text; async_processing answers at once with the source, its "
+        "command and the status new; a synchronous add answers the processed source (command_id and status null)",
+        ("source", s.SourceCreate),
+        {201: s.SourceDetail, 202: s.SourceDetail},
+        [400, 404, 409, 413, 415],
+    ),
+    (
+        "post",
+        "/sources/json",
+        "sources",
+        "Add a link or text source from JSON (as POST /sources; Open Notebook's path)",
+        ("json", s.SourceCreate),
+        {201: s.SourceDetail, 202: s.SourceDetail},
+        [400, 404, 409, 413, 415],
+    ),
+    ("get", "/sources/{source_id}", "sources", "Read a source with its full text", None, {200: s.SourceDetail}, [404]),
+    (
+        "put",
+        "/sources/{source_id}",
+        "sources",
+        "Update a source's title or topics",
+        ("json", s.SourceUpdate),
+        {200: s.SourceDetail},
+        [400, 404, 413, 415],
+    ),
+    (
+        "delete",
+        "/sources/{source_id}",
+        "sources",
+        "Delete a source: its file, chunks and embeddings; its unfinished job is canceled",
+        None,
+        {200: s.SourceDeleted},
+        [404],
+    ),
+    (
+        "get",
+        "/sources/{source_id}/status",
+        "sources",
+        "Processing status of a source",
+        None,
+        {200: s.SourceStatus},
+        [404],
+    ),
+    (
+        "post",
+        "/sources/{source_id}/retry",
+        "sources",
+        "Process a failed or canceled source again",
+        None,
+        {202: s.SourceDetail},
+        [400, 404],
+    ),
+    ("get", "/sources/{source_id}/download", "sources", "The original uploaded file", None, {200: "file"}, [404]),
     ("get", "/notes", "notes", "List notes", ("query", s.NoteListQuery), {200: [s.NoteOut]}, [400, 404]),
-    ("post", "/notes", "notes", "Create a note", ("json", s.NoteCreate), {201: s.NoteOut},
-     [400, 404, 413, 415]),
+    ("post", "/notes", "notes", "Create a note", ("json", s.NoteCreate), {201: s.NoteOut}, [400, 404, 413, 415]),
     ("get", "/notes/{note_id}", "notes", "Read a note", None, {200: s.NoteOut}, [404]),
-    ("put", "/notes/{note_id}", "notes", "Update a note", ("json", s.NoteUpdate), {200: s.NoteOut},
-     [400, 404, 413, 415]),
+    (
+        "put",
+        "/notes/{note_id}",
+        "notes",
+        "Update a note",
+        ("json", s.NoteUpdate),
+        {200: s.NoteOut},
+        [400, 404, 413, 415],
+    ),
     ("delete", "/notes/{note_id}", "notes", "Delete a note", None, {200: s.Deleted}, [404]),
-    ("get", "/commands", "commands", "List commands (background jobs)", ("query", s.CommandListQuery),
-     {200: s.CommandList}, [400]),
+    (
+        "get",
+        "/commands",
+        "commands",
+        "List commands (background jobs)",
+        ("query", s.CommandListQuery),
+        {200: s.CommandList},
+        [400],
+    ),
     ("get", "/commands/{command_id}", "commands", "Status of a command", None, {200: s.CommandOut}, [404]),
-    ("get", "/commands/jobs/{command_id}", "commands", "Status of a command (Open Notebook's path)", None,
-     {200: s.CommandOut}, [404]),
-    ("delete", "/commands/{command_id}", "commands", "Cancel a command that has not finished", None,
-     {200: s.CommandOut}, [404, 409]),
-    ("post", "/search", "search", "Full-text (BM25) or vector (cosine) search", ("json", s.SearchRequest),
-     {200: s.SearchResponse}, [400, 404, 413, 415]),
+    (
+        "get",
+        "/commands/jobs/{command_id}",
+        "commands",
+        "Status of a command (Open Notebook's path)",
+        None,
+        {200: s.CommandOut},
+        [404],
+    ),
+    (
+        "delete",
+        "/commands/{command_id}",
+        "commands",
+        "Cancel a command that has not finished",
+        None,
+        {200: s.CommandOut},
+        [404, 409],
+    ),
+    (
+        "post",
+        "/search",
+        "search",
+        "Full-text (BM25) or vector (cosine) search",
+        ("json", s.SearchRequest),
+        {200: s.SearchResponse},
+        [400, 404, 413, 415],
+    ),
     # -- provider credentials
-    ("get", "/credentials", "credentials", "List credentials (keys never shown: has_api_key)",
-     ("query", s.CredentialListQuery), {200: [s.CredentialOut]}, [400]),
-    ("post", "/credentials", "credentials", "Create a credential (the API key is stored encrypted; names are unique)",
-     ("json", s.CredentialCreate), {201: s.CredentialOut}, [400, 409, 413, 415]),
-    ("get", "/credentials/status", "credentials", "Which providers are configured, and where", None,
-     {200: s.CredentialsStatus}, []),
-    ("get", "/credentials/env-status", "credentials", "Which provider environment variables are set", None,
-     {200: s.EnvStatus}, []),
-    ("post", "/credentials/migrate-from-env", "credentials", "Credentials from the environment variables", None,
-     {200: s.Migrated}, []),
+    (
+        "get",
+        "/credentials",
+        "credentials",
+        "List credentials (keys never shown: has_api_key)",
+        ("query", s.CredentialListQuery),
+        {200: [s.CredentialOut]},
+        [400],
+    ),
+    (
+        "post",
+        "/credentials",
+        "credentials",
+        "Create a credential (the API key is stored encrypted; names are unique)",
+        ("json", s.CredentialCreate),
+        {201: s.CredentialOut},
+        [400, 409, 413, 415],
+    ),
+    (
+        "get",
+        "/credentials/status",
+        "credentials",
+        "Which providers are configured, and where",
+        None,
+        {200: s.CredentialsStatus},
+        [],
+    ),
+    (
+        "get",
+        "/credentials/env-status",
+        "credentials",
+        "Which provider environment variables are set",
+        None,
+        {200: s.EnvStatus},
+        [],
+    ),
+    (
+        "post",
+        "/credentials/migrate-from-env",
+        "credentials",
+        "Credentials from the environment variables",
+        None,
+        {200: s.Migrated},
+        [],
+    ),
     ("get", "/credentials/{credential_id}", "credentials", "Read a credential", None, {200: s.CredentialOut}, [404]),
-    ("put", "/credentials/{credential_id}", "credentials", "Update a credential (api_key null removes it)",
-     ("json", s.CredentialUpdate), {200: s.CredentialOut}, [400, 404, 409, 413, 415]),
-    ("delete", "/credentials/{credential_id}", "credentials",
-     "Delete a credential (409 while models use it; ?force=true deletes them too)",
-     ("query", s.CredentialDeleteQuery), {200: s.CredentialDeleted}, [400, 404, 409]),
-    ("post", "/credentials/{credential_id}/test", "credentials", "A real minimal call: {success, message}", None,
-     {200: s.CredentialTest}, [404]),
-    ("post", "/credentials/{credential_id}/discover", "credentials", "The provider's models", None,
-     {200: s.Discovered}, [404, 502, 503, 504]),
-    ("post", "/credentials/{credential_id}/register-models", "credentials",
-     "Register models under the credential (existing ones counted, not doubled)", ("json", s.RegisterModels),
-     {200: s.Registered}, [400, 404, 413, 415]),
+    (
+        "put",
+        "/credentials/{credential_id}",
+        "credentials",
+        "Update a credential (api_key null removes it)",
+        ("json", s.CredentialUpdate),
+        {200: s.CredentialOut},
+        [400, 404, 409, 413, 415],
+    ),
+    (
+        "delete",
+        "/credentials/{credential_id}",
+        "credentials",
+        "Delete a credential (409 while models use it; ?force=true deletes them too)",
+        ("query", s.CredentialDeleteQuery),
+        {200: s.CredentialDeleted},
+        [400, 404, 409],
+    ),
+    (
+        "post",
+        "/credentials/{credential_id}/test",
+        "credentials",
+        "A real minimal call: {success, message}",
+        None,
+        {200: s.CredentialTest},
+        [404],
+    ),
+    (
+        "post",
+        "/credentials/{credential_id}/discover",
+        "credentials",
+        "The provider's models",
+        None,
+        {200: s.Discovered},
+        [404, 502, 503, 504],
+    ),
+    (
+        "post",
+        "/credentials/{credential_id}/register-models",
+        "credentials",
+        "Register models under the credential (existing ones counted, not doubled)",
+        ("json", s.RegisterModels),
+        {200: s.Registered},
+        [400, 404, 413, 415],
+    ),
     # -- models
     ("get", "/models", "models", "Registered models", ("query", s.ModelListQuery), {200: [s.ModelOut]}, [400]),
-    ("post", "/models", "models", "Register a model", ("json", s.ModelCreate), {201: s.ModelOut},
-     [400, 404, 409, 413, 415]),
+    (
+        "post",
+        "/models",
+        "models",
+        "Register a model",
+        ("json", s.ModelCreate),
+        {201: s.ModelOut},
+        [400, 404, 409, 413, 415],
+    ),
     ("get", "/models/defaults", "models", "The default models", None, {200: s.Defaults}, []),
-    ("put", "/models/defaults", "models", "Set default models (null clears one)", ("json", s.DefaultsUpdate),
-     {200: s.Defaults}, [400, 404, 413, 415]),
-    ("post", "/models/config", "models", "Set default models (as PUT /models/defaults)", ("json", s.DefaultsUpdate),
-     {200: s.Defaults}, [400, 404, 413, 415]),
+    (
+        "put",
+        "/models/defaults",
+        "models",
+        "Set default models (null clears one)",
+        ("json", s.DefaultsUpdate),
+        {200: s.Defaults},
+        [400, 404, 413, 415],
+    ),
+    (
+        "post",
+        "/models/config",
+        "models",
+        "Set default models (as PUT /models/defaults)",
+        ("json", s.DefaultsUpdate),
+        {200: s.Defaults},
+        [400, 404, 413, 415],
+    ),
     ("get", "/models/{model_id}", "models", "Read a model", None, {200: s.ModelOut}, [404]),
-    ("delete", "/models/{model_id}", "models", "Delete a model (defaults naming it are cleared)", None,
-     {200: s.Deleted}, [404]),
+    (
+        "delete",
+        "/models/{model_id}",
+        "models",
+        "Delete a model (defaults naming it are cleared)",
+        None,
+        {200: s.Deleted},
+        [404],
+    ),
     # -- transformations, insights
     ("get", "/transformations", "transformations", "List transformations", None, {200: [s.TransformationOut]}, []),
-    ("post", "/transformations", "transformations", "Create a transformation (its prompt is never a template)",
-     ("json", s.TransformationCreate), {201: s.TransformationOut}, [400, 404, 409, 413, 415]),
-    ("post", "/transformations/execute", "transformations", "Apply a transformation to a text now",
-     ("json", s.TransformationExecute), {200: s.TransformationExecuted}, [400, 404, 413, 415, 502, 503, 504]),
-    ("get", "/transformations/{transformation_id}", "transformations", "Read a transformation", None,
-     {200: s.TransformationOut}, [404]),
-    ("put", "/transformations/{transformation_id}", "transformations", "Update a transformation",
-     ("json", s.TransformationUpdate), {200: s.TransformationOut}, [400, 404, 409, 413, 415]),
-    ("delete", "/transformations/{transformation_id}", "transformations", "Delete a transformation", None,
-     {200: s.Deleted}, [404]),
-    ("post", "/sources/{source_id}/insights", "sources", "Apply a transformation to a source (a job)",
-     ("json", s.InsightCreate), {202: s.InsightQueued}, [400, 404, 413, 415]),
+    (
+        "post",
+        "/transformations",
+        "transformations",
+        "Create a transformation (its prompt is never a template)",
+        ("json", s.TransformationCreate),
+        {201: s.TransformationOut},
+        [400, 404, 409, 413, 415],
+    ),
+    (
+        "post",
+        "/transformations/execute",
+        "transformations",
+        "Apply a transformation to a text now",
+        ("json", s.TransformationExecute),
+        {200: s.TransformationExecuted},
+        [400, 404, 413, 415, 502, 503, 504],
+    ),
+    (
+        "get",
+        "/transformations/{transformation_id}",
+        "transformations",
+        "Read a transformation",
+        None,
+        {200: s.TransformationOut},
+        [404],
+    ),
+    (
+        "put",
+        "/transformations/{transformation_id}",
+        "transformations",
+        "Update a transformation",
+        ("json", s.TransformationUpdate),
+        {200: s.TransformationOut},
+        [400, 404, 409, 413, 415],
+    ),
+    (
+        "delete",
+        "/transformations/{transformation_id}",
+        "transformations",
+        "Delete a transformation",
+        None,
+        {200: s.Deleted},
+        [404],
+    ),
+    (
+        "post",
+        "/sources/{source_id}/insights",
+        "sources",
+        "Apply a transformation to a source (a job)",
+        ("json", s.InsightCreate),
+        {202: s.InsightQueued},
+        [400, 404, 413, 415],
+    ),
     ("get", "/sources/{source_id}/insights", "sources", "The source's insights", None, {200: [s.InsightOut]}, [404]),
     ("get", "/insights/{insight_id}", "sources", "Read an insight", None, {200: s.InsightOut}, [404]),
     ("delete", "/insights/{insight_id}", "sources", "Delete an insight", None, {200: s.Deleted}, [404]),
     # -- chat, ask
-    ("get", "/chat/sessions", "chat", "List chat sessions", ("query", s.ChatSessionQuery),
-     {200: [s.ChatSessionOut]}, [400, 404]),
-    ("post", "/chat/sessions", "chat", "Create a chat session", ("json", s.ChatSessionCreate),
-     {201: s.ChatSessionOut}, [400, 404, 413, 415]),
-    ("get", "/chat/sessions/{session_id}", "chat", "A session with its messages", None, {200: s.ChatSessionOut},
-     [404]),
-    ("put", "/chat/sessions/{session_id}", "chat", "Update a session", ("json", s.ChatSessionUpdate),
-     {200: s.ChatSessionOut}, [400, 404, 413, 415]),
-    ("delete", "/chat/sessions/{session_id}", "chat", "Delete a session and its messages", None,
-     {200: s.Deleted}, [404]),
-    ("post", "/chat/context/build", "chat", "The context of chosen sources and notes, with sizes",
-     ("json", s.ChatContextRequest), {200: s.ChatContextOut}, [400, 404, 413, 415]),
-    ("post", "/chat/context", "chat", "As /chat/context/build", ("json", s.ChatContextRequest),
-     {200: s.ChatContextOut}, [400, 404, 413, 415]),
-    ("post", "/chat/execute", "chat", "Send a message: the reply and the history (stream: SSE delta records)",
-     ("json", s.ChatExecute), {200: s.ChatReply}, [400, 404, 413, 415, 502, 503, 504]),
-    ("post", "/ask", "ask", "Ask: SSE records strategy, answer…, final_answer, complete (or error)",
-     ("json", s.AskRequest), {200: "sse"}, [400, 404, 413, 415]),
-    ("post", "/search/ask", "ask", "As /ask (Open Notebook's path)", ("json", s.AskRequest), {200: "sse"},
-     [400, 404, 413, 415]),
-    ("post", "/search/ask/simple", "ask", "Ask without a stream: {answer, question}", ("json", s.AskRequest),
-     {200: s.AskAnswer}, [400, 404, 413, 415, 502, 503, 504]),
+    (
+        "get",
+        "/chat/sessions",
+        "chat",
+        "List chat sessions",
+        ("query", s.ChatSessionQuery),
+        {200: [s.ChatSessionOut]},
+        [400, 404],
+    ),
+    (
+        "post",
+        "/chat/sessions",
+        "chat",
+        "Create a chat session",
+        ("json", s.ChatSessionCreate),
+        {201: s.ChatSessionOut},
+        [400, 404, 413, 415],
+    ),
+    ("get", "/chat/sessions/{session_id}", "chat", "A session with its messages", None, {200: s.ChatSessionOut}, [404]),
+    (
+        "put",
+        "/chat/sessions/{session_id}",
+        "chat",
+        "Update a session",
+        ("json", s.ChatSessionUpdate),
+        {200: s.ChatSessionOut},
+        [400, 404, 413, 415],
+    ),
+    (
+        "delete",
+        "/chat/sessions/{session_id}",
+        "chat",
+        "Delete a session and its messages",
+        None,
+        {200: s.Deleted},
+        [404],
+    ),
+    (
+        "post",
+        "/chat/context/build",
+        "chat",
+        "The context of chosen sources and notes, with sizes",
+        ("json", s.ChatContextRequest),
+        {200: s.ChatContextOut},
+        [400, 404, 413, 415],
+    ),
+    (
+        "post",
+        "/chat/context",
+        "chat",
+        "As /chat/context/build",
+        ("json", s.ChatContextRequest),
+        {200: s.ChatContextOut},
+        [400, 404, 413, 415],
+    ),
+    (
+        "post",
+        "/chat/execute",
+        "chat",
+        "Send a message: the reply and the history (stream: SSE delta records)",
+        ("json", s.ChatExecute),
+        {200: s.ChatReply},
+        [400, 404, 413, 415, 502, 503, 504],
+    ),
+    (
+        "post",
+        "/ask",
+        "ask",
+        "Ask: SSE records strategy, answer…, final_answer, complete (or error)",
+        ("json", s.AskRequest),
+        {200: "sse"},
+        [400, 404, 413, 415],
+    ),
+    (
+        "post",
+        "/search/ask",
+        "ask",
+        "As /ask (Open Notebook's path)",
+        ("json", s.AskRequest),
+        {200: "sse"},
+        [400, 404, 413, 415],
+    ),
+    (
+        "post",
+        "/search/ask/simple",
+        "ask",
+        "Ask without a stream: {answer, question}",
+        ("json", s.AskRequest),
+        {200: s.AskAnswer},
+        [400, 404, 413, 415, 502, 503, 504],
+    ),
     # -- podcasts
-    ("post", "/podcasts/generate", "podcasts", "Generate an episode (a job)", ("json", s.PodcastCreate),
-     {202: s.PodcastQueued}, [400, 404, 413, 415]),
+    (
+        "post",
+        "/podcasts/generate",
+        "podcasts",
+        "Generate an episode (a job)",
+        ("json", s.PodcastCreate),
+        {202: s.PodcastQueued},
+        [400, 404, 413, 415],
+    ),
     ("get", "/podcasts/episodes", "podcasts", "List episodes", None, {200: [s.EpisodeOut]}, []),
     ("get", "/podcasts/episodes/{episode_id}", "podcasts", "Read an episode", None, {200: s.EpisodeOut}, [404]),
     ("get", "/podcasts/episodes/{episode_id}/audio", "podcasts", "The episode's MP3", None, {200: "mp3"}, [404]),
-    ("delete", "/podcasts/episodes/{episode_id}", "podcasts", "Delete an episode and its audio", None,
-     {200: s.Deleted}, [404]),
+    (
+        "delete",
+        "/podcasts/episodes/{episode_id}",
+        "podcasts",
+        "Delete an episode and its audio",
+        None,
+        {200: s.Deleted},
+        [404],
+    ),
 ]
 
-_PATH_PARAMS = {"notebook_id": "notebook:<key>", "source_id": "source:<key>", "note_id": "note:<key>",
-                "command_id": "command:<key>", "credential_id": "credential:<key>", "model_id": "model:<key>",
-                "transformation_id": "transformation:<key>", "insight_id": "insight:<key>",
-                "session_id": "chat_session:<key>", "episode_id": "episode:<key>"}
+_PATH_PARAMS = {
+    "notebook_id": "notebook:<key>",
+    "source_id": "source:<key>",
+    "note_id": "note:<key>",
+    "command_id": "command:<key>",
+    "credential_id": "credential:<key>",
+    "model_id": "model:<key>",
+    "transformation_id": "transformation:<key>",
+    "insight_id": "insight:<key>",
+    "session_id": "chat_session:<key>",
+    "episode_id": "episode:<key>",
+}
 
 
 def _content(schema):
@@ -181,37 +515,60 @@ def _content(schema):
 
 def _multipart_schema():
     """The multipart form of POST /sources: the JSON fields as strings, plus the file."""
-    return {"type": "object", "required": ["type"], "properties": {
-        "type": {"type": "string", "enum": list(s.SOURCE_TYPES)},
-        "notebook_id": {"type": "string"}, "notebooks": {"type": "string", "description": "a JSON list of ids"},
-        "file": {"type": "string", "format": "binary"}, "url": {"type": "string"},
-        "content": {"type": "string"}, "title": {"type": "string"},
-        "async_processing": {"type": "boolean"}, "embed": {"type": "boolean"},
-        "delete_source": {"type": "boolean"},
-        "transformations": {"type": "string", "description": "a JSON list of transformation ids"}}}
+    return {
+        "type": "object",
+        "required": ["type"],
+        "properties": {
+            "type": {"type": "string", "enum": list(s.SOURCE_TYPES)},
+            "notebook_id": {"type": "string"},
+            "notebooks": {"type": "string", "description": "a JSON list of ids"},
+            "file": {"type": "string", "format": "binary"},
+            "url": {"type": "string"},
+            "content": {"type": "string"},
+            "title": {"type": "string"},
+            "async_processing": {"type": "boolean"},
+            "embed": {"type": "boolean"},
+            "delete_source": {"type": "boolean"},
+            "transformations": {"type": "string", "description": "a JSON list of transformation ids"},
+        },
+    }
 
 
 def _operation(method, path, tag, summary, request, responses, errors):
-    op = {"tags": [tag], "summary": summary, "operationId": f"{method}_{path}".replace("/", "_").strip("_")
-          .replace("{", "").replace("}", ""),
-          "responses": {str(code): {"description": "OK" if code < 300 else "Accepted", "content": _content(schema)}
-                        for code, schema in responses.items()}}
-    params = [{"in": "path", "name": name, "required": True, "schema": {"type": "string"},
-               "description": example} for name, example in _PATH_PARAMS.items() if "{" + name + "}" in path]
+    op = {
+        "tags": [tag],
+        "summary": summary,
+        "operationId": f"{method}_{path}".replace("/", "_").strip("_").replace("{", "").replace("}", ""),
+        "responses": {
+            str(code): {"description": "OK" if code < 300 else "Accepted", "content": _content(schema)}
+            for code, schema in responses.items()
+        },
+    }
+    params = [
+        {"in": "path", "name": name, "required": True, "schema": {"type": "string"}, "description": example}
+        for name, example in _PATH_PARAMS.items()
+        if "{" + name + "}" in path
+    ]
     if request and request[0] == "query":
         params.append({"in": "query", "schema": request[1]})
     elif request and request[0] == "json":
         op["requestBody"] = {"required": True, "content": {"application/json": {"schema": request[1]}}}
     elif request and request[0] == "source":
-        op["requestBody"] = {"required": True, "content": {
-            "application/json": {"schema": request[1]},
-            "multipart/form-data": {"schema": _multipart_schema()}}}
+        op["requestBody"] = {
+            "required": True,
+            "content": {
+                "application/json": {"schema": request[1]},
+                "multipart/form-data": {"schema": _multipart_schema()},
+            },
+        }
     if params:
         op["parameters"] = params
     for code in sorted({*errors, 400, 401, 405, 500} if path != "/health" else set(errors)):
         if str(code) not in op["responses"]:
-            op["responses"][str(code)] = {"description": _ERROR_TEXT.get(code, "Error"),
-                                          "content": {"application/json": {"schema": "Error"}}}
+            op["responses"][str(code)] = {
+                "description": _ERROR_TEXT.get(code, "Error"),
+                "content": {"application/json": {"schema": "Error"}},
+            }
     if path == "/health":
         op["security"] = []
     else:
@@ -219,18 +576,33 @@ def _operation(method, path, tag, summary, request, responses, errors):
     return op
 
 
-_ERROR_TEXT = {400: "Invalid input", 401: "Missing or wrong password", 404: "Not found",
-               405: "Method not allowed", 409: "Conflict", 413: "Too large", 415: "Unsupported media type",
-               500: "Server error", 502: "The model provider failed or refused",
-               503: "Unavailable (or the provider is rate limiting)", 504: "The model provider did not answer in time"}
+_ERROR_TEXT = {
+    400: "Invalid input",
+    401: "Missing or wrong password",
+    404: "Not found",
+    405: "Method not allowed",
+    409: "Conflict",
+    413: "Too large",
+    415: "Unsupported media type",
+    500: "Server error",
+    502: "The model provider failed or refused",
+    503: "Unavailable (or the provider is rate limiting)",
+    504: "The model provider did not answer in time",
+}
 
 
 @functools.lru_cache(maxsize=1)
 def document():
-    spec = APISpec(title="Research notebook API", version=VERSION, openapi_version="3.0.3",
-                   plugins=[MarshmallowPlugin()],
-                   info={"description": "Every route is also served under /api (Open Notebook's paths). "
-                                        "Send Authorization: Bearer <NOTEBOOK_PASSWORD>."})
+    spec = APISpec(
+        title="Research notebook API",
+        version=VERSION,
+        openapi_version="3.0.3",
+        plugins=[MarshmallowPlugin()],
+        info={
+            "description": "Every route is also served under /api (Open Notebook's paths). "
+            "Send Authorization: Bearer <NOTEBOOK_PASSWORD>."
+        },
+    )
     spec.components.security_scheme("bearer", {"type": "http", "scheme": "bearer"})
     spec.components.schema("Error", schema=s.Error)
     paths = {}
@@ -263,8 +635,10 @@ _PAGE = """<!doctype html>
 def _ui_dir():
     directory = settings().swagger_ui_dir
     if not os.path.isfile(os.path.join(directory, "swagger-ui-bundle.js")):
-        raise Unavailable("Swagger UI is not installed: run `make setup` (python3 -m devtools.browser_assets) "
-                          "or set NOTEBOOK_SWAGGER_UI_DIR; /openapi.json works without it")
+        raise Unavailable(
+            "Swagger UI is not installed: run `make setup` (python3 -m devtools.browser_assets) "
+            "or set NOTEBOOK_SWAGGER_UI_DIR; /openapi.json works without it"
+        )
     return directory
 
 
@@ -273,6 +647,7 @@ def _ui_dir():
 def docs_page():
     """The API's documentation page (Swagger UI, served from the service's own files)."""
     from flask import request
+
     _ui_dir()
     base = "/api" if request.path.startswith("/api/") else ""
     return Response(_PAGE.format(base=base), mimetype="text/html")

@@ -1,4 +1,5 @@
 """Request helpers of the notebook's routes: settings, bodies, query strings."""
+
 from flask import current_app, request
 from marshmallow import EXCLUDE
 from werkzeug.exceptions import RequestEntityTooLarge
@@ -20,6 +21,7 @@ def jobs():
 # a file is at most NOTEBOOK_MAX_TEXT_BYTES (a multipart form: each text field; its file
 # NOTEBOOK_MAX_UPLOAD_BYTES), and the text kept at most NOTEBOOK_MAX_SOURCE_CHARS
 # characters (a document's extracted text too: processing.py). Both answer 413.
+
 
 def _over_text_cap() -> TooLarge:
     return TooLarge(f"the body is larger than the limit of {settings().max_text_bytes} bytes")
@@ -47,8 +49,7 @@ def check_text(field: str, text: str | None) -> None:
     """413 unless `text` (stored in `field`) is within the characters a text may have."""
     cap = settings().max_source_chars
     if text is not None and len(text) > cap:
-        raise TooLarge(f"{field}: the text has {len(text)} characters, more than the limit of {cap}",
-                       field=field)
+        raise TooLarge(f"{field}: the text has {len(text)} characters, more than the limit of {cap}", field=field)
 
 
 def query(schema_class):

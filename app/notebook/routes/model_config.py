@@ -1,5 +1,6 @@
 """Routes of the models (`model:<key>`) and the defaults; which model a call uses is
 app.notebook.core.model_choice."""
+
 from flask import Blueprint
 
 from app.common.failures import Conflict, Invalid
@@ -15,6 +16,7 @@ bp = Blueprint("model_config", __name__)
 
 # --------------------------------------------------------------------------- routes
 
+
 @bp.get("/models")
 def list_models():
     """The registered models, optionally of one type or provider."""
@@ -23,8 +25,9 @@ def list_models():
     for name in ("type", "provider"):
         if args.get(name):
             selection = selection.where(getattr(LanguageModel, name) == args[name])
-    return [serializers.model(m)
-            for m in selection.order_by(LanguageModel.provider, LanguageModel.name, LanguageModel.id)]
+    return [
+        serializers.model(m) for m in selection.order_by(LanguageModel.provider, LanguageModel.name, LanguageModel.id)
+    ]
 
 
 @bp.post("/models")
@@ -35,17 +38,18 @@ def create_model():
     if data.get("credential"):
         credential = credentials.get_credential(data["credential"])
         if credential.provider != data["provider"]:
-            raise Invalid(f"credential: is a {credential.provider} credential, not {data['provider']}",
-                          field="credential")
+            raise Invalid(
+                f"credential: is a {credential.provider} credential, not {data['provider']}", field="credential"
+            )
         credential_key = credential.id
     if data["type"] not in llm.CAPABILITIES[data["provider"]]:
         raise Invalid(f"type: provider {data['provider']} has no {data['type']} models", field="type")
     with write_transaction():
         if credentials.find_model(data["name"], data["provider"], data["type"], credential_key):
-            raise Conflict(f"the {data['type']} model {data['name']!r} of {data['provider']} "
-                           "is already registered")
-        record = LanguageModel.create(id=new_key(), name=data["name"], provider=data["provider"],
-                                      type=data["type"], credential=credential_key)
+            raise Conflict(f"the {data['type']} model {data['name']!r} of {data['provider']} is already registered")
+        record = LanguageModel.create(
+            id=new_key(), name=data["name"], provider=data["provider"], type=data["type"], credential=credential_key
+        )
     return serializers.model(record), 201
 
 
@@ -73,13 +77,17 @@ def set_defaults():
             continue
         record = get_model(model_id, key)
         if record.type != DEFAULT_TYPES[key]:
-            raise Invalid(f"{key}: {model_id} is a {record.type} model, a {DEFAULT_TYPES[key]} model "
-                          "is needed", field=key)
+            raise Invalid(
+                f"{key}: {model_id} is a {record.type} model, a {DEFAULT_TYPES[key]} model is needed", field=key
+            )
         chosen[key] = record.id
     with write_transaction():
         for key, model_key in chosen.items():
-            (DefaultModel.insert(key=key, model=model_key)
-             .on_conflict(conflict_target=[DefaultModel.key], update={DefaultModel.model: model_key}).execute())
+            (
+                DefaultModel.insert(key=key, model=model_key)
+                .on_conflict(conflict_target=[DefaultModel.key], update={DefaultModel.model: model_key})
+                .execute()
+            )
     return _defaults()
 
 

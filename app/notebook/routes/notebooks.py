@@ -1,4 +1,5 @@
 """Notebooks: list, create, read, update, delete."""
+
 from flask import Blueprint
 from peewee import IntegrityError
 
@@ -45,8 +46,9 @@ def create_notebook():
     """Create a notebook; its name is unique regardless of case (201)."""
     data = body(NotebookCreate())
     try:
-        record = Notebook.create(id=new_key(), name=data["name"], name_key=data["name"].casefold(),
-                                 description=data["description"])
+        record = Notebook.create(
+            id=new_key(), name=data["name"], name_key=data["name"].casefold(), description=data["description"]
+        )
     except IntegrityError:
         raise _name_taken(data["name"]) from None
     return serializers.notebook(record, 0, 0), 201
@@ -87,8 +89,9 @@ def delete_notebook(notebook_id):
         removed = cleanup.delete_notebook(record, settings().uploads_dir, args["delete_exclusive_sources"])
     cleanup.remove_files(removed.pop("files"))
     kept = removed["kept_sources"]
-    message = (f"Notebook deleted; {removed['deleted_notes']} note(s) and {removed['deleted_sources']} "
-               f"source(s) deleted, {removed['unlinked_sources']} shared source(s) unlinked"
-               + (f", {kept} source(s) that only it held kept (delete_exclusive_sources=true deletes them)"
-                  if kept else ""))
+    message = (
+        f"Notebook deleted; {removed['deleted_notes']} note(s) and {removed['deleted_sources']} "
+        f"source(s) deleted, {removed['unlinked_sources']} shared source(s) unlinked"
+        + (f", {kept} source(s) that only it held kept (delete_exclusive_sources=true deletes them)" if kept else "")
+    )
     return {"message": message, "deleted": public("notebook", record.id), **removed}

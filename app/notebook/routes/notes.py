@@ -1,5 +1,6 @@
 """Notes: written by people (`human`) or saved from AI answers (`ai`). A note is
 indexed for text search at once and embedded by the worker for vector search."""
+
 from flask import Blueprint
 
 from app.common.failures import NotFound
@@ -38,8 +39,16 @@ def _reindex(record):
 def list_notes():
     """The notes, optionally of one notebook, most recently updated first."""
     args = query(NoteListQuery)
-    selection = Note.select(Note.id, Note.title, Note.content, Note.note_type, Note.notebook,
-                            Note.embedding_model, Note.created, Note.updated).order_by(Note.updated.desc())
+    selection = Note.select(
+        Note.id,
+        Note.title,
+        Note.content,
+        Note.note_type,
+        Note.notebook,
+        Note.embedding_model,
+        Note.created,
+        Note.updated,
+    ).order_by(Note.updated.desc())
     if args.get("notebook_id"):
         selection = selection.where(Note.notebook == get_notebook(args["notebook_id"]).id)
     return [serializers.note(n) for n in selection]
@@ -52,8 +61,13 @@ def create_note():
     check_text("content", data["content"])
     notebook_key = get_notebook(data["notebook_id"]).id if data.get("notebook_id") else None
     with write_transaction():
-        record = Note(id=new_key(), title=data.get("title") or default_title(data["content"]),
-                      content=data["content"], note_type=data["note_type"], notebook=notebook_key)
+        record = Note(
+            id=new_key(),
+            title=data.get("title") or default_title(data["content"]),
+            content=data["content"],
+            note_type=data["note_type"],
+            notebook=notebook_key,
+        )
         record.save(force_insert=True)
         _reindex(record)
         command = jobs().note_command(record)

@@ -1,6 +1,7 @@
 """marshmallow schemas: the request schemas validate bodies and query strings,
 the response schemas shape answers; /openapi.json is generated from both, so the
 documentation is what the code checks. Unknown request fields are errors."""
+
 import json
 
 from marshmallow import Schema, ValidationError, fields, pre_load, validate, validates_schema
@@ -36,12 +37,12 @@ class _Strict(Schema):
     def strip_strings(self, data, **kwargs):
         refuse_nul(data)
         if isinstance(data, dict):
-            return {k: v.strip() if isinstance(v, str) and k not in ("content",) else v
-                    for k, v in data.items()}
+            return {k: v.strip() if isinstance(v, str) and k not in ("content",) else v for k, v in data.items()}
         return data
 
 
 # --------------------------------------------------------------------------- requests
+
 
 class NotebookCreate(_Strict):
     name = fields.String(required=True, validate=validate.Length(min=1, max=200))
@@ -64,22 +65,32 @@ NOTEBOOK_ORDER_FIELDS = ("updated", "created", "name")
 
 class NotebookListQuery(Schema):
     archived = fields.Boolean(metadata={"description": "only archived (true) or active (false) notebooks"})
-    order_by = fields.String(load_default="updated desc", metadata={
-        "description": "a field (updated, created, name) and a direction (asc, desc; asc when left out)"})
+    order_by = fields.String(
+        load_default="updated desc",
+        metadata={"description": "a field (updated, created, name) and a direction (asc, desc; asc when left out)"},
+    )
 
     @validates_schema
     def known_order(self, data, **kwargs):
         words = data.get("order_by", "updated desc").lower().split()
-        if not 1 <= len(words) <= 2 or words[0] not in NOTEBOOK_ORDER_FIELDS or words[1:] not in ([], ["asc"],
-                                                                                                  ["desc"]):
-            raise ValidationError("must be a field (updated, created, name) optionally followed by asc or desc",
-                                  "order_by")
+        if (
+            not 1 <= len(words) <= 2
+            or words[0] not in NOTEBOOK_ORDER_FIELDS
+            or words[1:] not in ([], ["asc"], ["desc"])
+        ):
+            raise ValidationError(
+                "must be a field (updated, created, name) optionally followed by asc or desc", "order_by"
+            )
 
 
 class NotebookDeleteQuery(Schema):
-    delete_exclusive_sources = fields.Boolean(load_default=False, metadata={
-        "description": "also delete the sources that belong to this notebook only (else they are kept, "
-                       "in no notebook)"})
+    delete_exclusive_sources = fields.Boolean(
+        load_default=False,
+        metadata={
+            "description": "also delete the sources that belong to this notebook only (else they are kept, "
+            "in no notebook)"
+        },
+    )
 
 
 class SourceCreate(_Strict):
@@ -91,13 +102,18 @@ class SourceCreate(_Strict):
     title = fields.String(validate=validate.Length(max=500))
     async_processing = fields.Boolean(load_default=False)
     embed = fields.Boolean(load_default=True)
-    delete_source = fields.Boolean(load_default=False,
-                                   metadata={"description": "delete the uploaded file once processed"})
+    delete_source = fields.Boolean(
+        load_default=False, metadata={"description": "delete the uploaded file once processed"}
+    )
     file_path = fields.String(metadata={"description": "not taken: upload the file itself (multipart `file`)"})
-    transformations = fields.List(fields.String(validate=validate.Length(min=1, max=100)), load_default=list,
-                                  validate=validate.Length(max=20),
-                                  metadata={"description": "transformation ids applied once the source is "
-                                                           "processed (insights, by the default model)"})
+    transformations = fields.List(
+        fields.String(validate=validate.Length(min=1, max=100)),
+        load_default=list,
+        validate=validate.Length(max=20),
+        metadata={
+            "description": "transformation ids applied once the source is processed (insights, by the default model)"
+        },
+    )
 
     @pre_load
     def form_values(self, data, **kwargs):
@@ -123,8 +139,11 @@ class SourceCreate(_Strict):
         if kind == "text" and not data.get("content"):
             raise ValidationError("is required for a text source", "content")
         if "file_path" in data:
-            raise ValidationError("this server does not read files from its own disk: upload the file as "
-                                  "multipart/form-data (field `file`) to POST /sources", "file_path")
+            raise ValidationError(
+                "this server does not read files from its own disk: upload the file as "
+                "multipart/form-data (field `file`) to POST /sources",
+                "file_path",
+            )
 
 
 class SourceUpdate(_Strict):
@@ -149,8 +168,11 @@ class NoteCreate(_Strict):
     title = fields.String(validate=validate.Length(max=500))
     content = fields.String(required=True, validate=validate.Length(min=1))
     note_type = fields.String(load_default="human", validate=validate.OneOf(NOTE_TYPES))
-    notebook_id = fields.String(allow_none=True, validate=validate.Length(min=1, max=100),
-                                metadata={"description": "the notebook it belongs to; a note may belong to none"})
+    notebook_id = fields.String(
+        allow_none=True,
+        validate=validate.Length(min=1, max=100),
+        metadata={"description": "the notebook it belongs to; a note may belong to none"},
+    )
 
     @validates_schema
     def has_text(self, data, **kwargs):
@@ -187,12 +209,17 @@ class SearchRequest(_Strict):
     limit = fields.Integer(load_default=100, validate=validate.Range(min=1, max=1000))
     search_sources = fields.Boolean(load_default=True)
     search_notes = fields.Boolean(load_default=True)
-    minimum_score = fields.Float(load_default=0.2, validate=validate.Range(min=-1, max=1), allow_nan=False,
-                                 metadata={"description": "vector search: the lowest cosine similarity kept"})
+    minimum_score = fields.Float(
+        load_default=0.2,
+        validate=validate.Range(min=-1, max=1),
+        allow_nan=False,
+        metadata={"description": "vector search: the lowest cosine similarity kept"},
+    )
     notebook_id = _id
 
 
 # --------------------------------------------------------------------------- responses
+
 
 class Error(Schema):
     detail = fields.String(required=True)
@@ -221,8 +248,10 @@ class NotebookDeleted(Schema):
     deleted_notes = fields.Integer(required=True)
     deleted_sources = fields.Integer(required=True)
     unlinked_sources = fields.Integer(required=True)
-    kept_sources = fields.Integer(required=True, metadata={
-        "description": "sources that belonged to this notebook only and were kept (in no notebook now)"})
+    kept_sources = fields.Integer(
+        required=True,
+        metadata={"description": "sources that belonged to this notebook only and were kept (in no notebook now)"},
+    )
 
 
 class Asset(Schema):
@@ -237,10 +266,16 @@ class SourceOut(Schema):
     type = fields.String(required=True)
     topics = fields.List(fields.String(), required=True)
     asset = fields.Nested(Asset, allow_none=True, required=True, metadata={"description": "null for a text source"})
-    status = fields.String(allow_none=True, required=True, metadata={
-        "description": "new, running, completed, failed, canceled; null in the answer of a synchronous add"})
-    command_id = fields.String(allow_none=True, required=True, metadata={
-        "description": "its processing job; null in the answer of a synchronous add"})
+    status = fields.String(
+        allow_none=True,
+        required=True,
+        metadata={"description": "new, running, completed, failed, canceled; null in the answer of a synchronous add"},
+    )
+    command_id = fields.String(
+        allow_none=True,
+        required=True,
+        metadata={"description": "its processing job; null in the answer of a synchronous add"},
+    )
     error_message = fields.String(allow_none=True, required=True)
     embedded = fields.Boolean(required=True)
     embedded_chunks = fields.Integer(required=True)
@@ -325,17 +360,28 @@ class SearchResponse(Schema):
 
 PROVIDERS = ("openai", "openai_compatible", "ollama", "anthropic")
 MODEL_TYPES = ("language", "embedding", "text_to_speech", "speech_to_text")
-DEFAULT_KEYS = ("default_chat_model", "default_transformation_model", "large_context_model",
-                "default_embedding_model", "default_text_to_speech_model", "default_speech_to_text_model",
-                "default_tools_model")
+DEFAULT_KEYS = (
+    "default_chat_model",
+    "default_transformation_model",
+    "large_context_model",
+    "default_embedding_model",
+    "default_text_to_speech_model",
+    "default_speech_to_text_model",
+    "default_tools_model",
+)
 _url = fields.String(validate=[validate.Length(max=2048), validate.URL(schemes={"http", "https"}, require_tld=False)])
-_model_ref = fields.String(allow_none=True, validate=validate.Length(min=1, max=100),
-                           metadata={"description": "a model id (model:<key>) that overrides the default"})
+_model_ref = fields.String(
+    allow_none=True,
+    validate=validate.Length(min=1, max=100),
+    metadata={"description": "a model id (model:<key>) that overrides the default"},
+)
 
 
-_modalities = fields.List(fields.String(validate=validate.OneOf(MODEL_TYPES)), validate=validate.Length(max=4),
-                          metadata={"description": "what the credential is for: language, embedding, "
-                                                   "text_to_speech, speech_to_text"})
+_modalities = fields.List(
+    fields.String(validate=validate.OneOf(MODEL_TYPES)),
+    validate=validate.Length(max=4),
+    metadata={"description": "what the credential is for: language, embedding, text_to_speech, speech_to_text"},
+)
 
 
 class CredentialCreate(_Strict):
@@ -353,10 +399,15 @@ class CredentialCreate(_Strict):
 
 class CredentialUpdate(_Strict):
     name = fields.String(validate=validate.Length(min=1, max=200))
-    api_key = fields.String(allow_none=True, validate=validate.Length(min=1, max=2000),
-                            metadata={"description": "null removes the stored key"})
-    base_url = fields.String(allow_none=True, validate=[validate.Length(max=2048),
-                                                        validate.URL(schemes={"http", "https"}, require_tld=False)])
+    api_key = fields.String(
+        allow_none=True,
+        validate=validate.Length(min=1, max=2000),
+        metadata={"description": "null removes the stored key"},
+    )
+    base_url = fields.String(
+        allow_none=True,
+        validate=[validate.Length(max=2048), validate.URL(schemes={"http", "https"}, require_tld=False)],
+    )
     modalities = _modalities
 
     @validates_schema
@@ -370,8 +421,10 @@ class CredentialListQuery(Schema):
 
 
 class CredentialDeleteQuery(Schema):
-    force = fields.Boolean(load_default=False, metadata={
-        "description": "also delete the models registered under it (else 409 while there are any)"})
+    force = fields.Boolean(
+        load_default=False,
+        metadata={"description": "also delete the models registered under it (else 409 while there are any)"},
+    )
 
 
 class ModelChoice(_Strict):
@@ -417,8 +470,11 @@ class CredentialOut(Schema):
     base_url = fields.String(allow_none=True, required=True)
     modalities = fields.List(fields.String(), required=True)
     has_api_key = fields.Boolean(required=True)
-    decryption_error = fields.String(allow_none=True, required=True, metadata={
-        "description": "why the stored key cannot be decrypted (another NOTEBOOK_ENCRYPTION_KEY), else null"})
+    decryption_error = fields.String(
+        allow_none=True,
+        required=True,
+        metadata={"description": "why the stored key cannot be decrypted (another NOTEBOOK_ENCRYPTION_KEY), else null"},
+    )
     model_count = fields.Integer(required=True)
     created = fields.String(required=True)
     updated = fields.String(required=True)
@@ -498,12 +554,16 @@ class Defaults(Schema):
 
 # --------------------------------------------------------------------------- transformations, insights
 
+
 class TransformationCreate(_Strict):
     name = fields.String(required=True, validate=validate.Length(min=1, max=200))
     title = fields.String(load_default="", validate=validate.Length(max=500))
     description = fields.String(load_default="", validate=validate.Length(max=10000))
-    prompt = fields.String(required=True, validate=validate.Length(min=1, max=100_000),
-                           metadata={"description": "sent to the model as it is (never a template)"})
+    prompt = fields.String(
+        required=True,
+        validate=validate.Length(min=1, max=100_000),
+        metadata={"description": "sent to the model as it is (never a template)"},
+    )
     apply_default = fields.Boolean(load_default=False)
     model_id = _model_ref
 
@@ -514,8 +574,11 @@ class TransformationUpdate(_Strict):
     description = fields.String(validate=validate.Length(max=10000))
     prompt = fields.String(validate=validate.Length(min=1, max=100_000))
     apply_default = fields.Boolean()
-    model_id = fields.String(allow_none=True, validate=validate.Length(min=1, max=100),
-                             metadata={"description": "the model that runs it; null: the default"})
+    model_id = fields.String(
+        allow_none=True,
+        validate=validate.Length(min=1, max=100),
+        metadata={"description": "the model that runs it; null: the default"},
+    )
 
     @validates_schema
     def not_empty(self, data, **kwargs):
@@ -574,6 +637,7 @@ class InsightQueued(Schema):
 
 # --------------------------------------------------------------------------- chat, ask
 
+
 class ChatSessionCreate(_Strict):
     notebook_id = _id
     title = fields.String(load_default="", validate=validate.Length(max=500))
@@ -601,8 +665,9 @@ class ContextConfig(Schema):
 
 class ChatContextRequest(_Strict):
     notebook_id = fields.String(required=True, validate=validate.Length(min=1, max=100))
-    context_config = fields.Nested(ContextConfig, metadata={
-        "description": "per id: 'full content' (default), 'insights' or 'not in context'"})
+    context_config = fields.Nested(
+        ContextConfig, metadata={"description": "per id: 'full content' (default), 'insights' or 'not in context'"}
+    )
 
 
 class ContextItem(Schema):
@@ -622,8 +687,9 @@ class ChatContext(Schema):
 class ChatExecute(_Strict):
     session_id = fields.String(required=True, validate=validate.Length(min=1, max=100))
     message = fields.String(required=True, validate=validate.Length(min=1, max=100_000))
-    context = fields.Nested(ChatContext, metadata={"description": "as /chat/context/build answers it; "
-                                                                  "default: the session's notebook"})
+    context = fields.Nested(
+        ChatContext, metadata={"description": "as /chat/context/build answers it; default: the session's notebook"}
+    )
     model_override = _model_ref
     stream = fields.Boolean(load_default=False)
 
@@ -683,6 +749,7 @@ class ChatContextOut(Schema):
 
 
 # --------------------------------------------------------------------------- podcasts
+
 
 class PodcastCreate(_Strict):
     notebook_id = fields.String(required=True, validate=validate.Length(min=1, max=100))

@@ -1,5 +1,6 @@
 """Routes of the podcasts: `POST /podcasts/generate` starts a job (kind `podcast`,
 app.notebook.worker.episodes) that writes and speaks an episode; the episodes and their MP3."""
+
 import os
 
 from flask import Blueprint, send_file
@@ -24,8 +25,9 @@ def get_episode(public_id):
 
 
 def _view(record):
-    status = (Command.select(Command.status).where(Command.id == record.command_id).scalar()
-              if record.command_id else None)
+    status = (
+        Command.select(Command.status).where(Command.id == record.command_id).scalar() if record.command_id else None
+    )
     return serializers.episode(record, status)
 
 
@@ -43,14 +45,23 @@ def generate():
         raise Invalid("the notebook has no sources or notes to talk about")
     with write_transaction():
         # The override's key (Episode.model_id holds 20 characters), resolved again by the job.
-        record = Episode.create(id=new_key(), name=data["episode_name"], notebook=notebook.id,
-                                speakers=data["speakers"], length=data["length"],
-                                model_id=resolved.record.id if data.get("model_id") else None)
+        record = Episode.create(
+            id=new_key(),
+            name=data["episode_name"],
+            notebook=notebook.id,
+            speakers=data["speakers"],
+            length=data["length"],
+            model_id=resolved.record.id if data.get("model_id") else None,
+        )
         command = jobs().new_command("podcast", public("episode", record.id))
         Episode.update(command_id=command.id).where(Episode.id == record.id).execute()
     jobs().enqueue(command)
-    return {"command_id": public("command", command.id), "episode_id": public("episode", record.id),
-            "model_id": resolved.id, "status": "new"}, 202
+    return {
+        "command_id": public("command", command.id),
+        "episode_id": public("episode", record.id),
+        "model_id": resolved.id,
+        "status": "new",
+    }, 202
 
 
 @bp.get("/podcasts/episodes")
@@ -81,8 +92,11 @@ def delete_episode(episode_id):
     with write_transaction():
         # Read again inside the transaction: a job that finished since has stored its file.
         audio_file = Episode.select(Episode.audio_file).where(Episode.id == record.id).scalar()
-        (Command.update(status="canceled", error_message="the episode was deleted", updated=now())
-         .where((Command.id == record.command_id) & Command.status.in_(("new", "running"))).execute())
+        (
+            Command.update(status="canceled", error_message="the episode was deleted", updated=now())
+            .where((Command.id == record.command_id) & Command.status.in_(("new", "running")))
+            .execute()
+        )
         Episode.delete().where(Episode.id == record.id).execute()
     path = os.path.join(settings().podcasts_dir, audio_file) if audio_file else None
     if path and os.path.exists(path):

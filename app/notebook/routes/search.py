@@ -1,6 +1,7 @@
 """POST /search: full-text (SQLite: FTS5, BM25; PostgreSQL: tsvector, ts_rank) or
 vector (cosine similarity with the configured embedding model) over sources and
 notes, one hit per parent with its best score, optionally within one notebook."""
+
 from flask import Blueprint
 
 from app.common import offload
@@ -25,8 +26,10 @@ def _scope_sql(data, notebook_key):
         conditions.append("parent LIKE ?")
         params.append("source:%" if data["search_sources"] else "note:%")
     if notebook_key:
-        conditions.append("(parent IN (SELECT 'source:' || source_id FROM sourcenotebook WHERE notebook_id = ?)"
-                          " OR parent IN (SELECT 'note:' || id FROM note WHERE notebook_id = ?))")
+        conditions.append(
+            "(parent IN (SELECT 'source:' || source_id FROM sourcenotebook WHERE notebook_id = ?)"
+            " OR parent IN (SELECT 'note:' || id FROM note WHERE notebook_id = ?))"
+        )
         params += [notebook_key, notebook_key]
     return " AND ".join(conditions), params
 
@@ -36,15 +39,19 @@ def _details(parents, text_chars=0):
     notes, in one query (raw SQL: building it with peewee would cost more than running it)."""
     parts, params, mark = [], [], database.param
     for prefix, model, text in (("source:", Source, "full_text"), ("note:", Note, "content")):
-        keys = [p[len(prefix):] for p in parents if p.startswith(prefix)]
+        keys = [p[len(prefix) :] for p in parents if p.startswith(prefix)]
         if keys:
-            parts.append(f"SELECT '{prefix}' || id, title, substr({text}, 1, {mark}) FROM {model._meta.table_name}"
-                         f" WHERE id IN ({', '.join(mark for _ in keys)})")
+            parts.append(
+                f"SELECT '{prefix}' || id, title, substr({text}, 1, {mark}) FROM {model._meta.table_name}"
+                f" WHERE id IN ({', '.join(mark for _ in keys)})"
+            )
             params += [text_chars, *keys]
     if not parts:
         return {}
-    return {parent: (title, text) for parent, title, text in
-            database.execute_sql(" UNION ALL ".join(parts), params).fetchall()}
+    return {
+        parent: (title, text)
+        for parent, title, text in database.execute_sql(" UNION ALL ".join(parts), params).fetchall()
+    }
 
 
 def _titles(parents):
@@ -52,8 +59,15 @@ def _titles(parents):
 
 
 def _hit(parent, title, score, kind_of_score, match):
-    return {"id": parent, "parent_id": parent, "type": parent.split(":", 1)[0], "title": title or "",
-            "score": score, kind_of_score: score, "matches": [match] if match else []}
+    return {
+        "id": parent,
+        "parent_id": parent,
+        "type": parent.split(":", 1)[0],
+        "title": title or "",
+        "score": score,
+        kind_of_score: score,
+        "matches": [match] if match else [],
+    }
 
 
 # PostgreSQL: a title word is worth five body words (as SQLite's BM25 weights say);
@@ -69,21 +83,23 @@ def _ranked(data, notebook_key):
         _require_words(expression)
         where, params = _scope_sql(data, notebook_key)
         rows = database.execute_sql(
-            f"SELECT parent, -rank, rowid FROM search_fts"
-            f" WHERE search_fts MATCH ? AND {where} ORDER BY rank LIMIT ?",
-            [expression, *params, data["limit"]]).fetchall()
+            f"SELECT parent, -rank, rowid FROM search_fts WHERE search_fts MATCH ? AND {where} ORDER BY rank LIMIT ?",
+            [expression, *params, data["limit"]],
+        ).fetchall()
         return expression, rows
     expression = websearch_expression(data["query"])
     _require_words(expression)
     where, params = _scope_sql(data, notebook_key)
     # Each parent's best part (most parents have one), then the best parents.
-    rows = run_sql(database,
-                   "SELECT parent, score, id FROM (SELECT DISTINCT ON (parent) parent, id,"
-                   f" ts_rank({_PG_WEIGHTS}, document, tsq, 1) AS score"
-                   f" FROM searchdoc, websearch_to_tsquery('{TS_CONFIG}', ?) AS tsq"
-                   f" WHERE document @@ tsq AND {where} ORDER BY parent, score DESC, id) AS best"
-                   " ORDER BY score DESC, parent LIMIT ?",
-                   [expression, *params, data["limit"]]).fetchall()
+    rows = run_sql(
+        database,
+        "SELECT parent, score, id FROM (SELECT DISTINCT ON (parent) parent, id,"
+        f" ts_rank({_PG_WEIGHTS}, document, tsq, 1) AS score"
+        f" FROM searchdoc, websearch_to_tsquery('{TS_CONFIG}', ?) AS tsq"
+        f" WHERE document @@ tsq AND {where} ORDER BY parent, score DESC, id) AS best"
+        " ORDER BY score DESC, parent LIMIT ?",
+        [expression, *params, data["limit"]],
+    ).fetchall()
     return expression, rows
 
 
@@ -96,8 +112,9 @@ def text_search(data, notebook_key):
     expression, rows = _ranked(data, notebook_key)
     snippets = _snippets(expression, [r[2] for r in rows])
     titles = _titles([r[0] for r in rows])
-    return [_hit(parent, titles.get(parent), round(score, 6), "relevance", snippets.get(rid))
-            for parent, score, rid in rows]
+    return [
+        _hit(parent, titles.get(parent), round(score, 6), "relevance", snippets.get(rid)) for parent, score, rid in rows
+    ]
 
 
 def text_passages(data, notebook_key, text_chars):
@@ -105,8 +122,10 @@ def text_passages(data, notebook_key, text_chars):
     `text_chars`), in two queries: what /ask reads per search."""
     _, rows = _ranked(data, notebook_key)
     details = _details([r[0] for r in rows], text_chars)
-    return [{"id": parent, "title": details.get(parent, ("", ""))[0] or "",
-             "text": details.get(parent, ("", ""))[1] or ""} for parent, _, _ in rows]
+    return [
+        {"id": parent, "title": details.get(parent, ("", ""))[0] or "", "text": details.get(parent, ("", ""))[1] or ""}
+        for parent, _, _ in rows
+    ]
 
 
 def _snippets(expression, rowids):
@@ -118,7 +137,9 @@ def _snippets(expression, rowids):
     if is_sqlite():
         cursor = database.execute_sql(
             f"SELECT rowid, snippet(search_fts, -1, '', '', '…', 24) FROM search_fts"
-            f" WHERE search_fts MATCH ? AND rowid IN ({marks})", [expression, *rowids])
+            f" WHERE search_fts MATCH ? AND rowid IN ({marks})",
+            [expression, *rowids],
+        )
         return dict(cursor.fetchall())
     # The headline of the part that ranked best, read from the record's text (the
     # index keeps lexemes only).
@@ -128,7 +149,9 @@ def _snippets(expression, rowids):
         f" websearch_to_tsquery('{TS_CONFIG}', ?), ?) FROM searchdoc d"
         " LEFT JOIN source s ON d.part = 'source' AND s.id = substr(d.parent, 8)"
         " LEFT JOIN note n ON d.part = 'note' AND n.id = substr(d.parent, 6)"
-        f" WHERE d.id IN ({marks})", [PART_CHARS + PART_OVERLAP, expression, _PG_HEADLINE, *rowids])
+        f" WHERE d.id IN ({marks})",
+        [PART_CHARS + PART_OVERLAP, expression, _PG_HEADLINE, *rowids],
+    )
     return {rid: snippet.strip() for rid, snippet in cursor.fetchall()}
 
 
@@ -154,10 +177,19 @@ class VectorCache:
     @staticmethod
     def _load(model_name, dim):
         import numpy as np
-        rows = [(f"source:{s}", i, blob) for s, i, blob in Chunk.select(Chunk.source, Chunk.id, Chunk.embedding)
-                .where((Chunk.embedding_model == model_name) & (Chunk.embedding_dim == dim)).tuples()]
-        rows += [(f"note:{k}", None, blob) for k, blob in Note.select(Note.id, Note.embedding)
-                 .where((Note.embedding_model == model_name) & (Note.embedding_dim == dim)).tuples()]
+
+        rows = [
+            (f"source:{s}", i, blob)
+            for s, i, blob in Chunk.select(Chunk.source, Chunk.id, Chunk.embedding)
+            .where((Chunk.embedding_model == model_name) & (Chunk.embedding_dim == dim))
+            .tuples()
+        ]
+        rows += [
+            (f"note:{k}", None, blob)
+            for k, blob in Note.select(Note.id, Note.embedding)
+            .where((Note.embedding_model == model_name) & (Note.embedding_dim == dim))
+            .tuples()
+        ]
         matrix = np.frombuffer(b"".join(r[2] for r in rows), dtype="<f4").reshape(len(rows), dim)
         return [r[0] for r in rows], [r[1] for r in rows], matrix
 
@@ -167,12 +199,13 @@ _cache = VectorCache()
 
 def _allowed_parents(data, notebook_key):
     """A predicate on parents for the kinds and the notebook asked for."""
-    kinds = tuple(k for k, wanted in (("source:", data["search_sources"]), ("note:", data["search_notes"]))
-                  if wanted)
+    kinds = tuple(k for k, wanted in (("source:", data["search_sources"]), ("note:", data["search_notes"])) if wanted)
     if not notebook_key:
         return lambda parent: parent.startswith(kinds)
-    members = {f"source:{k}" for (k,) in SourceNotebook.select(SourceNotebook.source)
-               .where(SourceNotebook.notebook == notebook_key).tuples()}
+    members = {
+        f"source:{k}"
+        for (k,) in SourceNotebook.select(SourceNotebook.source).where(SourceNotebook.notebook == notebook_key).tuples()
+    }
     members |= {f"note:{k}" for (k,) in Note.select(Note.id).where(Note.notebook == notebook_key).tuples()}
     return lambda parent: parent in members and parent.startswith(kinds)
 
@@ -181,6 +214,7 @@ def _vector_search_blocking(data, notebook_key, config):
     """Runs in the threadpool: the query's embedding and the similarity arithmetic
     are CPU work, and a cache reload is a large read."""
     import numpy as np
+
     model = embeddings.embedder(config, threads=1)
     query = model.embed([data["query"]])[0]
     with database.connection_context():
@@ -197,12 +231,22 @@ def _vector_search_blocking(data, notebook_key, config):
             parent = parents[position]
             if parent not in best and allowed(parent):
                 best[parent] = (score, chunk_ids[position])
-        texts = dict(Chunk.select(Chunk.id, Chunk.text).where(
-            Chunk.id.in_([c for _, c in best.values() if c is not None])).tuples())
+        texts = dict(
+            Chunk.select(Chunk.id, Chunk.text)
+            .where(Chunk.id.in_([c for _, c in best.values() if c is not None]))
+            .tuples()
+        )
         titles = _titles(list(best))
-    return [_hit(parent, titles.get(parent), round(score, 6), "similarity",
-                 (texts.get(chunk_id) or "")[:300] if chunk_id else None)
-            for parent, (score, chunk_id) in best.items()]
+    return [
+        _hit(
+            parent,
+            titles.get(parent),
+            round(score, 6),
+            "similarity",
+            (texts.get(chunk_id) or "")[:300] if chunk_id else None,
+        )
+        for parent, (score, chunk_id) in best.items()
+    ]
 
 
 @bp.post("/search")
@@ -221,7 +265,7 @@ def search():
         try:
             results = blocking(_vector_search_blocking, data, notebook_key, settings())
         except embeddings.EmbeddingUnavailable as exc:
-            if exc.status != 400:   # the model is there, its provider failed
+            if exc.status != 400:  # the model is there, its provider failed
                 raise ApiError(exc.status, f"vector search: {exc}") from None
             raise Invalid(f"vector search needs an embedding model: {exc}") from None
     return {"results": results, "total_count": len(results), "search_type": data["type"]}

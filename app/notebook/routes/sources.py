@@ -1,5 +1,6 @@
 """Sources: added from an upload, a link or text; processed by the job worker
 (synchronously from the client's point of view unless `async_processing`)."""
+
 import os
 
 import gevent
@@ -24,15 +25,19 @@ bp = Blueprint("sources", __name__)
 
 # Room for the multipart envelope and the form's other fields beside the file.
 FORM_OVERHEAD = 1024 * 1024
-_SORT = {"created": Source.created, "updated": Source.updated, "title": fn.LOWER(Source.title),
-         "type": Source.kind,
-         "insights_count": fn.COALESCE(Insight.select(fn.COUNT(Insight.id)).where(Insight.source == Source.id), 0),
-         "embedded": fn.EXISTS(Chunk.select(Chunk.id).where((Chunk.source == Source.id)
-                                                            & Chunk.embedding.is_null(False)))}
+_SORT = {
+    "created": Source.created,
+    "updated": Source.updated,
+    "title": fn.LOWER(Source.title),
+    "type": Source.kind,
+    "insights_count": fn.COALESCE(Insight.select(fn.COUNT(Insight.id)).where(Insight.source == Source.id), 0),
+    "embedded": fn.EXISTS(Chunk.select(Chunk.id).where((Chunk.source == Source.id) & Chunk.embedding.is_null(False))),
+}
 _LIST_FIELDS = [f for name, f in Source._meta.fields.items() if name != "full_text"]
 
 
 # --------------------------------------------------------------------------- list, read
+
 
 @bp.get("/sources")
 def list_sources():
@@ -61,12 +66,21 @@ def source_status(source_id):
     """A source's processing state and its job's progress."""
     record = get_source(source_id, _LIST_FIELDS)
     command = Command.get_or_none(Command.id == record.command_id) if record.command_id else None
-    messages = {"new": "Queued for processing", "running": "Processing", "completed": "Processed",
-                "failed": "Processing failed", "canceled": "Processing was canceled"}
-    return {"id": public("source", record.id), "status": record.status, "message": messages[record.status],
-            "command_id": public("command", record.command_id), "error_message": record.error_message,
-            "processing_info": ({"command_status": command.status, "progress": command.progress}
-                                if command else None)}
+    messages = {
+        "new": "Queued for processing",
+        "running": "Processing",
+        "completed": "Processed",
+        "failed": "Processing failed",
+        "canceled": "Processing was canceled",
+    }
+    return {
+        "id": public("source", record.id),
+        "status": record.status,
+        "message": messages[record.status],
+        "command_id": public("command", record.command_id),
+        "error_message": record.error_message,
+        "processing_info": ({"command_status": command.status, "progress": command.progress} if command else None),
+    }
 
 
 @bp.get("/sources/<source_id>/download")
@@ -75,16 +89,26 @@ def download_source(source_id):
     record = get_source(source_id, _LIST_FIELDS)
     path = uploads.path_of(settings().uploads_dir, record.file_name) if record.file_name else None
     if path is None or not os.path.isfile(path):
-        raise NotFound("this source has no original file to download"
-                       if record.kind != "upload" else "the original file is no longer stored")
-    response = send_file(path, mimetype=record.content_type or "application/octet-stream", as_attachment=True,
-                         download_name=record.original_name or record.file_name, conditional=True, max_age=0)
+        raise NotFound(
+            "this source has no original file to download"
+            if record.kind != "upload"
+            else "the original file is no longer stored"
+        )
+    response = send_file(
+        path,
+        mimetype=record.content_type or "application/octet-stream",
+        as_attachment=True,
+        download_name=record.original_name or record.file_name,
+        conditional=True,
+        max_age=0,
+    )
     # The type is the uploader's word: never let a browser run what it downloads from here.
     response.headers["Content-Security-Policy"] = "sandbox; default-src 'none'"
     return response
 
 
 # --------------------------------------------------------------------------- create
+
 
 def _form_fields():
     data = {}
@@ -107,8 +131,10 @@ def _incoming():
             fields = _form_fields()
             upload = request.files.get("file")
         except RequestEntityTooLarge:
-            raise TooLarge(f"the upload is larger than {cap} bytes (or a form field is larger "
-                           f"than {settings().max_text_bytes} bytes)") from None
+            raise TooLarge(
+                f"the upload is larger than {cap} bytes (or a form field is larger "
+                f"than {settings().max_text_bytes} bytes)"
+            ) from None
         return validated(SourceCreate(), fields), upload
     if request.is_json:
         return body(SourceCreate()), None
@@ -144,16 +170,22 @@ def _checked_upload(upload):
 def _new_source(data, upload):
     """The Source row (not saved) for the request; the upload is stored here."""
     kind = data["type"]
-    source = Source(id=new_key(), kind=kind, title=data.get("title") or "", embed=data["embed"],
-                    delete_file=data["delete_source"] and kind == "upload")
+    source = Source(
+        id=new_key(),
+        kind=kind,
+        title=data.get("title") or "",
+        embed=data["embed"],
+        delete_file=data["delete_source"] and kind == "upload",
+    )
     if kind == "upload":
         _checked_upload(upload)
         # Neither database keeps a NUL character (PostgreSQL's text cannot hold one).
         name = upload.filename.replace("\\", "/").replace("\x00", "")
         source.original_name = os.path.basename(name)[:255] or "upload"
         source.content_type = (upload.mimetype or "").replace("\x00", "") or None
-        source.file_name, _ = blocking(uploads.store, upload.stream, upload.filename,
-                                       settings().uploads_dir, settings().max_upload_bytes)
+        source.file_name, _ = blocking(
+            uploads.store, upload.stream, upload.filename, settings().uploads_dir, settings().max_upload_bytes
+        )
     elif kind == "link":
         try:
             ssrf.check_url(data["url"], settings().url_allowlist)
@@ -248,6 +280,7 @@ def _answer_sync(source, command):
 
 # --------------------------------------------------------------------------- update, delete, retry
 
+
 @bp.put("/sources/<source_id>")
 def update_source(source_id):
     """Change a source's title or topics."""
@@ -269,8 +302,12 @@ def delete_source(source_id):
         chunks, canceled, path = cleanup.delete_source(record, settings().uploads_dir)
     removed = bool(path and os.path.exists(path))
     cleanup.remove_files([path] if path else [])
-    return {"deleted": public("source", record.id), "chunks": chunks, "file_removed": removed,
-            "canceled_command": canceled[0] if canceled else None}
+    return {
+        "deleted": public("source", record.id),
+        "chunks": chunks,
+        "file_removed": removed,
+        "canceled_command": canceled[0] if canceled else None,
+    }
 
 
 @bp.post("/sources/<source_id>/retry")
@@ -281,8 +318,11 @@ def retry_source(source_id):
     record = get_source(source_id, _LIST_FIELDS)
     with write_transaction():
         command = jobs().new_command("process_source", public("source", record.id))
-        claimed = (Source.update(status="new", error_message=None, command_id=command.id, updated=now())
-                   .where((Source.id == record.id) & Source.status.in_(("failed", "canceled"))).execute())
+        claimed = (
+            Source.update(status="new", error_message=None, command_id=command.id, updated=now())
+            .where((Source.id == record.id) & Source.status.in_(("failed", "canceled")))
+            .execute()
+        )
         if not claimed:  # raising rolls the new command back
             current = Source.select(Source.status).where(Source.id == record.id).scalar()
             raise Invalid(f"only a failed or canceled source can be retried; this one is {current}")

@@ -9,6 +9,7 @@ records over a gevent queue; the response's greenlet waits on the queue, and the
 helper's keepalive ticker interrupts that wait (`interrupt`), so a comment goes out
 every 25 s while a model thinks. A gone client closes the feed, which kills the
 greenlet and with it the provider call."""
+
 import logging
 
 import gevent
@@ -62,6 +63,7 @@ class Feed:
 def _expected():
     from app.common.failures import Failure
     from app.notebook.llm import ProviderError
+
     return (Failure, ProviderError)
 
 

@@ -1,4 +1,5 @@
 """Health: 200 only when the database answers."""
+
 import logging
 
 from flask import Blueprint

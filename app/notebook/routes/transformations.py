@@ -5,6 +5,7 @@ runs as a background job (kind `insight`) that stores an insight on the source.
 The prompt is data: it goes to the model as the system message, exactly as the
 user wrote it, and is never rendered as a template (Open Notebook renders it with
 Jinja, so braces in a prompt break or, worse, evaluate)."""
+
 from flask import Blueprint
 
 from app.common.failures import Conflict, Invalid, NotFound
@@ -91,12 +92,14 @@ def execute_transformation():
     data = body(TransformationExecute())
     record = get_transformation(data["transformation_id"], "transformation_id")
     resolved = model_choice.resolve(settings(), "transformation", model_override(record, data.get("model_id")))
-    output = model_choice.complete(resolved, messages_for(record.prompt, data["input_text"],
-                                                          settings().context_max_chars))
+    output = model_choice.complete(
+        resolved, messages_for(record.prompt, data["input_text"], settings().context_max_chars)
+    )
     return {"output": output, "transformation_id": public("transformation", record.id), "model_id": resolved.id}
 
 
 # --------------------------------------------------------------------------- insights
+
 
 def request_insights(source_key, transformation_ids, model_id):
     """At a source's creation (inside its transaction): the transformations it asks
@@ -115,27 +118,36 @@ def create_insight(source_id):
     source = get_source(source_id)
     data = body(InsightCreate())
     transformation = get_transformation(data["transformation_id"], "transformation_id")
-    resolved = model_choice.resolve(settings(), "transformation",
-                                    model_override(transformation, data.get("model_id")))
+    resolved = model_choice.resolve(settings(), "transformation", model_override(transformation, data.get("model_id")))
     if not (source.full_text or "").strip():
-        raise Invalid(f"{public('source', source.id)} has no text yet (status {source.status}): "
-                      "transformations apply to processed sources")
+        raise Invalid(
+            f"{public('source', source.id)} has no text yet (status {source.status}): "
+            "transformations apply to processed sources"
+        )
     with write_transaction():
         command = jobs().new_command("insight", public("source", source.id))
-        InsightRequest.create(source=source.id, transformation=transformation.id, model_id=data.get("model_id"),
-                              command_id=command.id)
+        InsightRequest.create(
+            source=source.id, transformation=transformation.id, model_id=data.get("model_id"), command_id=command.id
+        )
     jobs().enqueue(command)
-    return {"status": "pending", "message": "Insight generation started",
-            "command_id": public("command", command.id), "source_id": public("source", source.id),
-            "transformation_id": public("transformation", transformation.id), "model_id": resolved.id}, 202
+    return {
+        "status": "pending",
+        "message": "Insight generation started",
+        "command_id": public("command", command.id),
+        "source_id": public("source", source.id),
+        "transformation_id": public("transformation", transformation.id),
+        "model_id": resolved.id,
+    }, 202
 
 
 @bp.get("/sources/<source_id>/insights")
 def list_insights(source_id):
     """A source's insights, oldest first."""
     source = get_source(source_id)
-    return [serializers.insight(i) for i in Insight.select().where(Insight.source == source.id)
-            .order_by(Insight.created, Insight.id)]
+    return [
+        serializers.insight(i)
+        for i in Insight.select().where(Insight.source == source.id).order_by(Insight.created, Insight.id)
+    ]
 
 
 def get_insight(public_id):

@@ -1,4 +1,5 @@
 """What every request goes through: CORS, then the password (Bearer or X-Password)."""
+
 import hmac
 
 from flask import make_response, request
@@ -31,8 +32,7 @@ def check_password(settings):
     if presented is None:
         raise Unauthenticated("Missing credentials: send Authorization: Bearer <password>")
     # Constant time: compare digests of equal length whatever the input's length.
-    if not hmac.compare_digest(presented.encode("utf-8", "surrogateescape"),
-                               settings.password.encode("utf-8")):
+    if not hmac.compare_digest(presented.encode("utf-8", "surrogateescape"), settings.password.encode("utf-8")):
         raise Unauthenticated("Invalid password")
 
 
@@ -47,8 +47,11 @@ def _allowed_origin(settings, origin):
 def _preflight(settings):
     origin = request.headers.get("Origin")
     if not _allowed_origin(settings, origin):
-        raise Forbidden(f"cross-origin requests from {origin!r} are not allowed"
-                        if origin else "a preflight request needs an Origin")
+        raise Forbidden(
+            f"cross-origin requests from {origin!r} are not allowed"
+            if origin
+            else "a preflight request needs an Origin"
+        )
     response = make_response("", 204)
     response.headers["Access-Control-Allow-Methods"] = ALLOWED_METHODS
     response.headers["Access-Control-Allow-Headers"] = ALLOWED_HEADERS

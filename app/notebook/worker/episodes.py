@@ -2,6 +2,7 @@
 writes a dialogue from the notebook's sources and notes, each turn is spoken
 (espeak-ng, one voice per speaker, or the default text_to_speech provider model when
 one is set), and one MP3 is stored under DATA_DIR/podcasts. No Flask here."""
+
 import os
 
 from app.common import tts
@@ -20,7 +21,8 @@ SPEECH_TIMEOUT = 60.0  # one turn through espeak-ng
 DIALOGUE_PROMPT = (
     "You write the script of a podcast episode about the research material below. Reply with one JSON object "
     'and nothing else: {{"turns": [{{"speaker": "<name>", "text": "<what they say>"}}]}} with about {turns} '
-    "turns. Speaker names: {names}. Use only facts from the material.")
+    "turns. Speaker names: {names}. Use only facts from the material."
+)
 
 
 def make_episode(command, config):
@@ -28,12 +30,18 @@ def make_episode(command, config):
     if record is None:
         raise Canceled(f"{command.target} was deleted")
     resolved = model_choice.resolve(config, "chat", record.model_id)
-    names = SPEAKER_NAMES[:record.speakers]
+    names = SPEAKER_NAMES[: record.speakers]
     material = context.render_context(context.build_context(record.notebook_id, {}, config.context_max_chars))
     progress(command, "writing the script", 10)
     prompt = DIALOGUE_PROMPT.format(turns=TURNS[record.length], names=", ".join(names))
-    turns = parse_turns(llm.chat(resolved.target, resolved.name, [{"role": "system", "content": prompt},
-                                                                  {"role": "user", "content": material}]), names)
+    turns = parse_turns(
+        llm.chat(
+            resolved.target,
+            resolved.name,
+            [{"role": "system", "content": prompt}, {"role": "user", "content": material}],
+        ),
+        names,
+    )
     progress(command, "speaking", 40)
     audio = _speak(turns, names, config)
     os.makedirs(config.podcasts_dir, exist_ok=True)
@@ -46,8 +54,11 @@ def make_episode(command, config):
             ensure_running(command)
             os.replace(partial, os.path.join(config.podcasts_dir, name))
             Episode.update(transcript=turns, audio_file=name, updated=now()).where(Episode.id == record.id).execute()
-            complete(command, {"episode_id": command.target, "turns": len(turns),
-                                           "bytes": len(audio), "model_id": resolved.id}, vectors_changed=False)
+            complete(
+                command,
+                {"episode_id": command.target, "turns": len(turns), "bytes": len(audio), "model_id": resolved.id},
+                vectors_changed=False,
+            )
     finally:
         if os.path.exists(partial):  # canceled (the episode deleted) or failed: no half file stays
             os.unlink(partial)
@@ -57,13 +68,17 @@ def parse_turns(text, names):
     """The dialogue's turns ({speaker, text}), speakers mapped onto `names`."""
     script = llm.first_json_object(text)
     raw = script.get("turns") if isinstance(script, dict) else None
-    turns = [{"speaker": t["speaker"] if t.get("speaker") in names else names[i % len(names)],
-              "text": t["text"].strip()[:TURN_CHARS]}
-             for i, t in enumerate(raw or []) if isinstance(t, dict) and isinstance(t.get("text"), str)
-             and t["text"].strip()]
+    turns = [
+        {
+            "speaker": t["speaker"] if t.get("speaker") in names else names[i % len(names)],
+            "text": t["text"].strip()[:TURN_CHARS],
+        }
+        for i, t in enumerate(raw or [])
+        if isinstance(t, dict) and isinstance(t.get("text"), str) and t["text"].strip()
+    ]
     if not turns:
         raise llm.ProviderError(502, "the language model's script is not a dialogue (JSON with `turns`)")
-    return turns[:max(TURNS.values())]
+    return turns[: max(TURNS.values())]
 
 
 def _speak(turns, names, config):
@@ -73,13 +88,15 @@ def _speak(turns, names, config):
     except Failure:
         speech = None
     if speech is not None:
-        return b"".join(llm.speech(speech.target, speech.name, t["text"], PROVIDER_VOICES[names.index(t["speaker"])])
-                        for t in turns)
+        return b"".join(
+            llm.speech(speech.target, speech.name, t["text"], PROVIDER_VOICES[names.index(t["speaker"])]) for t in turns
+        )
     pcm, rate = bytearray(), None
     try:
         for turn in turns:
-            wav = tts.espeak_wav(config.espeak_binary, turn["text"], ESPEAK_VOICES[names.index(turn["speaker"])],
-                                 SPEECH_TIMEOUT)
+            wav = tts.espeak_wav(
+                config.espeak_binary, turn["text"], ESPEAK_VOICES[names.index(turn["speaker"])], SPEECH_TIMEOUT
+            )
             samples, rate, _ = tts.pcm_of_wav(wav)
             pcm += samples + b"\x00\x00" * (rate // 3)  # a third of a second between turns
         return tts.encode(bytes(pcm), rate)

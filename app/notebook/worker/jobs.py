@@ -9,6 +9,7 @@ that transaction commits, so the worker never sees a job before its data. Each
 queue entry goes to one worker (SQLite: a delete in a transaction; Redis: BRPOP),
 and a command runs at most once even when it was queued twice (processing.run
 claims it by a compare-and-set on its status)."""
+
 import logging
 import os
 
@@ -32,8 +33,7 @@ def _huey(settings):
         # The bundle's client (time-outs, a retry that absorbs a connection a restart
         # cut). A worker waits for a job in BRPOP, a second at a time.
         pool = redis_client.for_url(settings.redis_url).connection_pool
-        return RedisHuey(name=REDIS_QUEUE_NAME, connection_pool=pool, results=False, blocking=True,
-                         read_timeout=1)
+        return RedisHuey(name=REDIS_QUEUE_NAME, connection_pool=pool, results=False, blocking=True, read_timeout=1)
     from huey import SqliteHuey
 
     os.makedirs(os.path.dirname(settings.jobs_path), exist_ok=True)

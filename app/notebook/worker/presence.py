@@ -16,6 +16,7 @@ makes only once it has itself been connected to Redis for a whole TTL (a live ho
 refreshes its key several times within one, even after Redis itself restarted).
 Every worker sweeps for orphaned commands at its start and then every BEAT_SECONDS.
 """
+
 import logging
 import os
 import secrets
@@ -70,7 +71,7 @@ class Presence:
         self.space = _process_space()
         self.id = f"{self.space}:{os.getpid()}:{secrets.token_hex(4)}"
         self._stopping = threading.Event()
-        self._connected_since = None   # when this run of unbroken beats began (monotonic)
+        self._connected_since = None  # when this run of unbroken beats began (monotonic)
 
     # ------------------------------------------------------------------ this worker
 
@@ -145,8 +146,7 @@ class Presence:
             for key in command_keys:
                 pipe.hkeys(_holders_key(key))
             holders_of = pipe.execute()
-        judge_expired = (self._connected_since is not None
-                         and time.monotonic() - self._connected_since > TTL_SECONDS)
+        judge_expired = self._connected_since is not None and time.monotonic() - self._connected_since > TTL_SECONDS
         found = []
         for key, holders in zip(command_keys, holders_of):
             holders = [h.decode() if isinstance(h, bytes) else h for h in holders]

@@ -7,6 +7,7 @@ is skipped, and the worker goes on with the next job), checks between steps that
 it is still `running` (a delete or DELETE /commands stops it), and writes its
 result in the same transaction that checks once more. A job that raises is
 `failed` with its error, never `completed`."""
+
 import logging
 import os
 from contextlib import nullcontext
@@ -71,8 +72,7 @@ def _run(command_key):
     except Canceled as exc:
         log.info("command %s stopped: %s", command.id, exc)
         stop(command, str(exc))
-    except (extract.ExtractionError, ssrf.LinkRefused, embeddings.EmbeddingUnavailable,
-            llm.ProviderError) as exc:
+    except (extract.ExtractionError, ssrf.LinkRefused, embeddings.EmbeddingUnavailable, llm.ProviderError) as exc:
         log.info("command %s failed: %s", command.id, exc)
         # Over a text cap: its 413 is kept, so that a synchronous add answers it.
         fail(command, str(exc), exc.status if isinstance(exc, extract.TooMuchText) else None)
@@ -110,6 +110,7 @@ def requeue_waiting(queue):
 
 # --------------------------------------------------------------------------- sources
 
+
 def _source_of(command):
     key = command.target.split(":", 1)[1]
     source = Source.get_or_none(Source.id == key)
@@ -124,8 +125,9 @@ def _document(source):
     if source.kind == "text":
         return extract.extract("text", source.full_text.encode("utf-8"), **caps)
     if source.kind == "link":
-        body, content_type, final_url = ssrf.fetch(source.url, _settings.url_allowlist,
-                                                   _settings.fetch_timeout, _settings.fetch_max_bytes)
+        body, content_type, final_url = ssrf.fetch(
+            source.url, _settings.url_allowlist, _settings.fetch_timeout, _settings.fetch_max_bytes
+        )
         name = final_url.split("?", 1)[0].rsplit("/", 1)[-1]
         kind = extract.detect(name if "." in name else "", body[:4096], content_type or "text/html")
         return extract.extract(kind, body, url=final_url, **caps)
@@ -147,7 +149,7 @@ def _embed(command, texts):
         return None, str(exc)
     vectors = []
     for start in range(0, len(texts), EMBED_BATCH):
-        vectors.extend(model.embed(texts[start:start + EMBED_BATCH]))
+        vectors.extend(model.embed(texts[start : start + EMBED_BATCH]))
         progress(command, "embedding", 40 + int(50 * min(len(texts), start + EMBED_BATCH) / len(texts)))
     return vectors, model.name
 
@@ -164,13 +166,16 @@ def process_source(command):
     source = _source_of(command)
     # Only from `new`: a cancel that came first keeps the source `canceled`, and the
     # progress check just below then stops the job.
-    (Source.update(status="running", updated=now())
-     .where((Source.id == source.id) & (Source.command_id == command.id) & (Source.status == "new")).execute())
+    (
+        Source.update(status="running", updated=now())
+        .where((Source.id == source.id) & (Source.command_id == command.id) & (Source.status == "new"))
+        .execute()
+    )
     progress(command, "extracting", 10)
     text, title_hint = _document(source)
     progress(command, "chunking", 30)
     pieces = chunking.chunks(text, _settings.chunk_size, _settings.chunk_overlap)
-    vectors, model = (_embed(command, pieces) if source.embed and pieces else (None, "not requested"))
+    vectors, model = _embed(command, pieces) if source.embed and pieces else (None, "not requested")
     embedded = vectors is not None
     title = (source.title or title_hint or _fallback_title(source))[:500]
     target = public("source", source.id)
@@ -178,18 +183,33 @@ def process_source(command):
         ensure_running(command)
         _source_of(command)  # still there, still ours
         Chunk.delete().where(Chunk.source == source.id).execute()
-        rows = [{"source": source.id, "ordinal": i, "text": piece,
-                 "embedding": embeddings.to_blob(vectors[i]) if embedded else None,
-                 "embedding_model": model if embedded else None,
-                 "embedding_dim": len(vectors[i]) if embedded else None} for i, piece in enumerate(pieces)]
+        rows = [
+            {
+                "source": source.id,
+                "ordinal": i,
+                "text": piece,
+                "embedding": embeddings.to_blob(vectors[i]) if embedded else None,
+                "embedding_model": model if embedded else None,
+                "embedding_dim": len(vectors[i]) if embedded else None,
+            }
+            for i, piece in enumerate(pieces)
+        ]
         for start in range(0, len(rows), 200):
-            Chunk.insert_many(rows[start:start + 200]).execute()
+            Chunk.insert_many(rows[start : start + 200]).execute()
         index.put(target, title, text)
-        (Source.update(full_text=text, title=title, status="completed", error_message=None, updated=now())
-         .where(Source.id == source.id).execute())
-        result = {"source_id": target, "title": title, "characters": len(text), "chunks": len(pieces),
-                  "embedded_chunks": len(pieces) if embedded else 0,
-                  "embedding_model": model if embedded else None}
+        (
+            Source.update(full_text=text, title=title, status="completed", error_message=None, updated=now())
+            .where(Source.id == source.id)
+            .execute()
+        )
+        result = {
+            "source_id": target,
+            "title": title,
+            "characters": len(text),
+            "chunks": len(pieces),
+            "embedded_chunks": len(pieces) if embedded else 0,
+            "embedding_model": model if embedded else None,
+        }
         if not embedded:
             result["embedding"] = model  # why not: not requested, or no model available
         complete(command, result)
@@ -204,8 +224,9 @@ def _queue_requested_insights(source_key):
     """Commands for the transformations the source asked for at its creation (in the
     transaction that completes its processing; enqueued after it commits)."""
     commands = []
-    for request in InsightRequest.select().where((InsightRequest.source == source_key)
-                                                 & InsightRequest.command_id.is_null()):
+    for request in InsightRequest.select().where(
+        (InsightRequest.source == source_key) & InsightRequest.command_id.is_null()
+    ):
         command = new_command("insight", public("source", source_key))
         InsightRequest.update(command_id=command.id).where(InsightRequest.id == request.id).execute()
         commands.append(command)
@@ -227,20 +248,29 @@ def embed_source(command):
     if source is None:
         raise Canceled(f"{command.target} was deleted")
     model = embeddings.embedder(_settings)
-    stale = list(Chunk.select(Chunk.id, Chunk.text).where(
-        (Chunk.source == source.id) & ((Chunk.embedding_model.is_null()) | (Chunk.embedding_model != model.name)))
-        .order_by(Chunk.ordinal))
+    stale = list(
+        Chunk.select(Chunk.id, Chunk.text)
+        .where(
+            (Chunk.source == source.id) & ((Chunk.embedding_model.is_null()) | (Chunk.embedding_model != model.name))
+        )
+        .order_by(Chunk.ordinal)
+    )
     vectors, _ = _embed(command, [chunk.text for chunk in stale]) if stale else ([], model.name)
     with write_transaction():
         ensure_running(command)
         for chunk, vector in zip(stale, vectors):
-            (Chunk.update(embedding=embeddings.to_blob(vector), embedding_model=model.name,
-                          embedding_dim=len(vector)).where(Chunk.id == chunk.id).execute())
-        complete(command, {"source_id": command.target, "embedded_chunks": len(stale),
-                            "embedding_model": model.name})
+            (
+                Chunk.update(
+                    embedding=embeddings.to_blob(vector), embedding_model=model.name, embedding_dim=len(vector)
+                )
+                .where(Chunk.id == chunk.id)
+                .execute()
+            )
+        complete(command, {"source_id": command.target, "embedded_chunks": len(stale), "embedding_model": model.name})
 
 
 # --------------------------------------------------------------------------- notes
+
 
 def embed_note(command):
     key = command.target.split(":", 1)[1]
@@ -254,14 +284,16 @@ def embed_note(command):
     with write_transaction():
         ensure_running(command)
         # Only if the note still says what was embedded (a newer edit has its own command).
-        (Note.update(embedding=embeddings.to_blob(vector), embedding_model=model.name,
-                     embedding_dim=len(vector))
-         .where((Note.id == key) & (Note.content == note.content) & (Note.title == note.title)).execute())
-        complete(command, {"note_id": command.target, "embedding_model": model.name,
-                            "dimensions": len(vector)})
+        (
+            Note.update(embedding=embeddings.to_blob(vector), embedding_model=model.name, embedding_dim=len(vector))
+            .where((Note.id == key) & (Note.content == note.content) & (Note.title == note.title))
+            .execute()
+        )
+        complete(command, {"note_id": command.target, "embedding_model": model.name, "dimensions": len(vector)})
 
 
 # --------------------------------------------------------------------------- insights
+
 
 def insight(command):
     """Apply a transformation to a source with the language model; store the insight."""
@@ -270,25 +302,45 @@ def insight(command):
     transformation = Transformation.get_or_none(Transformation.id == request.transformation_id) if request else None
     if source is None or transformation is None:
         raise Canceled(f"the source or the transformation of {command.id} was deleted")
-    resolved = model_choice.resolve(_settings, "transformation",
-                                    transform.model_override(transformation, request.model_id))
+    resolved = model_choice.resolve(
+        _settings, "transformation", transform.model_override(transformation, request.model_id)
+    )
     progress(command, "asking the model", 20)
-    output = llm.chat(resolved.target, resolved.name,
-                      transform.messages_for(transformation.prompt, source.full_text,
-                                                   _settings.context_max_chars))
+    output = llm.chat(
+        resolved.target,
+        resolved.name,
+        transform.messages_for(transformation.prompt, source.full_text, _settings.context_max_chars),
+    )
     with write_transaction():
         ensure_running(command)
-        record = Insight.create(id=new_key(), source=source.id, transformation=transformation.id,
-                                insight_type=transformation.title or transformation.name, content=output,
-                                model_name=resolved.name)
-        complete(command, {"insight_id": public("insight", record.id), "source_id": command.target,
-                            "transformation_id": public("transformation", transformation.id),
-                            "model_id": resolved.id}, vectors_changed=False)
+        record = Insight.create(
+            id=new_key(),
+            source=source.id,
+            transformation=transformation.id,
+            insight_type=transformation.title or transformation.name,
+            content=output,
+            model_name=resolved.name,
+        )
+        complete(
+            command,
+            {
+                "insight_id": public("insight", record.id),
+                "source_id": command.target,
+                "transformation_id": public("transformation", transformation.id),
+                "model_id": resolved.id,
+            },
+            vectors_changed=False,
+        )
 
 
 def podcast(command):
     episodes.make_episode(command, _settings)
 
 
-HANDLERS = {"process_source": process_source, "embed_source": embed_source, "embed_note": embed_note,
-            "insight": insight, "podcast": podcast}
+HANDLERS = {
+    "process_source": process_source,
+    "embed_source": embed_source,
+    "embed_note": embed_note,
+    "insight": insight,
+    "podcast": podcast,
+}

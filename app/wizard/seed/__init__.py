@@ -1,6 +1,7 @@
 """The global wizards (user_id NULL), seeded once in the life of a database from
 wizards.json: an administrator may later edit or delete them, and a restart does
 not bring deleted ones back."""
+
 import json
 from pathlib import Path
 
@@ -19,7 +20,7 @@ def seed_global_wizards():
         if Marker.get_or_none(Marker.key == _MARKER):
             return 0
         Marker.create(key=_MARKER)
-        for wizard in reversed(wizards):   # the first in the file is the newest
+        for wizard in reversed(wizards):  # the first in the file is the newest
             Wizard.create(user_id=None, is_public=True, data={**wizard, "is_public": True})
         cache.bump("wizards")
     return len(wizards)

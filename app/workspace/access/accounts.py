@@ -1,4 +1,5 @@
 """Accounts: the first Owner, later accounts, and their public shape."""
+
 from peewee import IntegrityError
 
 from app.common.clientaddr import client_address
@@ -41,15 +42,13 @@ def _check_password(password, username, email):
 
 def _conflict_of(username, email):
     if User.select().where(User.username_key == username.lower()).exists():
-        return Conflict(f"A user with the username {username!r} already exists.",
-                        fields={"username": ["is taken"]})
+        return Conflict(f"A user with the username {username!r} already exists.", fields={"username": ["is taken"]})
     if User.select().where(User.email_key == email.lower()).exists():
         return Conflict("A user with this email already exists.", fields={"email": ["is taken"]})
     return None
 
 
-def create(username, email, name="", password=None, login_type="password", roles=(), actor="",
-           password_hash=None):
+def create(username, email, name="", password=None, login_type="password", roles=(), actor="", password_hash=None):
     """A new active account in the default organization. The password is hashed
     before the transaction (hashing yields to other greenlets; a transaction must not)."""
     if login_type == "password":
@@ -65,9 +64,16 @@ def create(username, email, name="", password=None, login_type="password", roles
         raise conflict
     try:
         with database.atomic():
-            user = User.create(username=username, username_key=username.lower(), email=email,
-                               email_key=email.lower(), name=name, password_hash=password_hash,
-                               login_type=login_type, roles=list(roles))
+            user = User.create(
+                username=username,
+                username_key=username.lower(),
+                email=email,
+                email_key=email.lower(),
+                name=name,
+                password_hash=password_hash,
+                login_type=login_type,
+                roles=list(roles),
+            )
             Membership.create(user=user, organization=default_organization(), roles=["organization-member"])
             audit("user.create", user, actor=actor, username=username, login_type=login_type)
     except IntegrityError:
@@ -84,8 +90,15 @@ def create_first(username, email, name, password):
     try:
         with database.atomic():
             Singleton.create(key=FIRST_USER)
-            return create(username, email, name, login_type="password", roles=["owner"], actor="first-user",
-                          password_hash=password_hash)
+            return create(
+                username,
+                email,
+                name,
+                login_type="password",
+                roles=["owner"],
+                actor="first-user",
+                password_hash=password_hash,
+            )
     except IntegrityError:
         raise Conflict("The initial user has already been created.") from None
 
@@ -114,7 +127,8 @@ def set_password(user, password, actor):
     _check_password(password, user.username, user.email)
     password_hash = hash_password(password)
     User.update(password_hash=password_hash, login_type="password", updated_at=now()).where(
-        User.id == user.id).execute()
+        User.id == user.id
+    ).execute()
     audit("user.password_reset", user, actor=actor)
 
 
@@ -133,7 +147,14 @@ def public(user):
     organizations = getattr(user, "organization_ids", None)
     if organizations is None:
         organizations = organization_ids(user)
-    return {"id": str(user.id), "username": user.username, "name": user.name, "email": user.email,
-            "status": user.status, "login_type": user.login_type,
-            "created_at": user.created_at.isoformat(timespec="seconds") + "Z",
-            "organization_ids": organizations, "roles": list(user.roles or [])}
+    return {
+        "id": str(user.id),
+        "username": user.username,
+        "name": user.name,
+        "email": user.email,
+        "status": user.status,
+        "login_type": user.login_type,
+        "created_at": user.created_at.isoformat(timespec="seconds") + "Z",
+        "organization_ids": organizations,
+        "roles": list(user.roles or []),
+    }

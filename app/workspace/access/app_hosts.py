@@ -26,6 +26,7 @@ The seal's key: WORKSPACE_APP_TOKEN_SECRET; else, with REDIS_URL (several worker
 hosts), derived from WORKSPACE_MESH_SECRET (which every host shares already); else a
 secret made once in DATA_DIR/app-token-secret (0600).
 """
+
 import base64
 import hashlib
 import hmac
@@ -101,7 +102,7 @@ def app_host_of(environ: dict, settings) -> tuple[bool, AppHost | None]:
         return False, None
     hostname = environ.get("HTTP_HOST", "").partition(":")[0].lower().rstrip(".")  # app hosts are names
     suffix = settings.app_host_suffix
-    label = hostname[:-len(suffix)] if hostname.endswith(suffix) else ""
+    label = hostname[: -len(suffix)] if hostname.endswith(suffix) else ""
     if not label or "." in label:
         return False, None
     names = label.split(SEPARATOR)
@@ -127,7 +128,8 @@ def raw_uri(environ: dict) -> str:
     if raw is None:
         query = environ.get("QUERY_STRING", "")
         raw = quote(environ.get("PATH_INFO", "").encode("latin-1"), safe="/:@!$&'()*+,;=~") + (
-            f"?{query}" if query else "")
+            f"?{query}" if query else ""
+        )
     return raw
 
 
@@ -143,6 +145,7 @@ def without_ticket(raw_target: str) -> str:
 
 
 # --------------------------------------------------------------------------- the handshake's URLs
+
 
 def auth_redirect_url(settings, app_host: AppHost, raw_target: str) -> str:
     """Where an app host sends a browser without an app token."""
@@ -307,6 +310,7 @@ def _spend(nonce):
 
 
 # --------------------------------------------------------------------------- the session behind a token
+
 
 def session_of(key_id: str) -> tuple[User, ApiKey]:
     """(user, key) of a session that is still valid (an app token lives as long as

@@ -13,6 +13,7 @@ A grant is also kept no longer than its own term (the caller says: a session kep
 only until it would be extended) and MAX_AGE_S, which bounds what a lost bump (Redis
 failing as a change was made) could leave.
 """
+
 import time
 
 from flask import current_app

@@ -12,6 +12,7 @@ per address, across every worker through Redis when REDIS_URL is set:
 
 So no one elsewhere can stop alice signing in: her account counts only against the
 addresses that guessed at it."""
+
 import ipaddress
 
 from app.common import ratelimit
@@ -24,8 +25,13 @@ _backoffs: dict[tuple, ratelimit.Backoff] = {}
 def _backoff(settings, name, free):
     key = (name, free, settings.login_delay_seconds, settings.login_max_delay_seconds)
     if key not in _backoffs:
-        _backoffs[key] = ratelimit.backoff(f"workspace:login:{name}", free, settings.login_delay_seconds,
-                                           settings.login_max_delay_seconds, FORGET_SECONDS)
+        _backoffs[key] = ratelimit.backoff(
+            f"workspace:login:{name}",
+            free,
+            settings.login_delay_seconds,
+            settings.login_max_delay_seconds,
+            FORGET_SECONDS,
+        )
     return _backoffs[key]
 
 
@@ -46,8 +52,10 @@ def _guesser(address):
 
 def _checks(settings, address, account):
     guesser = _guesser(address)
-    return ((_backoff(settings, "pair", settings.login_per_account), (account, guesser)),
-            (_backoff(settings, "address", settings.login_per_address), guesser))
+    return (
+        (_backoff(settings, "pair", settings.login_per_account), (account, guesser)),
+        (_backoff(settings, "address", settings.login_per_address), guesser),
+    )
 
 
 def check_login(settings, address: str, account: str) -> None:
@@ -59,8 +67,11 @@ def check_login(settings, address: str, account: str) -> None:
         if wait is not None:
             for done, done_key in counted:  # a refused attempt costs no one anything
                 done.forgive(done_key)
-            raise TooManyRequests("Too many failed sign-in attempts from your address; try again later.",
-                                  detail=f"retry in {wait} s", retry_after=wait)
+            raise TooManyRequests(
+                "Too many failed sign-in attempts from your address; try again later.",
+                detail=f"retry in {wait} s",
+                retry_after=wait,
+            )
         counted.append((limiter, key))
 
 

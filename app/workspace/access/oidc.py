@@ -21,6 +21,7 @@ Anything that goes wrong on the way is an HTML error page with a 4xx or 502 stat
 provider-side stack trace. Session-token traffic (agents, the command-line client)
 never passes here.
 """
+
 import hmac
 import logging
 import re
@@ -53,12 +54,16 @@ CALLBACK_PATH = "/api/v2/users/oidc/callback"
 COOKIE_PATH = "/api/v2/users/oidc"
 FLOW_SECONDS = 10 * 60
 STATE_COOKIE, NONCE_COOKIE, VERIFIER_COOKIE, REDIRECT_COOKIE = (
-    "oidc_state", "oidc_nonce", "oidc_verifier", "oidc_redirect")
+    "oidc_state",
+    "oidc_nonce",
+    "oidc_verifier",
+    "oidc_redirect",
+)
 FLOW_COOKIES = (STATE_COOKIE, NONCE_COOKIE, VERIFIER_COOKIE, REDIRECT_COOKIE)
 
-HTTP_TIMEOUT = (5, 10)          # connect, read (seconds) for every request to the provider
-DOCUMENT_SECONDS = 3600         # discovery document and JWKS are cached this long per process
-CLOCK_LEEWAY = 60               # seconds of clock skew tolerated on exp/iat
+HTTP_TIMEOUT = (5, 10)  # connect, read (seconds) for every request to the provider
+DOCUMENT_SECONDS = 3600  # discovery document and JWKS are cached this long per process
+CLOCK_LEEWAY = 60  # seconds of clock skew tolerated on exp/iat
 # Only asymmetric signatures: "none" is never acceptable, and HMAC would make the
 # client secret the verification key.
 ASYMMETRIC = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
@@ -80,15 +85,18 @@ def _settings():
 
 # --- the provider's documents -------------------------------------------------------
 
+
 def _get_json(url, what):
     """GET `url` and return its JSON object; SignInFailed(502) on any failure."""
     try:
-        response = requests.get(url, timeout=HTTP_TIMEOUT, headers={"Accept": "application/json"},
-                                allow_redirects=False)
+        response = requests.get(
+            url, timeout=HTTP_TIMEOUT, headers={"Accept": "application/json"}, allow_redirects=False
+        )
     except requests.RequestException as exc:
         log.warning("oidc: %s unreachable: %s", what, type(exc).__name__)
-        raise SignInFailed(502, "The identity provider could not be reached. Try again later, "
-                                "or sign in with your password.") from None
+        raise SignInFailed(
+            502, "The identity provider could not be reached. Try again later, or sign in with your password."
+        ) from None
     if response.status_code != 200:
         log.warning("oidc: %s answered %s", what, response.status_code)
         raise SignInFailed(502, "The identity provider answered with an error. Try again later.")
@@ -140,6 +148,7 @@ def _key_set(metadata, refresh=False):
 
 # --- cookies of one sign-in attempt ----------------------------------------------------
 
+
 def _flow_cookie(name):
     """(name, path) of a flow cookie: with https, host-only by its name
     (sessions.HOST_PREFIX, which requires Path=/), so that a sibling host cannot plant
@@ -155,8 +164,9 @@ def _flow_value(name):
 
 def _set_flow_cookie(response, name, value):
     name, path = _flow_cookie(name)
-    response.set_cookie(name, value, max_age=FLOW_SECONDS, path=path, httponly=True, samesite="Lax",
-                        secure=_settings().secure_cookies)
+    response.set_cookie(
+        name, value, max_age=FLOW_SECONDS, path=path, httponly=True, samesite="Lax", secure=_settings().secure_cookies
+    )
 
 
 def _clear_flow_cookies(response):
@@ -173,13 +183,19 @@ def _no_store(response):
 
 def _client():
     settings = _settings()
-    return OAuth2Session(client_id=settings.oidc_client_id, client_secret=settings.oidc_client_secret,
-                         token_endpoint_auth_method="client_secret_basic", code_challenge_method="S256",
-                         redirect_uri=settings.access_url + CALLBACK_PATH, scope=" ".join(settings.oidc_scopes),
-                         default_timeout=HTTP_TIMEOUT)
+    return OAuth2Session(
+        client_id=settings.oidc_client_id,
+        client_secret=settings.oidc_client_secret,
+        token_endpoint_auth_method="client_secret_basic",
+        code_challenge_method="S256",
+        redirect_uri=settings.access_url + CALLBACK_PATH,
+        scope=" ".join(settings.oidc_scopes),
+        default_timeout=HTTP_TIMEOUT,
+    )
 
 
 # --- the route --------------------------------------------------------------------------
+
 
 @bp.get(CALLBACK_PATH)
 def oidc_callback():
@@ -190,8 +206,9 @@ def oidc_callback():
     try:
         response = _finish() if returning else _start()
     except SignInFailed as failure:
-        response = make_response(render_template("workspace/oidc_error.html", message=failure.message,
-                                                 hint=failure.hint), failure.status)
+        response = make_response(
+            render_template("workspace/oidc_error.html", message=failure.message, hint=failure.hint), failure.status
+        )
     if returning:
         _clear_flow_cookies(response)  # one attempt, one use, whatever its outcome
     return _no_store(response)
@@ -202,8 +219,9 @@ def _start():
     state, nonce = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
     verifier = secrets.token_urlsafe(64)  # 86 characters of [A-Za-z0-9_-], within RFC 7636's 43..128
     with _client() as client:
-        url, _ = client.create_authorization_url(metadata["authorization_endpoint"], state=state,
-                                                 code_verifier=verifier, nonce=nonce)
+        url, _ = client.create_authorization_url(
+            metadata["authorization_endpoint"], state=state, code_verifier=verifier, nonce=nonce
+        )
     response = redirect(url, 303)
     _set_flow_cookie(response, STATE_COOKIE, state)
     _set_flow_cookie(response, NONCE_COOKIE, nonce)
@@ -215,17 +233,20 @@ def _start():
 def _finish():
     expected_state = _flow_value(STATE_COOKIE)
     given_state = request.args.get("state", "")
-    if not expected_state or not given_state or not hmac.compare_digest(
-            expected_state.encode(), given_state.encode()):
-        raise SignInFailed(401, "This sign-in attempt could not be matched to this browser, or it expired.",
-                           hint="Start again from the sign-in page.")
+    if not expected_state or not given_state or not hmac.compare_digest(expected_state.encode(), given_state.encode()):
+        raise SignInFailed(
+            401,
+            "This sign-in attempt could not be matched to this browser, or it expired.",
+            hint="Start again from the sign-in page.",
+        )
     if "error" in request.args:
         raise _provider_refusal(request.args.get("error", ""))
     code, verifier = request.args.get("code", ""), _flow_value(VERIFIER_COOKIE)
     nonce = _flow_value(NONCE_COOKIE)
     if not code or not verifier or not nonce:
-        raise SignInFailed(401, "This sign-in attempt is incomplete or expired.",
-                           hint="Start again from the sign-in page.")
+        raise SignInFailed(
+            401, "This sign-in attempt is incomplete or expired.", hint="Start again from the sign-in page."
+        )
     claims = _identity(code, verifier, nonce)
     user = _sign_in(claims)
     token = sessions.mint(user, "oidc")
@@ -249,26 +270,35 @@ def _provider_refusal(error):
 
 # --- code exchange, id_token, userinfo ---------------------------------------------------
 
+
 def _identity(code, verifier, nonce):
     """The verified claims of the person: id_token claims updated with userinfo."""
     metadata = provider_metadata()
     with _client() as client:
         try:
-            token = client.fetch_token(metadata["token_endpoint"], grant_type="authorization_code", code=code,
-                                       code_verifier=verifier)
+            token = client.fetch_token(
+                metadata["token_endpoint"], grant_type="authorization_code", code=code, code_verifier=verifier
+            )
         except OAuthError as exc:
             error = exc.error if isinstance(exc.error, str) and _ERROR_CODE.match(exc.error) else "unknown_error"
             log.warning("oidc: the token endpoint refused the code: %s", error)
             if error == "invalid_grant":
-                raise SignInFailed(400, "The sign-in code was not accepted (it expired or was already used).",
-                                   hint="Start again from the sign-in page.") from None
-            raise SignInFailed(502, "The identity provider refused this deployment's sign-in request. "
-                                    "The administrator needs to check the OIDC client settings.",
-                               hint=f"({error})") from None
+                raise SignInFailed(
+                    400,
+                    "The sign-in code was not accepted (it expired or was already used).",
+                    hint="Start again from the sign-in page.",
+                ) from None
+            raise SignInFailed(
+                502,
+                "The identity provider refused this deployment's sign-in request. "
+                "The administrator needs to check the OIDC client settings.",
+                hint=f"({error})",
+            ) from None
         except requests.RequestException as exc:
             log.warning("oidc: token endpoint unreachable or failing: %s", type(exc).__name__)
-            raise SignInFailed(502, "The identity provider could not be reached. Try again later, "
-                                    "or sign in with your password.") from None
+            raise SignInFailed(
+                502, "The identity provider could not be reached. Try again later, or sign in with your password."
+            ) from None
         except (ValueError, TypeError) as exc:
             log.warning("oidc: unreadable token answer: %s", type(exc).__name__)
             raise SignInFailed(502, "The identity provider gave an answer that could not be read.") from None
@@ -299,12 +329,16 @@ def _verify_id_token(metadata, id_token, access_token, nonce):
             # LemonLDAP::NG 2.16 does) a new key under the same id. Fetched again, once.
             decoded = jwt.decode(id_token, _key_set(metadata, refresh=True), registry=registry)
         settings = _settings()
-        claims = CodeIDToken(decoded.claims, decoded.header,
-                             options={"iss": {"essential": True, "value": metadata["issuer"]},
-                                      "aud": {"essential": True, "value": settings.oidc_client_id},
-                                      "sub": {"essential": True}},
-                             params={"nonce": nonce, "client_id": settings.oidc_client_id,
-                                     "access_token": access_token})
+        claims = CodeIDToken(
+            decoded.claims,
+            decoded.header,
+            options={
+                "iss": {"essential": True, "value": metadata["issuer"]},
+                "aud": {"essential": True, "value": settings.oidc_client_id},
+                "sub": {"essential": True},
+            },
+            params={"nonce": nonce, "client_id": settings.oidc_client_id, "access_token": access_token},
+        )
         claims.validate(leeway=CLOCK_LEEWAY)
     except (JoseError, ValueError, TypeError, KeyError) as exc:
         log.warning("oidc: id_token rejected: %s %s", type(exc).__name__, getattr(exc, "error", ""))
@@ -316,8 +350,9 @@ def _verify_id_token(metadata, id_token, access_token, nonce):
 
 def _userinfo(client, metadata):
     try:
-        response = client.get(metadata["userinfo_endpoint"], headers={"Accept": "application/json"},
-                              allow_redirects=False)
+        response = client.get(
+            metadata["userinfo_endpoint"], headers={"Accept": "application/json"}, allow_redirects=False
+        )
     except requests.RequestException as exc:
         log.warning("oidc: userinfo unreachable: %s", type(exc).__name__)
         raise SignInFailed(502, "The identity provider could not be reached. Try again later.") from None
@@ -335,6 +370,7 @@ def _userinfo(client, metadata):
 
 
 # --- the account --------------------------------------------------------------------------
+
 
 def _is_verified(value):
     return value is True or (isinstance(value, str) and value.lower() == "true")
@@ -363,22 +399,34 @@ def _sign_in(claims):
     if existing is not None:
         if not verified:
             log.info("oidc: unverified email matches an existing account; refused")
-            raise SignInFailed(403, "An account with this email address already exists, but the identity "
-                                    "provider has not verified that the address is yours.",
-                               hint="Verify your email address at the identity provider, or sign in "
-                                    "with your password.")
+            raise SignInFailed(
+                403,
+                "An account with this email address already exists, but the identity "
+                "provider has not verified that the address is yours.",
+                hint="Verify your email address at the identity provider, or sign in with your password.",
+            )
         if OidcLink.select().where((OidcLink.user == existing) & (OidcLink.issuer == issuer)).exists():
             # Another identity at this provider already owns the account: an address
             # handed on to someone else must not hand the account on with it.
             log.warning("oidc: account already linked to another subject of this issuer; refused")
-            raise SignInFailed(409, "This account is already linked to a different identity at the provider.",
-                               hint="Ask an administrator for help.")
+            raise SignInFailed(
+                409,
+                "This account is already linked to a different identity at the provider.",
+                hint="Ask an administrator for help.",
+            )
         _active(existing)
         try:
             with database.atomic():
                 OidcLink.create(user=existing, issuer=issuer, subject=subject)
-                audit("user.oidc_link", existing, actor=client_address(), issuer=issuer, subject=subject,
-                      email=email, matched_by="verified_email")
+                audit(
+                    "user.oidc_link",
+                    existing,
+                    actor=client_address(),
+                    issuer=issuer,
+                    subject=subject,
+                    email=email,
+                    matched_by="verified_email",
+                )
         except IntegrityError:  # the same person, signing in twice at once
             return _linked_or_fail(issuer, subject)
         return existing
@@ -423,7 +471,7 @@ def unique_username(base):
         return base
     for n in range(2, 100):
         suffix = f"-{n}"
-        candidate = base[:32 - len(suffix)].rstrip("-") + suffix
+        candidate = base[: 32 - len(suffix)].rstrip("-") + suffix
         if not _taken(candidate):
             return candidate
     return base[:23].rstrip("-") + "-" + secrets.token_hex(4)
@@ -438,8 +486,15 @@ def _create(claims, issuer, subject, email):
             with database.atomic():
                 user = accounts.create(username, email, name=name.strip()[:128], login_type="oidc", actor="oidc")
                 OidcLink.create(user=user, issuer=issuer, subject=subject)
-                audit("user.oidc_link", user, actor=client_address(), issuer=issuer, subject=subject,
-                      email=email, matched_by="new_account")
+                audit(
+                    "user.oidc_link",
+                    user,
+                    actor=client_address(),
+                    issuer=issuer,
+                    subject=subject,
+                    email=email,
+                    matched_by="new_account",
+                )
             log.info("oidc: created account %s", username)
             return user
         except IntegrityError:  # the link: the same person, signing in twice at once

@@ -1,5 +1,6 @@
 """Password hashing (scrypt, in a threadpool: it must not block the gevent loop)
 and the strength rules."""
+
 import base64
 import hashlib
 import hmac
@@ -7,11 +8,13 @@ import os
 
 import gevent.threadpool
 
-N, R, P, LENGTH = 2 ** 14, 8, 1, 32
+N, R, P, LENGTH = 2**14, 8, 1, 32
 MIN_LENGTH, MAX_LENGTH = 8, 256
-COMMON = frozenset("""password passw0rd password1 password123 12345678 123456789 1234567890 qwerty123
+COMMON = frozenset(
+    """password passw0rd password1 password123 12345678 123456789 1234567890 qwerty123
 qwertyuiop iloveyou sunshine princess football baseball welcome1 letmein1 admin123 administrator
-changeme trustno1 abc12345 11111111 00000000 monkey123 dragon123""".split())
+changeme trustno1 abc12345 11111111 00000000 monkey123 dragon123""".split()
+)
 
 
 def _scrypt(password, salt):
@@ -57,8 +60,17 @@ def verify_password(password, stored):
     except ValueError:
         return False
     if (int(n), int(r), int(p)) != (N, R, P):
-        derived = hashing(lambda: hashlib.scrypt(password.encode(), salt=_unb64(salt), n=int(n), r=int(r),
-                                                 p=int(p), dklen=LENGTH, maxmem=64 * 1024 * 1024))
+        derived = hashing(
+            lambda: hashlib.scrypt(
+                password.encode(),
+                salt=_unb64(salt),
+                n=int(n),
+                r=int(r),
+                p=int(p),
+                dklen=LENGTH,
+                maxmem=64 * 1024 * 1024,
+            )
+        )
     else:
         derived = hashing(_scrypt, password, _unb64(salt))
     return stored is not None and hmac.compare_digest(derived, _unb64(expected))

@@ -12,6 +12,7 @@ CORS nor SameSite applies). `same_origin` tells a request that the platform's ow
 pages made from one that another origin made; `current_user` refuses (403) a
 cookie-authenticated request that can change something (any method but GET, HEAD
 and OPTIONS, and every websocket upgrade) when it came from another origin."""
+
 import hashlib
 import hmac
 import re
@@ -65,8 +66,13 @@ def mint(user, login_type):
     """A new session token for `user`; the secret exists only in the answer."""
     settings = current_app.config["WORKSPACE"]
     key_id, digest, token = new_token()
-    ApiKey.create(id=key_id, user=user, secret_hash=digest, login_type=login_type,
-                  expires_at=now() + timedelta(seconds=settings.session_seconds))
+    ApiKey.create(
+        id=key_id,
+        user=user,
+        secret_hash=digest,
+        login_type=login_type,
+        expires_at=now() + timedelta(seconds=settings.session_seconds),
+    )
     return token
 
 
@@ -79,9 +85,12 @@ def token_in(environ):
     """The token a WSGI environ carries (also for a path that runs without Flask's
     request): the header, else the cookie, else (a websocket upgrade only) the query
     parameter."""
-    return (environ.get("HTTP_WORKSPACE_SESSION_TOKEN") or _cookie_token(environ)
-            or (query_value(environ, COOKIE) if is_upgrade(environ) else None)
-            or None)
+    return (
+        environ.get("HTTP_WORKSPACE_SESSION_TOKEN")
+        or _cookie_token(environ)
+        or (query_value(environ, COOKIE) if is_upgrade(environ) else None)
+        or None
+    )
 
 
 def cookie_name(settings) -> str:
@@ -157,8 +166,10 @@ def require_same_origin():
     """403 unless this request came from the platform's own pages (same_origin)."""
     if not same_origin(request.environ):
         origin = request.headers.get("Origin", "")[:200] or request.headers.get("Sec-Fetch-Site", "")[:40]
-        raise Forbidden("This request came from another site and was refused.",
-                        detail=f"cross-origin request from {origin!r}: only the platform's own pages may send it")
+        raise Forbidden(
+            "This request came from another site and was refused.",
+            detail=f"cross-origin request from {origin!r}: only the platform's own pages may send it",
+        )
 
 
 def _unauthorized(detail):
@@ -188,13 +199,25 @@ def authenticate(token):
 
 
 _KEY_FIELDS = (ApiKey.id, ApiKey.secret_hash, ApiKey.revoked_at, ApiKey.expires_at)
-_USER_FIELDS = (User.id, User.username, User.name, User.email, User.status, User.login_type, User.roles,
-                User.created_at)
+_USER_FIELDS = (
+    User.id,
+    User.username,
+    User.name,
+    User.email,
+    User.status,
+    User.login_type,
+    User.roles,
+    User.created_at,
+)
 # It runs on every authenticated request.
-_lookup = BuiltOnce(lambda: (ApiKey.select(*_KEY_FIELDS, *_USER_FIELDS, Membership.organization)
-                             .join(User, on=(ApiKey.user == User.id))
-                             .join(Membership, JOIN.LEFT_OUTER, on=(Membership.user == User.id))
-                             .where(ApiKey.id == "?key?")))
+_lookup = BuiltOnce(
+    lambda: (
+        ApiKey.select(*_KEY_FIELDS, *_USER_FIELDS, Membership.organization)
+        .join(User, on=(ApiKey.user == User.id))
+        .join(Membership, JOIN.LEFT_OUTER, on=(Membership.user == User.id))
+        .where(ApiKey.id == "?key?")
+    )
+)
 
 
 def _key_and_user(key_id):
@@ -203,7 +226,7 @@ def _key_and_user(key_id):
     rows = _lookup.run(database, [key_id]).fetchall()
     if not rows:
         return None
-    key_values, user_values = rows[0][:len(_KEY_FIELDS)], rows[0][len(_KEY_FIELDS):-1]
+    key_values, user_values = rows[0][: len(_KEY_FIELDS)], rows[0][len(_KEY_FIELDS) : -1]
     key = ApiKey(**{f.name: f.python_value(v) for f, v in zip(_KEY_FIELDS, key_values)})
     user = User(**{f.name: f.python_value(v) for f, v in zip(_USER_FIELDS, user_values)})
     user.organization_ids = [str(Organization.id.python_value(row[-1])) for row in rows if row[-1] is not None]
@@ -251,13 +274,21 @@ def revoke_all(user):
 def set_cookie(response, token):
     settings = current_app.config["WORKSPACE"]
     # Host-scoped: no Domain attribute, so the cookie never reaches sibling hosts.
-    response.set_cookie(cookie_name(settings), token, max_age=settings.session_seconds, path="/", httponly=True,
-                        samesite="Lax", secure=settings.secure_cookies)
+    response.set_cookie(
+        cookie_name(settings),
+        token,
+        max_age=settings.session_seconds,
+        path="/",
+        httponly=True,
+        samesite="Lax",
+        secure=settings.secure_cookies,
+    )
     return response
 
 
 def clear_cookie(response):
     settings = current_app.config["WORKSPACE"]
-    response.delete_cookie(cookie_name(settings), path="/", httponly=True, samesite="Lax",
-                           secure=settings.secure_cookies)
+    response.delete_cookie(
+        cookie_name(settings), path="/", httponly=True, samesite="Lax", secure=settings.secure_cookies
+    )
     return response

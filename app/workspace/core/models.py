@@ -1,6 +1,7 @@
 """The platform's data (peewee): organizations, users, memberships, session
 tokens, OIDC links, an audit log, and workspaces with their agents and apps.
 The schema is made and migrated at start-up (app/workspace/core/migrations.py)."""
+
 import uuid
 from datetime import UTC, datetime
 
@@ -30,14 +31,14 @@ class Organization(BaseModel):
 class User(BaseModel):
     id = UUIDField(primary_key=True, default=uuid.uuid4)
     username = CharField()
-    username_key = CharField(unique=True)   # lower case: names differing only in case are one name
+    username_key = CharField(unique=True)  # lower case: names differing only in case are one name
     email = CharField()
-    email_key = CharField(unique=True)      # lower case
+    email_key = CharField(unique=True)  # lower case
     name = CharField(default="")
     password_hash = TextField(null=True)
     login_type = CharField(default="password")  # password | oidc | none
     status = CharField(default="active")
-    roles = JSONField(default=list)         # site roles: owner, user-admin
+    roles = JSONField(default=list)  # site roles: owner, user-admin
     created_at = DateTimeField(default=now)
     updated_at = DateTimeField(default=now)
 
@@ -53,6 +54,7 @@ class Membership(BaseModel):
 
 class ApiKey(BaseModel):
     """A session token `<id>-<secret>`: only a SHA-256 of the secret is stored."""
+
     id = CharField(primary_key=True, max_length=10)
     user = ForeignKeyField(User, backref="api_keys", on_delete="CASCADE")
     secret_hash = CharField()
@@ -84,6 +86,7 @@ class AuditLog(BaseModel):
 class Singleton(BaseModel):
     """Claims that may be made once, ever (the first user): a unique key makes a
     second claim fail, whatever the number of workers."""
+
     key = CharField(primary_key=True)
     created_at = DateTimeField(default=now)
 
@@ -101,6 +104,7 @@ class Workspace(BaseModel):
 class WorkspaceAgent(BaseModel):
     """An agent of a workspace. Its token is `<token_id>-<secret>`: only a SHA-256 of
     the secret is stored. Status comes from the connection timestamps (agents.status_of)."""
+
     id = UUIDField(primary_key=True, default=uuid.uuid4)
     workspace = ForeignKeyField(Workspace, backref="agents", on_delete="CASCADE")
     name = CharField()
@@ -108,7 +112,7 @@ class WorkspaceAgent(BaseModel):
     token_hash = CharField()
     created_at = DateTimeField(default=now)
     first_connected_at = DateTimeField(null=True)
-    last_connected_at = DateTimeField(null=True)     # at the upgrade, then at every answered ping
+    last_connected_at = DateTimeField(null=True)  # at the upgrade, then at every answered ping
     disconnected_at = DateTimeField(null=True)
 
     class Meta:
@@ -118,6 +122,7 @@ class WorkspaceAgent(BaseModel):
 class WorkspaceApp(BaseModel):
     """An app the agent reaches inside the workspace (declared at creation, or
     reported by the agent's --app)."""
+
     agent = ForeignKeyField(WorkspaceAgent, backref="apps", on_delete="CASCADE")
     slug = CharField()
     display_name = CharField()
@@ -128,8 +133,18 @@ class WorkspaceApp(BaseModel):
         indexes = ((("agent", "slug"), True),)
 
 
-MODELS = [Organization, User, Membership, ApiKey, OidcLink, AuditLog, Singleton, Workspace, WorkspaceAgent,
-          WorkspaceApp]
+MODELS = [
+    Organization,
+    User,
+    Membership,
+    ApiKey,
+    OidcLink,
+    AuditLog,
+    Singleton,
+    Workspace,
+    WorkspaceAgent,
+    WorkspaceApp,
+]
 DEFAULT_ORGANIZATION = "default"
 
 

@@ -1,4 +1,5 @@
 """Request schemas of the platform's API (marshmallow); unknown fields are errors."""
+
 import re
 from urllib.parse import urlsplit
 
@@ -7,10 +8,12 @@ from marshmallow import Schema, ValidationError, fields, validate, validates_sch
 USERNAME = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,30}[a-zA-Z0-9])?$")
 EMAIL = re.compile(r"^[^@\s]{1,64}@[^@\s]{1,253}\.[^@\s]{2,}$")
 
-_username = fields.String(required=True, validate=validate.Regexp(
-    USERNAME, error="must be 1 to 32 letters, digits or inner hyphens"))
-_email = fields.String(required=True, validate=[validate.Length(max=254), validate.Regexp(
-    EMAIL, error="must be an email address")])
+_username = fields.String(
+    required=True, validate=validate.Regexp(USERNAME, error="must be 1 to 32 letters, digits or inner hyphens")
+)
+_email = fields.String(
+    required=True, validate=[validate.Length(max=254), validate.Regexp(EMAIL, error="must be an email address")]
+)
 _name = fields.String(load_default="", validate=validate.Length(max=128))
 
 

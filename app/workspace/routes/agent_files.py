@@ -22,6 +22,7 @@ The zipapp is built from the checkout once per process, byte for byte the same o
 every worker and host (fixed timestamps and order), so its digest is the same
 everywhere. A token never goes in a URL, and the scripts never print it.
 """
+
 import functools
 import hashlib
 import io
@@ -74,8 +75,12 @@ def agent_file():
 def agent_info():
     """What /api/v2/buildinfo says of the agent."""
     settings = current_app.config["WORKSPACE"]
-    return {"version": VERSION, "protocol_version": PROTOCOL_VERSION, "sha256": agent_file().sha256,
-            "url": f"{settings.access_url}/bin/{FILE_NAME}"}
+    return {
+        "version": VERSION,
+        "protocol_version": PROTOCOL_VERSION,
+        "sha256": agent_file().sha256,
+        "url": f"{settings.access_url}/bin/{FILE_NAME}",
+    }
 
 
 @bp.get(f"/bin/{FILE_NAME}")
@@ -86,25 +91,36 @@ def download_agent():
     headers = {"ETag": etag, "Cache-Control": "no-cache", "X-Content-SHA256": built.sha256}
     if etag in request.headers.get("If-None-Match", ""):
         return Response(status=304, headers=headers)
-    return Response(built.data, mimetype="application/octet-stream",
-                    headers={**headers, "Content-Disposition": f"attachment; filename={FILE_NAME}"})
+    return Response(
+        built.data,
+        mimetype="application/octet-stream",
+        headers={**headers, "Content-Disposition": f"attachment; filename={FILE_NAME}"},
+    )
 
 
 @bp.get(f"/bin/{FILE_NAME}.sha256")
 def agent_digest():
     """The agent program's SHA-256, in `sha256sum`'s format."""
-    return Response(f"{agent_file().sha256}  {FILE_NAME}\n", mimetype="text/plain",
-                    headers={"Cache-Control": "no-cache"})
+    return Response(
+        f"{agent_file().sha256}  {FILE_NAME}\n", mimetype="text/plain", headers={"Cache-Control": "no-cache"}
+    )
 
 
 def init_script(token=None):
     """The init script; with `token`, one that carries it (else it reads the environment's)."""
     settings = current_app.config["WORKSPACE"]
     carried = f"WORKSPACE_AGENT_TOKEN='{token}'\n" if token else ""
-    text = (SCRIPT.replace("@ACCESS_URL@", _quoted(settings.access_url)).replace("@TOKEN@\n", carried)
-            .replace("@FILE_NAME@", FILE_NAME).replace("@OUTDATED@", str(OUTDATED_EXIT)))
-    return Response(text, mimetype="text/x-shellscript",
-                    headers={"Cache-Control": "no-store", "Content-Disposition": "inline; filename=init-script.sh"})
+    text = (
+        SCRIPT.replace("@ACCESS_URL@", _quoted(settings.access_url))
+        .replace("@TOKEN@\n", carried)
+        .replace("@FILE_NAME@", FILE_NAME)
+        .replace("@OUTDATED@", str(OUTDATED_EXIT))
+    )
+    return Response(
+        text,
+        mimetype="text/x-shellscript",
+        headers={"Cache-Control": "no-store", "Content-Disposition": "inline; filename=init-script.sh"},
+    )
 
 
 def _quoted(value):

@@ -1,4 +1,5 @@
 """The platform's JSON API under /api/v2 (sign-in arrangement)."""
+
 from flask import Blueprint, current_app, g, jsonify
 
 from app.common.body import json_object, validated
@@ -28,17 +29,26 @@ def healthz():
 def buildinfo():
     """The platform's version, public addresses and agent program."""
     settings = _settings()
-    return {"version": VERSION, "dashboard_url": settings.access_url + "/", "external_url": settings.access_url,
-            "agent": agent_files.agent_info()}
+    return {
+        "version": VERSION,
+        "dashboard_url": settings.access_url + "/",
+        "external_url": settings.access_url,
+        "agent": agent_files.agent_info(),
+    }
 
 
 @bp.get("/api/v2/users/authmethods")
 def authmethods():
     """Which sign-in methods are on, with the OIDC button's label and icon."""
     settings = _settings()
-    return {"password": {"enabled": settings.password_enabled},
-            "oidc": {"enabled": settings.oidc_enabled, "signInText": settings.oidc_sign_in_text,
-                     "iconUrl": settings.oidc_icon_url}}
+    return {
+        "password": {"enabled": settings.password_enabled},
+        "oidc": {
+            "enabled": settings.oidc_enabled,
+            "signInText": settings.oidc_sign_in_text,
+            "iconUrl": settings.oidc_icon_url,
+        },
+    }
 
 
 @bp.get("/api/v2/users/first")
@@ -56,8 +66,9 @@ def create_first_user():
     data = validated(FirstUserSchema(), json_object(BODY_LIMIT))
     user = accounts.create_first(data["username"], data["email"], data["name"], data["password"])
     token = sessions.mint(user, "password")
-    response = jsonify({"user_id": str(user.id), "organization_id": str(accounts.default_organization().id),
-                        "session_token": token})
+    response = jsonify(
+        {"user_id": str(user.id), "organization_id": str(accounts.default_organization().id), "session_token": token}
+    )
     response.status_code = 201
     return sessions.set_cookie(response, token)
 
@@ -69,8 +80,9 @@ def create_user():
     if not accounts.is_admin(actor):
         raise Forbidden("Only an administrator can create accounts.")
     data = validated(CreateUserSchema(), json_object(BODY_LIMIT))
-    user = accounts.create(data["username"], data["email"], data["name"], data.get("password"),
-                           data["login_type"], actor=actor.username)
+    user = accounts.create(
+        data["username"], data["email"], data["name"], data.get("password"), data["login_type"], actor=actor.username
+    )
     return accounts.public(user), 201
 
 

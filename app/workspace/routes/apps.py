@@ -40,6 +40,7 @@ next request); otherwise checked in the database as the route does. Whatever the
 front does not answer itself (a refusal, an upgrade, a body, an app that fails) goes
 to the route, which answers it as it answers everything else.
 """
+
 import logging
 import re
 import time
@@ -63,8 +64,24 @@ from app.workspace.tunnel import agents, app_proxy
 bp = Blueprint("apps", __name__)
 
 log = logging.getLogger("bundle.workspace.apps")
-METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "PROPFIND", "PROPPATCH", "MKCOL", "COPY",
-           "MOVE", "LOCK", "UNLOCK", "REPORT", "SEARCH"]
+METHODS = [
+    "GET",
+    "HEAD",
+    "POST",
+    "PUT",
+    "PATCH",
+    "DELETE",
+    "OPTIONS",
+    "PROPFIND",
+    "PROPPATCH",
+    "MKCOL",
+    "COPY",
+    "MOVE",
+    "LOCK",
+    "UNLOCK",
+    "REPORT",
+    "SEARCH",
+]
 # Where the front leaves the app's failure for the route to answer.
 FRONT_FAILURE = "bundle.workspace.app_failure"
 FRONT_PATH = re.compile(r"/@([^/]+)/([^/]+)/apps/([^/]+)/")
@@ -78,6 +95,7 @@ SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 
 
 # --------------------------------------------------------------------------- who and what
+
 
 def _settings():
     return current_app.config["WORKSPACE"]
@@ -111,9 +129,14 @@ def find_agent(username, target, viewer=None):
     else 404, the same whatever is missing."""
     viewer = viewer or sessions.current_user()
     workspace_name, _, agent_name = target.partition(".")
-    found = [agent for agent in WorkspaceAgent.select(WorkspaceAgent, Workspace, User).join(Workspace).join(User)
-             .where((User.username_key == username.lower()) & (Workspace.name == workspace_name))
-             if may_manage(viewer, agent.workspace.owner_id)]
+    found = [
+        agent
+        for agent in WorkspaceAgent.select(WorkspaceAgent, Workspace, User)
+        .join(Workspace)
+        .join(User)
+        .where((User.username_key == username.lower()) & (Workspace.name == workspace_name))
+        if may_manage(viewer, agent.workspace.owner_id)
+    ]
     return _the_one(found, agent_name, lambda agent: agent.name, AGENT_NOT_FOUND)
 
 
@@ -131,6 +154,7 @@ def _the_one(found, agent_name, name_of, missing):
 
 class AppTarget:
     """What a proxied request needs of its app, from one prebuilt query."""
+
     __slots__ = ("agent_id", "agent_name", "workspace_name", "owner_id", "owner_name", "slug", "url", "sharing_level")
 
     def __init__(self, *values):
@@ -142,16 +166,31 @@ class AppTarget:
         return f"/@{self.owner_name}/{self.workspace_name}.{self.agent_name}/apps/{self.slug}"
 
 
-_TARGET_FIELDS = (WorkspaceAgent.id, WorkspaceAgent.name, Workspace.name, Workspace.owner, User.username,
-                  WorkspaceApp.slug, WorkspaceApp.url, WorkspaceApp.sharing_level)
+_TARGET_FIELDS = (
+    WorkspaceAgent.id,
+    WorkspaceAgent.name,
+    Workspace.name,
+    Workspace.owner,
+    User.username,
+    WorkspaceApp.slug,
+    WorkspaceApp.url,
+    WorkspaceApp.sharing_level,
+)
 
 
 def _target_query():
-    query = (WorkspaceAgent.select(*_TARGET_FIELDS)
-             .join(Workspace).join(User)
-             .join_from(WorkspaceAgent, WorkspaceApp, JOIN.LEFT_OUTER,
-                        on=(WorkspaceApp.agent == WorkspaceAgent.id) & (WorkspaceApp.slug == "?slug?"))
-             .where((User.username_key == "?user?") & (Workspace.name == "?workspace?")))
+    query = (
+        WorkspaceAgent.select(*_TARGET_FIELDS)
+        .join(Workspace)
+        .join(User)
+        .join_from(
+            WorkspaceAgent,
+            WorkspaceApp,
+            JOIN.LEFT_OUTER,
+            on=(WorkspaceApp.agent == WorkspaceAgent.id) & (WorkspaceApp.slug == "?slug?"),
+        )
+        .where((User.username_key == "?user?") & (Workspace.name == "?workspace?"))
+    )
     assert query.sql()[1] == ["?slug?", "?user?", "?workspace?"]  # the order run() passes them in
     return query
 
@@ -163,8 +202,12 @@ _targets = BuiltOnce(_target_query)
 def _target_rows(username, workspace_name, slug):
     """One row per agent of the workspace, with the app `slug` where that agent has it."""
     rows = _targets.run(database, [slug, username.lower(), workspace_name]).fetchall()
-    return [AppTarget(*(field.python_value(value) if value is not None else None
-                        for field, value in zip(_TARGET_FIELDS, row))) for row in rows]
+    return [
+        AppTarget(
+            *(field.python_value(value) if value is not None else None for field, value in zip(_TARGET_FIELDS, row))
+        )
+        for row in rows
+    ]
 
 
 def may_open(viewer, app, on_host):
@@ -201,8 +244,9 @@ def _path_app(viewer, user, target, slug):
     except NotFound:
         if _settings().app_hosts_enabled and request.method == "GET" and wants_html():
             on_host = find_app(viewer, user, target, slug, on_host=True)  # a 404 if not there either
-            url = app_hosts.app_url(_settings(), on_host.slug, on_host.agent_name, on_host.workspace_name,
-                                    on_host.owner_name)
+            url = app_hosts.app_url(
+                _settings(), on_host.slug, on_host.agent_name, on_host.workspace_name, on_host.owner_name
+            )
             if url:
                 raise _Redirect(url + _rest_of_path()) from None
         raise
@@ -223,6 +267,7 @@ class _Redirect(Exception):
 
 # --------------------------------------------------------------------------- app hosts
 
+
 def host_viewer(environ, app_host):
     """(user, seconds this may be kept) on an app host: the `Workspace-Session-Token`
     header (machine clients), else the host's app token cookie; never the platform's
@@ -234,12 +279,15 @@ def host_viewer(environ, app_host):
     cookies = app_hosts.tokens_in(environ, _settings())
     if not cookies:
         raise Unauthenticated("You must be signed in to do this.", detail="no app token was given")
-    if (environ["REQUEST_METHOD"] not in SAFE_METHODS or "HTTP_UPGRADE" in environ) \
-            and not _from_app_host(environ, app_host):
+    if (environ["REQUEST_METHOD"] not in SAFE_METHODS or "HTTP_UPGRADE" in environ) and not _from_app_host(
+        environ, app_host
+    ):
         # Every app host is the same *site*: SameSite=Lax lets another user's app post
         # forms and open websockets to this one with the visitor's cookie.
-        raise Forbidden("This request came from another site and was refused.",
-                        detail="only the app's own pages may send it with the app's cookie")
+        raise Forbidden(
+            "This request came from another site and was refused.",
+            detail="only the app's own pages may send it with the app's cookie",
+        )
     key_id, left = app_hosts.read_any_token(cookies, app_host.hostname)
     user, _ = app_hosts.session_of(key_id)
     return user, left
@@ -270,8 +318,15 @@ def _redeem(app_host, ticket):
     clean = app_hosts.without_ticket(request.environ["RAW_URI"])
     # Absolute, on this host: a path such as //elsewhere stays a path.
     response = redirect(settings.app_host_url(app_host.label) + clean, 303)
-    response.set_cookie(app_hosts.cookie_name(settings), token, max_age=max_age, path="/", httponly=True,
-                        samesite="Lax", secure=settings.secure_cookies)
+    response.set_cookie(
+        app_hosts.cookie_name(settings),
+        token,
+        max_age=max_age,
+        path="/",
+        httponly=True,
+        samesite="Lax",
+        secure=settings.secure_cookies,
+    )
     return response
 
 
@@ -295,6 +350,7 @@ def app_auth_redirect():
 
 # --------------------------------------------------------------------------- routes
 
+
 @websocket.route(bp, "/@<user>/<target>/apps/<slug>", methods=METHODS, provide_automatic_options=False)
 def app_without_slash(user, target, slug):
     """Redirect (307) an app's address without its trailing slash to the one with it, once the caller is signed in."""
@@ -306,8 +362,9 @@ def app_without_slash(user, target, slug):
     return redirect(request.path + "/" + (f"?{query}" if query else ""), 307)
 
 
-@websocket.route(bp, "/@<user>/<target>/apps/<slug>/", defaults={"path": ""}, methods=METHODS,
-                 provide_automatic_options=False)
+@websocket.route(
+    bp, "/@<user>/<target>/apps/<slug>/", defaults={"path": ""}, methods=METHODS, provide_automatic_options=False
+)
 @websocket.route(bp, "/@<user>/<target>/apps/<slug>/<path:path>", methods=METHODS, provide_automatic_options=False)
 def app_route(user, target, slug, path):
     """A workspace app: any method (and websocket upgrades) passed through the agent's connection to the app's local
@@ -350,8 +407,9 @@ def _splice_upgrade(app):
     sock = request.environ.get("gunicorn.socket")
     if sock is None:
         raise Invalid("Upgrades need the platform's server (gunicorn).")
-    stream = agents.open_stream(app.agent_id, {"kind": "app", "url": app.url},
-                                app_proxy.request_head(request.environ, app.url, app.prefix))
+    stream = agents.open_stream(
+        app.agent_id, {"kind": "app", "url": app.url}, app_proxy.request_head(request.environ, app.url, app.prefix)
+    )
     try:
         head = app_proxy.upgrade_answer_head(stream)
     except (StreamClosed, ValueError, TimeoutError) as exc:
@@ -371,6 +429,7 @@ def _splice_upgrade(app):
 
 # --------------------------------------------------------------------------- the front
 
+
 def install_front(flask_app):
     """Route app host requests to their app; serve plain GETs and HEADs of apps before
     Flask (see the module's text)."""
@@ -384,8 +443,11 @@ def install_front(flask_app):
         if environ["REQUEST_METHOD"] in FRONT_METHODS and "HTTP_UPGRADE" not in environ:
             path = environ.get("PATH_INFO", "").encode("latin-1").decode("utf-8", "replace")
             match = FRONT_PATH.match(path)
-            if match and not app_proxy.has_body(environ) and not (
-                    on_app_host and sessions.query_value(environ, app_hosts.TICKET_PARAM)):
+            if (
+                match
+                and not app_proxy.has_body(environ)
+                and not (on_app_host and sessions.query_value(environ, app_hosts.TICKET_PARAM))
+            ):
                 try:
                     with flask_app.app_context():  # sessions read the settings from it
                         answer = _front_answer(environ, path, *match.groups())
@@ -434,8 +496,9 @@ def _kept_grant(environ, username, target, slug):
         credentials = (environ.get("HTTP_WORKSPACE_SESSION_TOKEN"), *app_hosts.tokens_in(environ, _settings()))
         return grants.kept(("app-host", credentials, app_host.hostname), lambda: _checked_host_app(environ, app_host))
     token = sessions.token_in(environ)
-    return grants.kept(("app", token, username.lower(), target, slug),
-                       lambda: _checked_path_app(token, username, target, slug))
+    return grants.kept(
+        ("app", token, username.lower(), target, slug), lambda: _checked_path_app(token, username, target, slug)
+    )
 
 
 def _checked_path_app(token, username, target, slug):

@@ -3,6 +3,7 @@
 Every form post here signs a browser in or out, so each must come from the
 platform's own pages (sessions.same_origin): another site's form would sign the
 visitor in as the attacker (login CSRF) or out. A refused post is a 403 page."""
+
 import functools
 from pathlib import Path
 
@@ -17,12 +18,19 @@ from app.workspace.core.payloads import FirstUserSchema
 
 PACKAGE = Path(__file__).parent.parent
 # The templates and static files of every page of the platform (app/workspace/templates, /static).
-bp = Blueprint("pages", __name__, template_folder=str(PACKAGE / "templates"), static_folder=str(PACKAGE / "static"),
-               static_url_path="/static")
+bp = Blueprint(
+    "pages",
+    __name__,
+    template_folder=str(PACKAGE / "templates"),
+    static_folder=str(PACKAGE / "static"),
+    static_url_path="/static",
+)
+
 
 def same_origin_form(view):
     """Refuse (403, a page that says why, nothing changed) a form post that another
     origin's page sent."""
+
     @functools.wraps(view)
     def checked(*args, **kwargs):
         try:
@@ -30,13 +38,18 @@ def same_origin_form(view):
         except Failure as exc:
             return render_template("workspace/refused.html", message=exc.message), exc.status
         return view(*args, **kwargs)
+
     return checked
 
 
 def _login_page(error=None, status=200, retry_after=None):
     settings = current_app.config["WORKSPACE"]
-    page = render_template("workspace/login.html", settings=settings, error=error,
-                           redirect_to=safe_redirect(request.values.get("redirect")))
+    page = render_template(
+        "workspace/login.html",
+        settings=settings,
+        error=error,
+        redirect_to=safe_redirect(request.values.get("redirect")),
+    )
     return page, status, ({"Retry-After": str(retry_after)} if retry_after else {})
 
 
@@ -99,6 +112,7 @@ def dashboard():
             return redirect("/setup", 303)
         return redirect("/login?redirect=/", 303)
     from app.workspace.routes.workspaces import owned_workspaces
+
     return render_template("workspace/dashboard.html", user=accounts.public(user), workspaces=owned_workspaces(user))
 
 

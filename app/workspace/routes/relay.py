@@ -35,6 +35,7 @@ upgrade. A message is at most 1 MiB (larger closes the websocket with 1009). A p
 waits at most WORKSPACE_RELAY_IDLE_SECONDS for its partner, and a pair with no
 message for that long is closed. When one side leaves, the other is closed.
 """
+
 import json
 import struct
 import time
@@ -121,8 +122,9 @@ def relay():
             mesh.unclaim(("relay", agent_id, session))
         raise
     database.close()
-    return websocket.accept(lambda transport: _serve(key, role, transport, idle, invite),
-                            max_message_size=MESSAGE_LIMIT)
+    return websocket.accept(
+        lambda transport: _serve(key, role, transport, idle, invite), max_message_size=MESSAGE_LIMIT
+    )
 
 
 def _admit(key, role):
@@ -138,13 +140,15 @@ def _admit(key, role):
 
 # --------------------------------------------------------------------------- a peer on another worker
 
+
 def _relay_elsewhere(pairing, key, role, idle):
     """Carry this peer to the worker pairing the session: its answer before the
     upgrade is that worker's; then the websocket's messages go both ways."""
     agent_id, session = key
     try:
-        peer = LinkPeer(mesh.open(pairing, {"kind": "relay", "agent": agent_id, "session": session,
-                                            "role": role, "idle": idle}))
+        peer = LinkPeer(
+            mesh.open(pairing, {"kind": "relay", "agent": agent_id, "session": session, "role": role, "idle": idle})
+        )
         verdict = json.loads(peer.receive(CALL_SECONDS))
     except (Unreachable, ConnectionClosed, TypeError, ValueError) as exc:
         mesh.unclaim(("relay", agent_id, session), pairing)  # a worker gone: the next try pairs here
@@ -229,7 +233,7 @@ class LinkPeer:
                 raise ConnectionClosed(1006, "the relay's link ended")
             self._buffer += data
         kind, length = KIND.unpack_from(self._buffer)
-        data, self._buffer = self._buffer[KIND.size:KIND.size + length], self._buffer[KIND.size + length:]
+        data, self._buffer = self._buffer[KIND.size : KIND.size + length], self._buffer[KIND.size + length :]
         if kind == CLOSE:
             code = wire.CLOSE_CODE.unpack_from(data)[0] if len(data) >= 2 else 1000
             raise ConnectionClosed(code, data[2:].decode(errors="replace"))

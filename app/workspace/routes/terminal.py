@@ -14,6 +14,7 @@ the same whether the user, the workspace or the agent exists or not). The websoc
 signed in by the cookie must come from the platform's own pages (403 before the
 upgrade otherwise; sessions.current_user).
 """
+
 import uuid
 from pathlib import Path
 
@@ -37,8 +38,11 @@ bp = Blueprint("terminal", __name__)
 
 VENDOR = str(Path(__file__).parent.parent / "vendor/node_modules/@xterm")
 # name served -> its path below VENDOR
-XTERM_FILES = {"xterm.js": "xterm/lib/xterm.js", "xterm.css": "xterm/css/xterm.css",
-               "addon-fit.js": "addon-fit/lib/addon-fit.js"}
+XTERM_FILES = {
+    "xterm.js": "xterm/lib/xterm.js",
+    "xterm.css": "xterm/css/xterm.css",
+    "addon-fit.js": "addon-fit/lib/addon-fit.js",
+}
 INPUT_MESSAGE_LIMIT = 64 * 1024
 
 

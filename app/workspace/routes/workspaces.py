@@ -10,6 +10,7 @@
 `<user>` is a username or `me`. Administrators (site roles owner, user-admin) see
 and manage every workspace; anyone else only their own, and someone else's is 404.
 """
+
 import uuid
 
 from flask import Blueprint, current_app, jsonify
@@ -28,6 +29,7 @@ BODY_LIMIT = 64 * 1024
 
 
 # --------------------------------------------------------------------------- access
+
 
 def _settings():
     return current_app.config["WORKSPACE"]
@@ -71,14 +73,19 @@ def visible_workspace(user, workspace_id):
 
 
 def visible_agent(user, agent_id):
-    agent = (WorkspaceAgent.select(WorkspaceAgent, Workspace).join(Workspace)
-             .where(WorkspaceAgent.id == _uuid(agent_id, "Agent")).first())
+    agent = (
+        WorkspaceAgent.select(WorkspaceAgent, Workspace)
+        .join(Workspace)
+        .where(WorkspaceAgent.id == _uuid(agent_id, "Agent"))
+        .first()
+    )
     if agent is None or not may_manage(user, agent.workspace.owner_id):
         raise _not_found("Agent")
     return agent
 
 
 # --------------------------------------------------------------------------- shapes
+
 
 def public_workspace(workspace, tokens=None):
     settings = _settings()
@@ -89,12 +96,18 @@ def public_workspace(workspace, tokens=None):
         if tokens:
             item["token"] = tokens[agent.name]
         shown.append(item)
-    return {"id": str(workspace.id), "name": workspace.name, "owner_id": str(owner.id),
-            "owner_name": owner.username, "created_at": workspace.created_at.isoformat(timespec="seconds") + "Z",
-            "agents": shown}
+    return {
+        "id": str(workspace.id),
+        "name": workspace.name,
+        "owner_id": str(owner.id),
+        "owner_name": owner.username,
+        "created_at": workspace.created_at.isoformat(timespec="seconds") + "Z",
+        "agents": shown,
+    }
 
 
 # --------------------------------------------------------------------------- routes
+
 
 @bp.post("/api/v2/users/<user>/workspaces")
 def create_workspace(user):
@@ -124,8 +137,13 @@ def _create_agent(workspace, spec):
     token_id, token_hash, token = sessions.new_token()
     agent = WorkspaceAgent.create(workspace=workspace, name=spec["name"], token_id=token_id, token_hash=token_hash)
     for app in spec["apps"]:
-        WorkspaceApp.create(agent=agent, slug=app["slug"], display_name=app["display_name"] or app["slug"],
-                            url=app["url"].rstrip("/"), sharing_level=app["sharing_level"])
+        WorkspaceApp.create(
+            agent=agent,
+            slug=app["slug"],
+            display_name=app["display_name"] or app["slug"],
+            url=app["url"].rstrip("/"),
+            sharing_level=app["sharing_level"],
+        )
     return token
 
 
@@ -187,7 +205,9 @@ def watch_agent_statuses():
     user = sessions.current_user()
     subscription = broker.subscribe(agents.status_topic(user.id))  # before the snapshot: no change is missed
     settings = _settings()
-    snapshot = [{"agent_id": str(agent.id), "status": agents.status_of(agent, settings)}
-                for agent in WorkspaceAgent.select().join(Workspace).where(Workspace.owner == user.id)]
+    snapshot = [
+        {"agent_id": str(agent.id), "status": agents.status_of(agent, settings)}
+        for agent in WorkspaceAgent.select().join(Workspace).where(Workspace.owner == user.id)
+    ]
     database.close()
     return stream_response(snapshot, subscription)

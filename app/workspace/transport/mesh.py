@@ -29,6 +29,7 @@ to the link's), "invite" and "disconnect", relay.py's "relay" (a relay peer).
 Rendezvous. A relay session's two peers may reach different workers: the first one
 `claim`s the session for its worker, and the other is carried there.
 """
+
 import hashlib
 import hmac
 import logging
@@ -102,9 +103,9 @@ class Mesh:
         self._listen_host = ""
         self._server = None
         self._handlers = {}
-        self._links = {}     # address -> the Mux dialed to it
-        self._dialing = {}   # address -> Semaphore: one dial at a time
-        self._held = {}      # Holding.value -> Holding
+        self._links = {}  # address -> the Mux dialed to it
+        self._dialing = {}  # address -> Semaphore: one dial at a time
+        self._held = {}  # Holding.value -> Holding
         self._refresher = None
 
     def configure(self, shared_client, secret, listen_host):
@@ -119,9 +120,11 @@ class Mesh:
     def serves(self, kind):
         """Decorator: `handler(stream)` serves the link streams of `kind` (stream.meta
         holds the dialer's metadata); the stream closes when it returns."""
+
         def register(handler):
             self._handlers[kind] = handler
             return handler
+
         return register
 
     # ----------------------------------------------------------------- where agents are
@@ -181,8 +184,9 @@ class Mesh:
         try:
             pipe = self.redis.pipeline(transaction=False)
             for holding in held:
-                self._refresh(keys=[_agent_key(holding.agent_id)], args=[holding.value, ENTRY_SECONDS * 1000],
-                              client=pipe)
+                self._refresh(
+                    keys=[_agent_key(holding.agent_id)], args=[holding.value, ENTRY_SECONDS * 1000], client=pipe
+                )
             kept = pipe.execute()
         except redis.RedisError as exc:
             log.warning("the agents' entries could not be refreshed: %s", redis_client.describe(exc))
@@ -267,7 +271,7 @@ class Mesh:
             greeting = _read_exactly(sock, len(MAGIC) + NONCE_BYTES)
             if not greeting.startswith(MAGIC):
                 raise Refused(f"{address} does not speak the mesh protocol")
-            sock.sendall(self._proof(greeting[len(MAGIC):]))
+            sock.sendall(self._proof(greeting[len(MAGIC) :]))
             if _read_exactly(sock, 1) != ACCEPTED:
                 raise Refused(f"{address} refused this worker's WORKSPACE_MESH_SECRET (the hosts' secrets differ)")
             sock.settimeout(None)
@@ -298,8 +302,7 @@ class Mesh:
                 self._start_listening()
             except OSError as exc:
                 log.error("cannot listen for the other workers on %r: %s", self._listen_host or "a unix socket", exc)
-                raise Unavailable("The platform cannot reach its other workers; see its log.", retry_after=5) \
-                    from None
+                raise Unavailable("The platform cannot reach its other workers; see its log.", retry_after=5) from None
         return self.address
 
     def _start_listening(self):
@@ -325,16 +328,20 @@ class Mesh:
         try:
             sock.sendall(MAGIC + nonce)
             if not hmac.compare_digest(_read_exactly(sock, hashlib.sha256().digest_size), self._proof(nonce)):
-                log.warning("refused a mesh connection from %s: not signed with WORKSPACE_MESH_SECRET",
-                            peer or "a peer")
+                log.warning(
+                    "refused a mesh connection from %s: not signed with WORKSPACE_MESH_SECRET", peer or "a peer"
+                )
                 sock.sendall(REFUSED)
                 return
             sock.sendall(ACCEPTED)
         except OSError:
             return
         sock.settimeout(None)
-        mux = Mux(FrameTransport(sock, client=False, masking=False, max_message_size=MESSAGE_LIMIT),
-                  opens=False, on_open=self._serve_stream)
+        mux = Mux(
+            FrameTransport(sock, client=False, masking=False, max_message_size=MESSAGE_LIMIT),
+            opens=False,
+            on_open=self._serve_stream,
+        )
         watcher = gevent.spawn(mux.watch_silence, ENTRY_SECONDS)  # the dialer pings every REFRESH_SECONDS
         try:
             mux.run()

@@ -4,6 +4,7 @@ protocol's state; streams wait on gevent events for data and for window. The rea
 never blocks on a stream, so one slow stream never stalls the others. Also used
 between the platform's own workers (mesh.py).
 """
+
 import logging
 import time
 
@@ -107,8 +108,9 @@ class Mux:
 
     def __init__(self, transport, opens, on_open=None, on_hello=None, on_pong=None, on_relay=None):
         self.transport = transport
-        self.protocol = Connection(opens, accepts=on_open is not None,
-                                   new_stream=lambda stream_id, meta: Stream(self, stream_id, meta))
+        self.protocol = Connection(
+            opens, accepts=on_open is not None, new_stream=lambda stream_id, meta: Stream(self, stream_id, meta)
+        )
         self.on_open, self.on_hello, self.on_pong, self.on_relay = on_open, on_hello, on_pong, on_relay
         self.closed_reason = None
         self.last_received = time.monotonic()
@@ -258,6 +260,7 @@ class Mux:
 def join(one, other):
     """Copy bytes both ways between two streams until both directions ended: an end
     of input is passed on as a half-close, a cut as a close with its reason."""
+
     def copy(source, target):
         try:
             while True:
@@ -281,6 +284,7 @@ def join(one, other):
 def splice(stream, sock, chunk=MAX_DATA):
     """Copy bytes both ways between `stream` and a connected socket until both
     directions ended: each side's end of input is passed on as a half-close."""
+
     def socket_to_stream():
         buffer = bytearray(chunk)  # reused: write() has sent the bytes when it returns
         view = memoryview(buffer)

@@ -21,6 +21,7 @@ app sends down is masked by the agent (a client); here unmasking is an XOR of 64
 words in numpy, frames are read into one reused receive buffer (receive() hands out
 a view of it) and written from one reused send buffer.
 """
+
 import os
 import socket
 
@@ -39,19 +40,23 @@ RECEIVE_BYTES = wire.RECEIVE_BYTES
 def route(bp, rule, **options):
     """Decorator: `rule` for plain requests (with `options`) and for websocket upgrades
     (GET only, as werkzeug requires of websocket rules)."""
+
     def register(view):
         bp.add_url_rule(rule, view_func=view, **options)
         upgrade_options = {**options, "methods": ["GET"], "websocket": True, "provide_automatic_options": False}
         bp.add_url_rule(rule, view_func=view, **upgrade_options)
         return view
+
     return register
 
 
 def is_upgrade(environ=None) -> bool:
     """A websocket upgrade request: this one, or the WSGI `environ` given."""
     environ = request.environ if environ is None else environ
-    return (environ.get("HTTP_UPGRADE", "").lower() == "websocket"
-            and "upgrade" in environ.get("HTTP_CONNECTION", "").lower())
+    return (
+        environ.get("HTTP_UPGRADE", "").lower() == "websocket"
+        and "upgrade" in environ.get("HTTP_CONNECTION", "").lower()
+    )
 
 
 class _AlreadyAnswered(Response):
@@ -70,8 +75,9 @@ def taken_over():
 def accept(handler, max_message_size=None):
     """Upgrade this request to a websocket and run `handler(transport)` until it
     returns; then close the websocket."""
-    return _serve(handler, Transport(Server(request.environ, receive_bytes=RECEIVE_BYTES,
-                                            max_message_size=max_message_size)))
+    return _serve(
+        handler, Transport(Server(request.environ, receive_bytes=RECEIVE_BYTES, max_message_size=max_message_size))
+    )
 
 
 def _serve(handler, transport):
@@ -104,8 +110,9 @@ class Transport:
 
     def send(self, data):
         """One message: bytes as a binary frame, str as a text frame."""
-        message = BytesMessage(data=data) if isinstance(data, (bytes, bytearray, memoryview)) \
-            else TextMessage(data=data)
+        message = (
+            BytesMessage(data=data) if isinstance(data, (bytes, bytearray, memoryview)) else TextMessage(data=data)
+        )
         with self._sending:
             if not self.ws.connected:
                 raise ConnectionClosed(self.ws.close_reason, self.ws.close_message)
@@ -185,8 +192,12 @@ class FrameTransport:
 
     def send_batch(self, messages):
         """Binary messages, each a (prefix, payload), in one write."""
-        self._write(b"".join(wire.encode(wire.OP_BINARY, payload, self._masks, numpy_mask_in_place, prefix)
-                             for prefix, payload in messages))
+        self._write(
+            b"".join(
+                wire.encode(wire.OP_BINARY, payload, self._masks, numpy_mask_in_place, prefix)
+                for prefix, payload in messages
+            )
+        )
 
     def send_parts(self, prefix, payload):
         """One binary message of `prefix` + `payload` (any bytes-like), written whole
@@ -203,11 +214,11 @@ class FrameTransport:
             if len(out) < start + length:
                 out = self._out = bytearray(start + length)
             out[:start] = head
-            out[start:start + len(prefix)] = prefix
-            out[start + len(prefix):start + length] = payload
+            out[start : start + len(prefix)] = prefix
+            out[start + len(prefix) : start + length] = payload
             if key:
                 numpy_mask_in_place(out, start, length, key)
-            self.sock.sendall(memoryview(out)[:start + length])
+            self.sock.sendall(memoryview(out)[: start + length])
 
     def _write(self, data):
         with self._sending:
@@ -278,5 +289,7 @@ def accept_frames(handler, max_message_size=None):
     name, value = wire.UNMASKED_HEADER
     unmasked = request.headers.get(name, "").strip().lower() == value
     sock.sendall(wire.upgrade_answer(key, [wire.UNMASKED_HEADER] if unmasked else []))
-    return _serve(handler, FrameTransport(sock, client=False, max_message_size=max_message_size,
-                                          masking="agreed" if unmasked else True))
+    return _serve(
+        handler,
+        FrameTransport(sock, client=False, max_message_size=max_message_size, masking="agreed" if unmasked else True),
+    )

@@ -16,6 +16,7 @@ Status, as Coder derives it from the timestamps:
                 (within 3 ping intervals) and after disconnected_at
   disconnected  otherwise (closed, two pings missed, or the platform went away)
 """
+
 import logging
 from datetime import timedelta
 
@@ -51,6 +52,7 @@ def _settings():
 
 # --------------------------------------------------------------------------- tokens
 
+
 def rotate_token(agent):
     """A new token for `agent`; the old one stops working and its connection closes."""
     token_id, token_hash, token = new_token()
@@ -71,6 +73,7 @@ def authenticate_agent(token):
 
 
 # --------------------------------------------------------------------------- status
+
 
 def status_of(agent, settings, at=None):
     at = at or now()
@@ -95,17 +98,30 @@ def public(agent, settings, workspace=None, owner_name=None):
     owner_name = owner_name or workspace.owner.username
     base = f"/@{owner_name}/{workspace.name}.{agent.name}"
     apps = WorkspaceApp.select().where(WorkspaceApp.agent == agent.id).order_by(WorkspaceApp.slug)
-    return {"id": str(agent.id), "name": agent.name, "workspace_id": str(workspace.id),
-            "status": status_of(agent, settings), "created_at": _stamp(agent.created_at),
-            "first_connected_at": _stamp(agent.first_connected_at),
-            "last_connected_at": _stamp(agent.last_connected_at), "disconnected_at": _stamp(agent.disconnected_at),
-            "connection_timeout_seconds": settings.agent_timeout_seconds,
-            "terminal_url": base + "/terminal",
-            "apps": [{"slug": app.slug, "display_name": app.display_name, "url": app.url,
-                      "sharing_level": app.sharing_level, "path": f"{base}/apps/{app.slug}/",
-                      # Its own host (WORKSPACE_WILDCARD_ACCESS_URL), where browsers should open it; else null.
-                      "host_url": app_hosts.app_url(settings, app.slug, agent.name, workspace.name, owner_name)}
-                     for app in apps]}
+    return {
+        "id": str(agent.id),
+        "name": agent.name,
+        "workspace_id": str(workspace.id),
+        "status": status_of(agent, settings),
+        "created_at": _stamp(agent.created_at),
+        "first_connected_at": _stamp(agent.first_connected_at),
+        "last_connected_at": _stamp(agent.last_connected_at),
+        "disconnected_at": _stamp(agent.disconnected_at),
+        "connection_timeout_seconds": settings.agent_timeout_seconds,
+        "terminal_url": base + "/terminal",
+        "apps": [
+            {
+                "slug": app.slug,
+                "display_name": app.display_name,
+                "url": app.url,
+                "sharing_level": app.sharing_level,
+                "path": f"{base}/apps/{app.slug}/",
+                # Its own host (WORKSPACE_WILDCARD_ACCESS_URL), where browsers should open it; else null.
+                "host_url": app_hosts.app_url(settings, app.slug, agent.name, workspace.name, owner_name),
+            }
+            for app in apps
+        ],
+    }
 
 
 def status_topic(owner_id):
@@ -121,6 +137,7 @@ def _publish(agent_id, owner_id):
 
 
 # --------------------------------------------------------------------------- connections
+
 
 class AgentUnavailable(UpstreamFailed):
     def __init__(self, detail):
@@ -208,6 +225,7 @@ def relay_invitation(agent_id, session):
             return mesh.call(address, {"kind": "invite", "agent": key, "info": info}) == b"1"
         except Unreachable:
             return False
+
     return invite
 
 
@@ -219,8 +237,9 @@ def _invite_here(key, info):
 @mesh.serves("invite")
 def _invite_for_another_worker(link):
     info = link.meta.get("info")
-    mesh.answer(link, b"1" if _invite_here(str(link.meta.get("agent")), info if isinstance(info, dict) else {})
-                else b"0")
+    mesh.answer(
+        link, b"1" if _invite_here(str(link.meta.get("agent")), info if isinstance(info, dict) else {}) else b"0"
+    )
 
 
 def disconnect(agent_id, reason):
@@ -277,15 +296,17 @@ def _record_apps(agent_id, info):
         return
     moved = False
     with database.connection_context():
-        known = dict(WorkspaceApp.select(WorkspaceApp.slug, WorkspaceApp.url)
-                     .where(WorkspaceApp.agent == agent_id).tuples())
+        known = dict(
+            WorkspaceApp.select(WorkspaceApp.slug, WorkspaceApp.url).where(WorkspaceApp.agent == agent_id).tuples()
+        )
         for app in apps[:32]:
             slug, url = payloads.valid_app_report(app)  # the one place names and URLs are checked
             if slug is None or known.get(slug) == url:
                 continue
             if slug in known:
                 WorkspaceApp.update(url=url).where(
-                    (WorkspaceApp.agent == agent_id) & (WorkspaceApp.slug == slug)).execute()
+                    (WorkspaceApp.agent == agent_id) & (WorkspaceApp.slug == slug)
+                ).execute()
                 moved = True
             else:
                 WorkspaceApp.create(agent=agent_id, slug=slug, display_name=slug, url=url)
@@ -305,8 +326,9 @@ def agent_rpc():
     owner_id = agent.workspace.owner_id
     database.close()  # the connection lasts hours: it must not hold a pooled database connection
     app = current_app._get_current_object()
-    return websocket.accept_frames(lambda transport: _serve_agent(app, agent.id, owner_id, transport),
-                                   max_message_size=MESSAGE_LIMIT)
+    return websocket.accept_frames(
+        lambda transport: _serve_agent(app, agent.id, owner_id, transport), max_message_size=MESSAGE_LIMIT
+    )
 
 
 def _serve_agent(app, agent_id, owner_id, transport):
@@ -323,8 +345,7 @@ def _serve_agent(app, agent_id, owner_id, transport):
             _record_apps(agent_id, info)
         mux.hello({"ping_seconds": settings.agent_ping_seconds, "agent_id": key})
 
-    mux = Mux(transport, opens=True, on_hello=hello,
-              on_pong=lambda: _update(agent_id, last_connected_at=now()))
+    mux = Mux(transport, opens=True, on_hello=hello, on_pong=lambda: _update(agent_id, last_connected_at=now()))
     try:
         holding = mesh.hold(key, on_lost=lambda: mux.close("replaced by a newer connection of the agent"))
     except Failure as exc:
@@ -356,7 +377,8 @@ def _connected(agent_id, owner_id):
     # without a last one.
     with database.connection_context(), database.atomic():
         WorkspaceAgent.update(first_connected_at=at).where(
-            (WorkspaceAgent.id == agent_id) & WorkspaceAgent.first_connected_at.is_null()).execute()
+            (WorkspaceAgent.id == agent_id) & WorkspaceAgent.first_connected_at.is_null()
+        ).execute()
         WorkspaceAgent.update(last_connected_at=at).where(WorkspaceAgent.id == agent_id).execute()
     _publish(agent_id, owner_id)
     log.info("agent %s connected", agent_id)

@@ -21,6 +21,7 @@ stream goes back to the pool when the exchange ended cleanly: no request body (s
 Exchange.finish), the answer framed (Content-Length or chunked, or none by its
 status) and read to its end, no `Connection: close`, nothing more from the app.
 """
+
 import logging
 from urllib.parse import urlsplit
 
@@ -35,23 +36,45 @@ from app.workspace.tunnel.app_streams import pool
 
 log = logging.getLogger("bundle.workspace.apps")
 
-HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization", "te",
-              "trailer", "trailers", "transfer-encoding", "upgrade"}
+HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "trailers",
+    "transfer-encoding",
+    "upgrade",
+}
 # Replaced or removed on the way to the app (besides the hop-by-hop headers).
-NOT_FORWARDED = HOP_BY_HOP | {"host", "expect", "content-length", "workspace-session-token", "x-forwarded-for",
-                              "x-forwarded-proto", "x-forwarded-host", "x-forwarded-prefix"}
+NOT_FORWARDED = HOP_BY_HOP | {
+    "host",
+    "expect",
+    "content-length",
+    "workspace-session-token",
+    "x-forwarded-for",
+    "x-forwarded-proto",
+    "x-forwarded-host",
+    "x-forwarded-prefix",
+}
 # Methods whose request may be sent again when an idle stream turned out closed.
 RETRYABLE = {"GET", "HEAD", "OPTIONS"}
 HEAD_LIMIT = 64 * 1024
 # The platform's cookies: never sent to an app, never set by one.
-PLATFORM_COOKIES = frozenset(prefix + name for name in (sessions.COOKIE, app_hosts.COOKIE, *FLOW_COOKIES)
-                             for prefix in ("", sessions.HOST_PREFIX))
+PLATFORM_COOKIES = frozenset(
+    prefix + name
+    for name in (sessions.COOKIE, app_hosts.COOKIE, *FLOW_COOKIES)
+    for prefix in ("", sessions.HOST_PREFIX)
+)
 # The platform's query parameters: never passed to an app.
 PLATFORM_PARAMETERS = frozenset({sessions.COOKIE, app_hosts.TICKET_PARAM})
 HEAD_TIMEOUT_S = 120.0
 
 
 # --------------------------------------------------------------------------- the request
+
 
 def forwarded_target(environ):
     """`/<path>?<query>` as the client sent it (still percent-encoded), less the
@@ -105,11 +128,13 @@ def request_head(environ, app_url, prefix):
     """The request's head as the app gets it. An upgrade asks for one; any other
     request leaves the connection open for the next (HTTP/1.1's default)."""
     host = environ.get("HTTP_HOST") or environ.get("SERVER_NAME", "")
-    lines = [f"{environ['REQUEST_METHOD']} {forwarded_target(environ)} HTTP/1.1",
-             f"Host: {urlsplit(app_url).netloc}"]
+    lines = [f"{environ['REQUEST_METHOD']} {forwarded_target(environ)} HTTP/1.1", f"Host: {urlsplit(app_url).netloc}"]
     lines += [f"{name}: {value}" for name, value in _client_headers(environ)]
-    lines += [f"X-Forwarded-For: {client_address(environ)}", f"X-Forwarded-Proto: {environ['wsgi.url_scheme']}",
-              f"X-Forwarded-Host: {host}"]
+    lines += [
+        f"X-Forwarded-For: {client_address(environ)}",
+        f"X-Forwarded-Proto: {environ['wsgi.url_scheme']}",
+        f"X-Forwarded-Host: {host}",
+    ]
     if app_hosts.ENVIRON_KEY not in environ:
         lines.append(f"X-Forwarded-Prefix: {prefix}")
     upgrade = environ.get("HTTP_UPGRADE")
@@ -141,8 +166,10 @@ def _send_body(stream, environ, chunked):
 
 # --------------------------------------------------------------------------- the exchange
 
+
 class Answer:
     """The app's answer: status ("code reason"), headers to pass on, body (iterable)."""
+
     __slots__ = ("status", "headers", "body", "exchange")
 
     def __init__(self, status, headers, body, exchange=None):
@@ -189,6 +216,7 @@ def exchange(environ, app, sandbox=None):
 
 class Exchange:
     """A request under way on a stream: how it ends decides the stream's fate."""
+
     __slots__ = ("app", "stream", "sender", "reader")
 
     def __init__(self, app, stream, sender, reader):
@@ -217,18 +245,27 @@ def _answer(environ, exchange, version, status, headers):
     length = None if chunked or "content-length" not in names else _length(names["content-length"])
     if environ["REQUEST_METHOD"] == "HEAD" or status[:3] in ("204", "304"):
         length, chunked = 0, False
-    keep = (version == "HTTP/1.1" and "close" not in names.get("connection", "").lower()
-            and (chunked or length is not None))
-    kept = [(name, value) for name, value in headers if passed_on(name, value)
-            and name.lower() not in HOP_BY_HOP and not (chunked and name.lower() == "content-length")]
+    keep = (
+        version == "HTTP/1.1" and "close" not in names.get("connection", "").lower() and (chunked or length is not None)
+    )
+    kept = [
+        (name, value)
+        for name, value in headers
+        if passed_on(name, value)
+        and name.lower() not in HOP_BY_HOP
+        and not (chunked and name.lower() == "content-length")
+    ]
     reader = exchange.reader
     if length is not None and len(reader.buffer) >= length:  # all here already (a small answer)
         body = reader.exactly(length)
         exchange.finish(keep)
         return Answer(status, kept, [body] if body else [])
-    return Answer(status, kept, _streamed_body(exchange, length, chunked, keep,
-                                               f"{environ['REQUEST_METHOD']} {environ.get('PATH_INFO', '')}"),
-                  exchange)
+    return Answer(
+        status,
+        kept,
+        _streamed_body(exchange, length, chunked, keep, f"{environ['REQUEST_METHOD']} {environ.get('PATH_INFO', '')}"),
+        exchange,
+    )
 
 
 def passed_on(name, value):
@@ -238,8 +275,9 @@ def passed_on(name, value):
         return False
     if lower == "set-cookie":
         cookie, _, attributes = value.partition(";")
-        return (cookie.split("=", 1)[0].strip().strip('"') not in PLATFORM_COOKIES
-                and not any(item.split("=", 1)[0].strip().lower() == "domain" for item in attributes.split(";")))
+        return cookie.split("=", 1)[0].strip().strip('"') not in PLATFORM_COOKIES and not any(
+            item.split("=", 1)[0].strip().lower() == "domain" for item in attributes.split(";")
+        )
     return True
 
 
@@ -287,6 +325,7 @@ def _streamed_body(exchange, length, chunked, keep, what):
 
 # --------------------------------------------------------------------------- the app's answer
 
+
 class StreamReader:
     """Buffered reads of an HTTP/1.1 answer from a stream."""
 
@@ -320,8 +359,11 @@ class StreamReader:
                 # A header may not be split by a bare CR or LF (werkzeug would refuse it: a 500).
                 if any("\r" in line or "\n" in line for line in lines):
                     raise ValueError("a header of the app's answer has a bare CR or LF")
-                return version, status, [tuple(part.strip() for part in line.split(":", 1))
-                                         for line in lines[1:] if ":" in line]
+                return (
+                    version,
+                    status,
+                    [tuple(part.strip() for part in line.split(":", 1)) for line in lines[1:] if ":" in line],
+                )
 
     def take(self, limit):
         """Up to `limit` bytes (b"" at the end); a chunk as the stream gave it when it

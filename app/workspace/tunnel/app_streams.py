@@ -13,6 +13,7 @@ A stream that waited longer than IDLE_SECONDS is closed (a greenlet sweeps while
 wait); so is one the app closed or wrote to meanwhile (a late byte would be read as
 the next request's answer).
 """
+
 import time
 from collections import deque
 

@@ -1,5 +1,6 @@
 """FreesoundLibrary against a local server that speaks Freesound's API v2
 (devtools/fake_freesound.py), without gunicorn."""
+
 import time
 
 import pytest
@@ -15,13 +16,21 @@ PROVIDER_TIMEOUT = 1.0
 MARGIN = 2.0  # slack for a loaded machine: the bounds tell a deadline from none (the slow server takes 5 s)
 
 
-def settings_for(api_url, key=KEY, max_bytes=64 * 1024, probe_timeout=PROBE_TIMEOUT,
-                 provider_timeout=PROVIDER_TIMEOUT):
+def settings_for(api_url, key=KEY, max_bytes=64 * 1024, probe_timeout=PROBE_TIMEOUT, provider_timeout=PROVIDER_TIMEOUT):
     return AudioSettings(
-        public_origin="", tts_provider="espeak", espeak_binary="espeak-ng", soundlib_provider="freesound",
-        soundlib_dir="/nonexistent", freesound_api_key=key, freesound_api_url=api_url,
-        max_response_bytes=max_bytes, probe_interval=1.0, probe_timeout=probe_timeout,
-        provider_timeout=provider_timeout, max_concurrent_synthesis=1)
+        public_origin="",
+        tts_provider="espeak",
+        espeak_binary="espeak-ng",
+        soundlib_provider="freesound",
+        soundlib_dir="/nonexistent",
+        freesound_api_key=key,
+        freesound_api_url=api_url,
+        max_response_bytes=max_bytes,
+        probe_interval=1.0,
+        probe_timeout=probe_timeout,
+        provider_timeout=provider_timeout,
+        max_concurrent_synthesis=1,
+    )
 
 
 @pytest.fixture
@@ -67,16 +76,21 @@ def test_search_is_normalized_to_our_shape(fake, library):
         assert isinstance(result["duration"], float)
         assert result["license"].startswith(("http://creativecommons.org/", "https://creativecommons.org/"))
         assert fake.base_url not in str(result)  # never Freesound's own preview URL
-    assert found[1] == {"id": "freesound:1002", "name": "Light rain in the garden",
-                        "tags": ["rain", "garden", "ambience"], "duration": 30.25,
-                        "license": "https://creativecommons.org/licenses/by/4.0/",
-                        "preview_url": "/api/audio/soundlib/preview/freesound:1002"}
+    assert found[1] == {
+        "id": "freesound:1002",
+        "name": "Light rain in the garden",
+        "tags": ["rain", "garden", "ambience"],
+        "duration": 30.25,
+        "license": "https://creativecommons.org/licenses/by/4.0/",
+        "preview_url": "/api/audio/soundlib/preview/freesound:1002",
+    }
 
 
 def test_search_asks_for_the_page_size_fields_and_sends_the_token(fake, library):
     assert len(library.search("rain", 2)) == 2
-    assert fake.queries == [("/apiv2/search/text/", {
-        "query": "rain", "page_size": "2", "fields": "id,name,tags,duration,license,previews"})]
+    assert fake.queries == [
+        ("/apiv2/search/text/", {"query": "rain", "page_size": "2", "fields": "id,name,tags,duration,license,previews"})
+    ]
     assert fake.authorizations == [("/apiv2/search/text/", f"Token {KEY}")]
 
 
@@ -248,14 +262,30 @@ def test_an_undeclared_oversized_preview_stops_at_the_cap(fake):
 
 def test_a_preview_on_another_host_is_refused_and_never_fetched(fake, library):
     with FakeFreesound(key=KEY) as elsewhere:
-        fake.add_sound(3001, "Elsewhere", ["x"], 1.0, previews={
-            "preview-hq-mp3": f"{elsewhere.base_url}/previews/1001-hq.mp3"})
-        fake.add_sound(3002, "Redirected", ["x"], 1.0, previews={
-            "preview-hq-mp3": f"{fake.base_url}/redirect?to={elsewhere.base_url}/previews/1001-hq.mp3"})
-        fake.add_sound(3003, "Same port, other name", ["x"], 1.0, previews={
-            "preview-hq-mp3": f"http://localhost:{fake.port}/previews/1001-hq.mp3"})
-        fake.add_sound(3004, "With credentials", ["x"], 1.0, previews={
-            "preview-hq-mp3": f"http://user:pw@127.0.0.1:{fake.port}/previews/1001-hq.mp3"})
+        fake.add_sound(
+            3001, "Elsewhere", ["x"], 1.0, previews={"preview-hq-mp3": f"{elsewhere.base_url}/previews/1001-hq.mp3"}
+        )
+        fake.add_sound(
+            3002,
+            "Redirected",
+            ["x"],
+            1.0,
+            previews={"preview-hq-mp3": f"{fake.base_url}/redirect?to={elsewhere.base_url}/previews/1001-hq.mp3"},
+        )
+        fake.add_sound(
+            3003,
+            "Same port, other name",
+            ["x"],
+            1.0,
+            previews={"preview-hq-mp3": f"http://localhost:{fake.port}/previews/1001-hq.mp3"},
+        )
+        fake.add_sound(
+            3004,
+            "With credentials",
+            ["x"],
+            1.0,
+            previews={"preview-hq-mp3": f"http://user:pw@127.0.0.1:{fake.port}/previews/1001-hq.mp3"},
+        )
         for sound_id in ("3001", "3002", "3003", "3004"):
             exc = failure(lambda sound_id=sound_id: library.preview(sound_id), ProviderFailed)
             assert "not allowed" in str(exc)
@@ -264,15 +294,18 @@ def test_a_preview_on_another_host_is_refused_and_never_fetched(fake, library):
         assert fake.count("/redirect") == 1
 
 
-@pytest.mark.parametrize("url", [
-    "http://cdn.freesound.org/previews/1/1001-hq.mp3",         # Freesound, but not over https
-    "https://freesound.org.evil.example/previews/1001-hq.mp3",  # looks like it, is not
-    "https://evilfreesound.org/previews/1001-hq.mp3",
-    "https://cdn.freesound.org:8443/previews/1001-hq.mp3",      # another port
-    "https://169.254.169.254/latest/meta-data/",
-    "file:///etc/passwd",
-    "ftp://cdn.freesound.org/x.mp3",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://cdn.freesound.org/previews/1/1001-hq.mp3",  # Freesound, but not over https
+        "https://freesound.org.evil.example/previews/1001-hq.mp3",  # looks like it, is not
+        "https://evilfreesound.org/previews/1001-hq.mp3",
+        "https://cdn.freesound.org:8443/previews/1001-hq.mp3",  # another port
+        "https://169.254.169.254/latest/meta-data/",
+        "file:///etc/passwd",
+        "ftp://cdn.freesound.org/x.mp3",
+    ],
+)
 def test_preview_urls_outside_freesound_are_refused(fake, library, url):
     fake.add_sound(3010, "Outside", ["x"], 1.0, previews={"preview-hq-mp3": url})
     assert "not allowed" in str(failure(lambda: library.preview("3010"), ProviderFailed))
@@ -281,5 +314,4 @@ def test_preview_urls_outside_freesound_are_refused(fake, library, url):
 
 def test_the_token_goes_with_api_requests_and_same_origin_previews(fake, library):
     library.preview("1001")
-    assert fake.authorizations == [("/apiv2/sounds/1001/", f"Token {KEY}"),
-                                   ("/previews/1001-hq.mp3", f"Token {KEY}")]
+    assert fake.authorizations == [("/apiv2/sounds/1001/", f"Token {KEY}"), ("/previews/1001-hq.mp3", f"Token {KEY}")]

@@ -1,4 +1,5 @@
 """The process contract: SERVICE selects the service, DATA_DIR its data, errors are JSON."""
+
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,7 @@ def test_security_headers_a_route_may_relax_and_the_app_proxy_goes_without(tmp_p
     from flask import make_response, request
 
     from app.common.headers import APP_PROXY, content_security_policy
+
     flask_app = create_app("decks", {"DATA_DIR": str(tmp_path)})
 
     @flask_app.get("/test/relaxed")

@@ -1,4 +1,5 @@
 """The in-process broker and the SSE helper."""
+
 import time
 
 import gevent
@@ -115,6 +116,7 @@ def test_subscriptions_made_after_close_all_are_closed_at_once():
 
 # --------------------------------------------------------------------------- waking and keepalives
 
+
 def _wait_until(condition, what, timeout=10):
     """Yield to the loop until `condition()` holds: a bound on a hang, not a figure."""
     deadline = time.monotonic() + timeout
@@ -156,8 +158,9 @@ def test_close_all_ends_every_waiting_reader_promptly():
     gevent.sleep(0)
     broker.close_all("server is stopping")
     gevent.joinall(readers, timeout=10)
-    assert all(isinstance(r.exception, SubscriptionClosed) and r.exception.reason == "server is stopping"
-               for r in readers)
+    assert all(
+        isinstance(r.exception, SubscriptionClosed) and r.exception.reason == "server is stopping" for r in readers
+    )
     assert all(broker.subscriber_count(f"t{n}") == 0 for n in range(3))
 
 
@@ -178,6 +181,7 @@ def test_a_topic_keeps_only_what_its_slowest_reader_has_not_read():
     """The messages are stored once per topic; what every reader has read is dropped
     (within a small batch), however many messages go through."""
     from app.common.broker import SCAN_AT_LEAST
+
     broker = LocalBroker(max_pending=100)
     fast, slow = broker.subscribe("t"), broker.subscribe("t")
     for n in range(500):
@@ -202,13 +206,15 @@ def test_a_slow_stream_is_ended_with_the_reason_after_what_it_was_owed():
     assert broker.subscriber_count("t") == 0
     rest = list(stream)
     assert rest == [format_record({"seq": s}, s) for s in range(1, 6)] + [
-        b": closed: lagging: the client fell too far behind\n\n"]
+        b": closed: lagging: the client fell too far behind\n\n"
+    ]
 
 
 def test_the_one_ticker_sends_keepalives_on_idle_streams():
     """Idle streams get their keepalives from the process's one ticker (no timer of
     their own), each on its own fixed schedule, and an ended stream leaves it."""
     from app.common import ticker
+
     broker = LocalBroker()
     before = ticker.current().pending()
     streams = [_records([], broker.subscribe("t"), None, None, 0.05, "/t") for _ in range(20)]
@@ -225,6 +231,7 @@ def test_the_one_ticker_sends_keepalives_on_idle_streams():
 
 def test_ticker_schedules_are_fixed_never_early_and_survive_a_faulty_callback():
     from app.common.ticker import Ticker
+
     ticker = Ticker()
     calls = []
     started = time.monotonic()

@@ -1,14 +1,25 @@
 """The kinds of failure (app.common.failures) and the one place that answers them
 (app.common.errors): each kind's status, the service's body, its extras."""
+
 import pytest
 from flask import Flask
 
 from app.common import errors, failures
 from app.common.errors import error_with_field
 
-KINDS = [failures.Invalid, failures.Unauthenticated, failures.Forbidden, failures.NotFound,
-         failures.Conflict, failures.TooLarge, failures.UnsupportedType, failures.TooManyRequests,
-         failures.UpstreamFailed, failures.Unavailable, failures.UpstreamTimeout]
+KINDS = [
+    failures.Invalid,
+    failures.Unauthenticated,
+    failures.Forbidden,
+    failures.NotFound,
+    failures.Conflict,
+    failures.TooLarge,
+    failures.UnsupportedType,
+    failures.TooManyRequests,
+    failures.UpstreamFailed,
+    failures.Unavailable,
+    failures.UpstreamTimeout,
+]
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
 """The in-process tier's transport (tests/support/inprocess.py) answers as the network
 would: headers of one name joined, cookies kept by the Session, bodies of every
 kind, a readable raw body, and only exact in-process addresses routed to an app."""
+
 import types
 
 import requests
@@ -30,8 +31,9 @@ def _service():
         return {"remote": request.remote_addr}
 
     host = "probe-0.in-process"
-    return types.SimpleNamespace(app=app, host=host, base_url=f"http://{host}",
-                                 peer={"REMOTE_ADDR": "127.0.9.9", "REMOTE_PORT": "40000"})
+    return types.SimpleNamespace(
+        app=app, host=host, base_url=f"http://{host}", peer={"REMOTE_ADDR": "127.0.9.9", "REMOTE_PORT": "40000"}
+    )
 
 
 def test_answers_as_over_the_network(monkeypatch):
@@ -53,6 +55,9 @@ def test_only_an_exact_in_process_host_reaches_an_app(monkeypatch):
     monkeypatch.setitem(inprocess._APPS, service.host, service)
     session = requests.Session()
     assert isinstance(session.get_adapter(service.base_url + "/peer"), inprocess.WsgiAdapter)
-    for elsewhere in ("http://probe-0.in-process.example/peer", "https://probe-0.in-process/peer",
-                      "http://probe-1.in-process/peer"):
+    for elsewhere in (
+        "http://probe-0.in-process.example/peer",
+        "https://probe-0.in-process/peer",
+        "http://probe-1.in-process/peer",
+    ):
         assert not isinstance(session.get_adapter(elsewhere), inprocess.WsgiAdapter), elsewhere

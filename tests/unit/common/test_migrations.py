@@ -1,6 +1,7 @@
 """Schema migrations (app/common/migrations.py) on real SQLite files: a new database,
 a release 0.1.0 database brought forward, each step exactly once when many processes
 start together, and a database newer than the code refused with one line."""
+
 import sqlite3
 
 import pytest
@@ -14,6 +15,7 @@ proxy = DatabaseProxy()
 
 class Pet(Model):
     """The current model: `legs` was added by step 2, `sound` by step 3."""
+
     name = CharField()
     legs = IntegerField(default=4)
     sound = CharField(default="")
@@ -46,8 +48,10 @@ def open_db(path):
 
 def columns(path):
     with sqlite3.connect(path) as conn:
-        return {table: [(c[1], c[2].upper(), c[3], c[4]) for c in conn.execute(f"PRAGMA table_info({table})")]
-                for (table,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        return {
+            table: [(c[1], c[2].upper(), c[3], c[4]) for c in conn.execute(f"PRAGMA table_info({table})")]
+            for (table,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
 
 
 def release_database(path):
@@ -72,8 +76,10 @@ def test_a_release_database_is_brought_forward_with_its_data(tmp_path):
     assert bring_up_to_date(db, HISTORY) == 3
     assert [v[0] for v in applied_versions(db)] == [1, 2, 3]
     with db.connection_context():
-        assert [(p.name, p.legs, p.sound) for p in Pet.select().order_by(Pet.name)] == [("rex", 4, "woof"),
-                                                                                        ("tom", 4, "")]
+        assert [(p.name, p.legs, p.sound) for p in Pet.select().order_by(Pet.name)] == [
+            ("rex", 4, "woof"),
+            ("tom", 4, ""),
+        ]
 
 
 def test_both_roads_give_the_same_schema(tmp_path):

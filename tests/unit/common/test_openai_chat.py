@@ -1,6 +1,7 @@
 """The one OpenAI-compatible chat decoder (app.common.openai_chat), read with each
 service's own wording: the wizard refuses a stream that is not whole, the notebook
 reads past records without a chunk and takes an unfinished stream as ended."""
+
 import json
 import types
 

@@ -3,6 +3,7 @@ HTTP server: kept-alive connections, compressed and capped bodies, the deadline 
 and body, in plain threads; under gevent's patching in tests/common/test_provider_http.py),
 refusals worded per service with the provider's text redacted or left out, redirects,
 lines and SSE records."""
+
 import json
 import socket
 
@@ -124,8 +125,8 @@ def test_lines_and_records(fake):
 
 def test_redirects_keep_the_key_within_its_origin(fake):
     with FakeProvider() as other:
-        here = fake.base[len("http://"):]
-        there = other.base[len("http://"):]
+        here = fake.base[len("http://") :]
+        there = other.base[len("http://") :]
         auth = {"Authorization": "Bearer " + KEY}
         assert call(fake, f"/redirect/{here}/json", headers=auth, redirects=2) == {"ok": True}
         assert call(fake, f"/redirect/{there}/json", headers=auth, redirects=2) == {"ok": True}
@@ -139,7 +140,9 @@ def test_a_308_keeps_the_method_and_the_body(fake):
     with exchange(fake).open("POST", fake.base + "/moved/json", {}, {"hello": 1}, redirects=1) as ex:
         assert ex.json() == {"ok": True}
     assert [(s["method"], s["path"], s["body"]) for s in fake.seen] == [
-        ("POST", "/moved/json", b'{"hello": 1}'), ("POST", "/json", b'{"hello": 1}')]
+        ("POST", "/moved/json", b'{"hello": 1}'),
+        ("POST", "/json", b'{"hello": 1}'),
+    ]
 
 
 def test_a_caller_may_take_the_environments_proxy(fake, monkeypatch):
@@ -149,11 +152,13 @@ def test_a_caller_may_take_the_environments_proxy(fake, monkeypatch):
     monkeypatch.setenv("NO_PROXY", "")
     target = "http://provider.invalid/json"  # resolves nowhere: only the proxy can answer
     with Exchange(Wording("Fake"), Deadline(5.0), target, 1.0, pool="proxied", environment=True).open(
-            "GET", target, {}) as ex:
+        "GET", target, {}
+    ) as ex:
         assert ex.json() == {"ok": True}
     assert fake.seen[-1]["path"] == target
-    direct = failure(lambda: Exchange(Wording("Fake"), Deadline(5.0), target, 1.0, pool="direct").open(
-        "GET", target, {}))
+    direct = failure(
+        lambda: Exchange(Wording("Fake"), Deadline(5.0), target, 1.0, pool="direct").open("GET", target, {})
+    )
     assert direct.status == 502
 
 
@@ -161,5 +166,3 @@ def test_redaction():
     assert provider_http.redacted(f"bad {KEY}\n\n  and token-abcdefgh", KEY) == "bad *** and ***"
     assert provider_http.error_text({"error": "api_key_1234567 is wrong"}) == "*** is wrong"
     assert provider_http.error_text(["not", "an", "object"]) == ""
-
-

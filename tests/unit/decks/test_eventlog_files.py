@@ -1,4 +1,5 @@
 """Reading the log file directly: cursors, torn and garbage lines, long lines."""
+
 import json
 import os
 

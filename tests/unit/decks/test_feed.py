@@ -5,6 +5,7 @@ the last subscriber, and without inotify the feed polls and says so.
 
 The feed runs on gevent in the test process; another worker's appends are made by
 `eventlog.commit` with a state of their own, as that worker's writer would."""
+
 import json
 import logging
 import os
@@ -38,16 +39,21 @@ def session_dir(tmp_path):
 
 def other_worker_appends(path, state, count, text="other"):
     """Append `count` notes as another worker's writer does; returns their seqs."""
-    outcome = eventlog.commit(str(path), [{"type": "note", "slide": 0, "text": f"{text} {n}"}
-                                          for n in range(count)], state)
+    outcome = eventlog.commit(
+        str(path), [{"type": "note", "slide": 0, "text": f"{text} {n}"} for n in range(count)], state
+    )
     return [e["seq"] for e in outcome.events]
 
 
 def log_copy(path, last, text="restored"):
     """A log with seqs 1..last at `path`, as a backup would hold."""
-    path.write_text("".join(json.dumps({"seq": n, "ts": "2026-01-01T00:00:00.000Z", "type": "note",
-                                        "slide": 0, "text": f"{text} {n}"}) + "\n"
-                            for n in range(1, last + 1)))
+    path.write_text(
+        "".join(
+            json.dumps({"seq": n, "ts": "2026-01-01T00:00:00.000Z", "type": "note", "slide": 0, "text": f"{text} {n}"})
+            + "\n"
+            for n in range(1, last + 1)
+        )
+    )
     return path
 
 
@@ -94,15 +100,15 @@ def test_restores_of_the_log_and_of_its_directory_are_heard(session_dir, tmp_pat
     with subscribe(log, str(path), watcher) as subscription:
         assert log.feed.delivered == 2
 
-        shutil.copyfile(log_copy(tmp_path / "backup-5", 5), path)   # copied over: same inode
+        shutil.copyfile(log_copy(tmp_path / "backup-5", 5), path)  # copied over: same inode
         assert received(subscription, 3) == [3, 4, 5]
         assert other_worker_appends(path, other, 2) == received(subscription, 2) == [6, 7]
 
-        os.replace(log_copy(tmp_path / "backup-9", 9), path)          # renamed over: a new inode
+        os.replace(log_copy(tmp_path / "backup-9", 9), path)  # renamed over: a new inode
         assert received(subscription, 2) == [8, 9]
         assert other_worker_appends(path, other, 1) == received(subscription, 1) == [10]
 
-        path.unlink()                                                # deleted, then written again
+        path.unlink()  # deleted, then written again
         assert other_worker_appends(path, other, 1) == received(subscription, 1) == [11]
 
         # The session's directory replaced by a restored copy (renamed into place),
@@ -212,6 +218,7 @@ def test_without_inotify_the_feed_polls_and_says_so(session_dir, caplog):
         subscription = subscribe(log, str(path), refused)
     with subscription:
         assert log.feed.polling
-        assert any("looked for every 0.5 s" in r.getMessage() and "inotify_init1" in r.getMessage()
-                   for r in caplog.records)
+        assert any(
+            "looked for every 0.5 s" in r.getMessage() and "inotify_init1" in r.getMessage() for r in caplog.records
+        )
         assert other_worker_appends(path, other, 3) == received(subscription, 3) == [1, 2, 3]

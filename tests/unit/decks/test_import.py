@@ -1,5 +1,6 @@
 """Deck import through the service in process: the happy path and every bad input. What
 needs a deck service of the test's own under gunicorn is tests/decks/test_import.py."""
+
 import pytest
 import requests
 
@@ -42,5 +43,3 @@ def test_bad_import_is_400_naming_the_field_and_changes_nothing(shared_decks_ser
     assert response.status_code == 400, response.text
     assert response.json()["error"].startswith(f"{field}:"), response.json()
     assert tree(shared_decks_server.data_dir) == before
-
-

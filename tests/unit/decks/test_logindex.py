@@ -1,6 +1,7 @@
 """The event log's index (events.idx): a read of a page costs what it returns, however
 long the log, and the index is never trusted over the log (missing, stale, torn,
 restored or foreign indexes are rebuilt). Costs are counted in bytes read, not timed."""
+
 import json
 import os
 import shutil
@@ -16,8 +17,12 @@ ONE_EVENT_BUDGET = 256 * 1024
 
 
 def event_line(seq, size=1000):
-    return json.dumps({"seq": seq, "ts": "2026-01-01T00:00:00.000Z", "type": "note", "slide": 0,
-                       "text": "x" * size}).encode() + b"\n"
+    return (
+        json.dumps(
+            {"seq": seq, "ts": "2026-01-01T00:00:00.000Z", "type": "note", "slide": 0, "text": "x" * size}
+        ).encode()
+        + b"\n"
+    )
 
 
 def write_log(path, count, size=1000, first=1):
@@ -85,13 +90,13 @@ def test_the_index_is_sparse_and_kept_up_to_date_by_appends(tmp_path):
         eventlog.commit(path, [{"type": "note", "slide": 0, "text": "y" * 900} for _ in range(3)], state)
     size = os.path.getsize(path)
     index = open(logindex.index_path(path), "rb").read()
-    magic, covered = logindex.HEADER.unpack(index[:logindex.HEADER.size])
+    magic, covered = logindex.HEADER.unpack(index[: logindex.HEADER.size])
     assert magic == logindex.MAGIC and covered == size
-    entries = [logindex.ENTRY.unpack(index[i:i + 16]) for i in range(16, len(index), 16)]
+    entries = [logindex.ENTRY.unpack(index[i : i + 16]) for i in range(16, len(index), 16)]
     assert size // logindex.STEP <= len(entries) <= size // logindex.STEP + 1
     data = open(path, "rb").read()
     for seq, offset in entries:
-        assert json.loads(data[offset:data.index(b"\n", offset)])["seq"] == seq
+        assert json.loads(data[offset : data.index(b"\n", offset)])["seq"] == seq
     assert [e["seq"] for e in eventlog.read_events(path, 450, 3)] == [451, 452, 453]
 
 
@@ -110,24 +115,24 @@ def test_a_stale_or_broken_index_is_never_believed(tmp_path):
     every_cursor_reads_right(path, list(range(1, 2001)))
     old_index = open(idx, "rb").read()
 
-    write_log(path, 500, size=200)                      # an older copy restored (a prefix)
+    write_log(path, 500, size=200)  # an older copy restored (a prefix)
     every_cursor_reads_right(path, list(range(1, 501)))
-    write_log(path, 3000, size=200)                     # a newer one, its index behind
+    write_log(path, 3000, size=200)  # a newer one, its index behind
     every_cursor_reads_right(path, list(range(1, 3001)))
     write_log(tmp_path / "other.jsonl", 1500, size=333, first=7)
-    os.replace(tmp_path / "other.jsonl", path)         # another log renamed over it
+    os.replace(tmp_path / "other.jsonl", path)  # another log renamed over it
     every_cursor_reads_right(path, list(range(7, 1507)))
-    with open(idx, "wb") as f:                          # an index of another log
+    with open(idx, "wb") as f:  # an index of another log
         f.write(old_index)
     every_cursor_reads_right(path, list(range(7, 1507)))
-    with open(idx, "r+b") as f:                         # garbage entries, a valid header
+    with open(idx, "r+b") as f:  # garbage entries, a valid header
         f.seek(16)
         f.write(os.urandom(len(old_index) - 16))
     every_cursor_reads_right(path, list(range(7, 1507)))
-    with open(idx, "wb") as f:                          # torn
+    with open(idx, "wb") as f:  # torn
         f.write(old_index[:23])
     every_cursor_reads_right(path, list(range(7, 1507)))
-    os.unlink(idx)                                      # missing (a backup of the log alone)
+    os.unlink(idx)  # missing (a backup of the log alone)
     every_cursor_reads_right(path, list(range(7, 1507)))
     assert os.path.exists(idx)
 

@@ -1,4 +1,5 @@
 """Markdown → slides: separators, fences, front matter, notes, images, safety."""
+
 from app.decks.parse import parse_deck
 
 

@@ -1,4 +1,5 @@
 """Scribble overlays: validated PNG data URLs, stored atomically, served back."""
+
 import base64
 
 import pytest
@@ -16,12 +17,18 @@ def _bad_crc(png):
 
 
 BAD_SCRIBBLES = [
-    ({"image": "data:image/jpeg;base64," + base64.b64encode(png_bytes()).decode(), "slide": 0}, 400,
-     "image: must be a data URL"),
+    (
+        {"image": "data:image/jpeg;base64," + base64.b64encode(png_bytes()).decode(), "slide": 0},
+        400,
+        "image: must be a data URL",
+    ),
     ({"image": data_url(png_bytes())[:-3] + "!!!", "slide": 0}, 400, "image: is not valid base64"),
     ({"image": data_url(png_bytes()) + "=", "slide": 0}, 400, "image: is not valid base64"),
-    ({"image": "data:image/png;base64," + base64.b64encode(b"GIF89a not a png").decode(), "slide": 0}, 400,
-     "image: is not a PNG"),
+    (
+        {"image": "data:image/png;base64," + base64.b64encode(b"GIF89a not a png").decode(), "slide": 0},
+        400,
+        "image: is not a PNG",
+    ),
     ({"image": data_url(png_bytes()[:20]), "slide": 0}, 400, "image: is a truncated PNG"),
     ({"image": data_url(_bad_crc(png_bytes())), "slide": 0}, 400, "image: has no valid PNG header"),
     ({"image": data_url(png_bytes(0, 5)), "slide": 0}, 400, "image: must be between 1 and"),

@@ -1,5 +1,6 @@
 """Sessions and typed events through the service in process. What needs a deck service
 of the test's own under gunicorn is tests/decks/test_sessions.py."""
+
 import pytest
 import requests
 
@@ -41,8 +42,13 @@ def test_bad_event_is_400_naming_the_field_and_changes_nothing(shared_decks_serv
 def test_bad_session_requests(shared_decks_server):
     url = shared_decks_server.base_url
     before = tree(shared_decks_server.data_dir)
-    for body, status in [({"deck_id": "nope"}, 404), ({"deck_id": "../x"}, 400), ({}, 400),
-                         ({"deck_id": "welcome", "title": 5}, 400), ({"deck_id": "welcome", "title": "t" * 201}, 400)]:
+    for body, status in [
+        ({"deck_id": "nope"}, 404),
+        ({"deck_id": "../x"}, 400),
+        ({}, 400),
+        ({"deck_id": "welcome", "title": 5}, 400),
+        ({"deck_id": "welcome", "title": "t" * 201}, 400),
+    ]:
         response = requests.post(f"{url}/api/sessions", json=body, timeout=10)
         assert response.status_code == status, (body, response.text)
         assert "error" in response.json()
@@ -51,10 +57,18 @@ def test_bad_session_requests(shared_decks_server):
         assert post_event(url, sid, {"type": "note", "slide": 0, "text": "x"}).status_code == 404
     events_url = f"{url}/api/sessions/{shared_decks_server.session['id']}/events"
     assert requests.post(events_url, data="text", timeout=10).status_code == 415
-    assert requests.post(events_url, data=b"\xff\xfe", headers={"Content-Type": "application/json"},
-                         timeout=10).status_code == 400
-    too_big = requests.post(events_url, data=b'{"text": "' + b"x" * (1024 * 1024) + b'"}',
-                            headers={"Content-Type": "application/json"}, timeout=30)
+    assert (
+        requests.post(
+            events_url, data=b"\xff\xfe", headers={"Content-Type": "application/json"}, timeout=10
+        ).status_code
+        == 400
+    )
+    too_big = requests.post(
+        events_url,
+        data=b'{"text": "' + b"x" * (1024 * 1024) + b'"}',
+        headers={"Content-Type": "application/json"},
+        timeout=30,
+    )
     assert too_big.status_code == 413 and too_big.json() == {"error": "the request body is too large"}
     assert tree(shared_decks_server.data_dir) == before
 
@@ -64,6 +78,7 @@ def test_chunked_body_over_the_limit_is_413_not_cut(shared_decks_server):
     than cut at it and parsed."""
     events_url = f"{shared_decks_server.base_url}/api/sessions/{shared_decks_server.session['id']}/events"
     body = b'{"type": "note", "slide": 0, "text": "' + b"x" * (1024 * 1024) + b'"}'
-    response = requests.post(events_url, data=iter([body[:1000], body[1000:]]),
-                             headers={"Content-Type": "application/json"}, timeout=30)
+    response = requests.post(
+        events_url, data=iter([body[:1000], body[1000:]]), headers={"Content-Type": "application/json"}, timeout=30
+    )
     assert response.status_code == 413

@@ -2,6 +2,7 @@
 requests as a browser and a client would drive it: discovery, the code flow with PKCE,
 the id_token checked against the JWKS, userinfo, and every refusal the client
 registration promises."""
+
 import base64
 import hashlib
 import secrets
@@ -30,20 +31,40 @@ PASSWORD = "correct horse battery staple"
 # Few rounds keep each token request cheap; the digest format is the same.
 DIGEST = pbkdf2_sha512_digest(SECRET, rounds=1000)
 # Authelia's documentation: "The digest of 'insecure_secret'."
-AUTHELIA_DIGEST = ("$pbkdf2-sha512$310000$c8p78n7pUMln0jzvd4aK4Q$JNRBzwAo0ek5qKn50cFzzvE9RXV88h1wJn5K"
-                   "GiHrD0YKtZaR/nCb2CJPOsKaPK0hjf.9yHxzQGZziziccp6Yng")
+AUTHELIA_DIGEST = (
+    "$pbkdf2-sha512$310000$c8p78n7pUMln0jzvd4aK4Q$JNRBzwAo0ek5qKn50cFzzvE9RXV88h1wJn5K"
+    "GiHrD0YKtZaR/nCb2CJPOsKaPK0hjf.9yHxzQGZziziccp6Yng"
+)
 
 
 def make_config(**client):
     return {
-        "clients": [{
-            "client_id": "workspace", "client_secret_digest": DIGEST, "public": False,
-            "authorization_policy": "one_factor", "consent_mode": "implicit",
-            "token_endpoint_auth_method": "client_secret_basic", "redirect_uris": [REDIRECT_URI],
-            "scopes": ["openid", "profile", "email", "groups"], "grant_types": ["authorization_code"],
-            "response_types": ["code"], "pkce_challenge_method": "S256", **client}],
-        "users": [{"username": "alice", "password": PASSWORD, "email": "alice@example.com",
-                   "email_verified": True, "name": "Alice", "groups": ["admins"]}],
+        "clients": [
+            {
+                "client_id": "workspace",
+                "client_secret_digest": DIGEST,
+                "public": False,
+                "authorization_policy": "one_factor",
+                "consent_mode": "implicit",
+                "token_endpoint_auth_method": "client_secret_basic",
+                "redirect_uris": [REDIRECT_URI],
+                "scopes": ["openid", "profile", "email", "groups"],
+                "grant_types": ["authorization_code"],
+                "response_types": ["code"],
+                "pkce_challenge_method": "S256",
+                **client,
+            }
+        ],
+        "users": [
+            {
+                "username": "alice",
+                "password": PASSWORD,
+                "email": "alice@example.com",
+                "email_verified": True,
+                "name": "Alice",
+                "groups": ["admins"],
+            }
+        ],
     }
 
 
@@ -66,9 +87,16 @@ def pkce():
 
 def authorization_url(idp, challenge, **changes):
     """The request the workspace makes; a change to None drops that parameter."""
-    params = {"client_id": "workspace", "redirect_uri": REDIRECT_URI, "response_type": "code",
-              "scope": "openid profile email groups", "state": "state-0123456789",
-              "nonce": secrets.token_urlsafe(16), "code_challenge": challenge, "code_challenge_method": "S256"}
+    params = {
+        "client_id": "workspace",
+        "redirect_uri": REDIRECT_URI,
+        "response_type": "code",
+        "scope": "openid profile email groups",
+        "state": "state-0123456789",
+        "nonce": secrets.token_urlsafe(16),
+        "code_challenge": challenge,
+        "code_challenge_method": "S256",
+    }
     params.update(changes)
     return f"{idp.issuer}/api/oidc/authorization?" + urlencode({k: v for k, v in params.items() if v is not None})
 
@@ -86,10 +114,16 @@ def new_code(idp, **changes):
 
 
 def exchange(idp, code, verifier, auth=("workspace", SECRET), **form):
-    data = {"grant_type": "authorization_code", "code": code, "redirect_uri": REDIRECT_URI,
-            "code_verifier": verifier, **form}
-    return requests.post(f"{idp.issuer}/api/oidc/token", data={k: v for k, v in data.items() if v is not None},
-                         auth=auth, timeout=10)
+    data = {
+        "grant_type": "authorization_code",
+        "code": code,
+        "redirect_uri": REDIRECT_URI,
+        "code_verifier": verifier,
+        **form,
+    }
+    return requests.post(
+        f"{idp.issuer}/api/oidc/token", data={k: v for k, v in data.items() if v is not None}, auth=auth, timeout=10
+    )
 
 
 def test_discovery_has_authelias_paths_and_only_what_the_registration_allows(idp, metadata):
@@ -116,8 +150,7 @@ def test_code_flow_with_pkce_gives_a_signed_minimal_id_token_and_a_full_userinfo
 
     form = browser.get(url, allow_redirects=False, timeout=10)
     assert form.status_code == 200 and 'name="password"' in form.text
-    signed_in = browser.post(url, data={"username": "alice", "password": PASSWORD},
-                             allow_redirects=False, timeout=10)
+    signed_in = browser.post(url, data={"username": "alice", "password": PASSWORD}, allow_redirects=False, timeout=10)
     assert signed_in.status_code == 302
     location = signed_in.headers["Location"]
     assert location.startswith(REDIRECT_URI + "?")
@@ -134,9 +167,12 @@ def test_code_flow_with_pkce_gives_a_signed_minimal_id_token_and_a_full_userinfo
     # OIDC client checks them (iss, aud, exp, iat, nonce, at_hash).
     keys = KeySet.import_key_set(requests.get(metadata["jwks_uri"], timeout=10).json())
     id_token = jwt.decode(token["id_token"], keys, algorithms=["RS256"])
-    claims = CodeIDToken(id_token.claims, id_token.header, {"iss": {"values": [idp.issuer]}},
-                         {"nonce": "nonce-0123456789", "client_id": "workspace",
-                          "access_token": token["access_token"]})
+    claims = CodeIDToken(
+        id_token.claims,
+        id_token.header,
+        {"iss": {"values": [idp.issuer]}},
+        {"nonce": "nonce-0123456789", "client_id": "workspace", "access_token": token["access_token"]},
+    )
     claims.validate()
     assert claims["aud"] == ["workspace"] and claims["sub"] and claims["auth_time"] <= time.time()
     # Minimal like Authelia's: who and for whom, but no profile, email or groups.
@@ -146,11 +182,18 @@ def test_code_flow_with_pkce_gives_a_signed_minimal_id_token_and_a_full_userinfo
     with pytest.raises(BadSignatureError):
         jwt.decode(f"{header}.{forged}.{signature}", keys, algorithms=["RS256"])
 
-    info = requests.get(metadata["userinfo_endpoint"], timeout=10,
-                        headers={"Authorization": f"Bearer {token['access_token']}"})
+    info = requests.get(
+        metadata["userinfo_endpoint"], timeout=10, headers={"Authorization": f"Bearer {token['access_token']}"}
+    )
     assert info.status_code == 200
-    assert info.json() == {"sub": claims["sub"], "email": "alice@example.com", "email_verified": True,
-                           "preferred_username": "alice", "name": "Alice", "groups": ["admins"]}
+    assert info.json() == {
+        "sub": claims["sub"],
+        "email": "alice@example.com",
+        "email_verified": True,
+        "preferred_username": "alice",
+        "name": "Alice",
+        "groups": ["admins"],
+    }
 
     # Signed in at the provider, the next authorization skips the form (implicit consent).
     again = browser.get(authorization_url(idp, pkce()[1]), allow_redirects=False, timeout=10)
@@ -159,15 +202,20 @@ def test_code_flow_with_pkce_gives_a_signed_minimal_id_token_and_a_full_userinfo
 
 def test_authlibs_own_client_completes_the_flow(idp, metadata):
     """The workspace signs in with authlib's client: it must interoperate as is."""
-    client = OAuth2Session("workspace", SECRET, scope="openid profile email groups",
-                           redirect_uri=REDIRECT_URI, code_challenge_method="S256",
-                           token_endpoint_auth_method="client_secret_basic")
+    client = OAuth2Session(
+        "workspace",
+        SECRET,
+        scope="openid profile email groups",
+        redirect_uri=REDIRECT_URI,
+        code_challenge_method="S256",
+        token_endpoint_auth_method="client_secret_basic",
+    )
     verifier = secrets.token_urlsafe(48)
-    url, _ = client.create_authorization_url(metadata["authorization_endpoint"], code_verifier=verifier,
-                                             nonce="nonce-from-authlib")
+    url, _ = client.create_authorization_url(
+        metadata["authorization_endpoint"], code_verifier=verifier, nonce="nonce-from-authlib"
+    )
     location = sign_in(requests.Session(), url, "alice", PASSWORD)
-    token = client.fetch_token(metadata["token_endpoint"], authorization_response=location,
-                               code_verifier=verifier)
+    token = client.fetch_token(metadata["token_endpoint"], authorization_response=location, code_verifier=verifier)
     assert "id_token" in token
     assert client.get(metadata["userinfo_endpoint"], timeout=10).json()["email"] == "alice@example.com"
 
@@ -175,19 +223,23 @@ def test_authlibs_own_client_completes_the_flow(idp, metadata):
 def test_userinfo_holds_only_what_the_scopes_grant(idp):
     code, verifier = new_code(idp, scope="openid")
     token = exchange(idp, code, verifier).json()
-    info = requests.get(f"{idp.issuer}/api/oidc/userinfo", timeout=10,
-                        headers={"Authorization": f"Bearer {token['access_token']}"})
+    info = requests.get(
+        f"{idp.issuer}/api/oidc/userinfo", timeout=10, headers={"Authorization": f"Bearer {token['access_token']}"}
+    )
     assert list(info.json()) == ["sub"]
     for headers in ({}, {"Authorization": "Bearer not-a-token"}):
         assert requests.get(f"{idp.issuer}/api/oidc/userinfo", headers=headers, timeout=10).status_code == 401
 
 
-@pytest.mark.parametrize("auth, form, error", [
-    (("workspace", "wrong-secret"), {}, "invalid_client"),
-    (("someone-else", SECRET), {}, "invalid_client"),
-    # client_secret_post: the right secret, in the body instead of HTTP Basic.
-    (None, {"client_id": "workspace", "client_secret": SECRET}, "invalid_client"),
-])
+@pytest.mark.parametrize(
+    "auth, form, error",
+    [
+        (("workspace", "wrong-secret"), {}, "invalid_client"),
+        (("someone-else", SECRET), {}, "invalid_client"),
+        # client_secret_post: the right secret, in the body instead of HTTP Basic.
+        (None, {"client_id": "workspace", "client_secret": SECRET}, "invalid_client"),
+    ],
+)
 def test_token_endpoint_accepts_client_secret_basic_only(idp, auth, form, error):
     code, verifier = new_code(idp)
     response = exchange(idp, code, verifier, auth=auth, **form)
@@ -196,10 +248,13 @@ def test_token_endpoint_accepts_client_secret_basic_only(idp, auth, form, error)
     assert "access_token" not in response.json()
 
 
-@pytest.mark.parametrize("verifier, status, error", [
-    (None, 400, "invalid_request"),
-    (secrets.token_urlsafe(48), 400, "invalid_grant"),
-])
+@pytest.mark.parametrize(
+    "verifier, status, error",
+    [
+        (None, 400, "invalid_request"),
+        (secrets.token_urlsafe(48), 400, "invalid_grant"),
+    ],
+)
 def test_token_endpoint_checks_the_pkce_verifier(idp, verifier, status, error):
     code, _ = new_code(idp)
     response = exchange(idp, code, verifier)
@@ -219,14 +274,17 @@ def test_token_request_must_repeat_the_redirect_uri(idp):
     assert (response.status_code, response.json()["error"]) == (400, "invalid_grant")
 
 
-@pytest.mark.parametrize("changes, error", [
-    ({"code_challenge": None, "code_challenge_method": None}, "invalid_request"),
-    ({"code_challenge_method": None}, "invalid_request"),
-    ({"code_challenge_method": "plain"}, "invalid_request"),
-    ({"response_type": "token"}, "unsupported_response_type"),
-    ({"scope": "openid offline_access"}, "invalid_scope"),
-    ({"state": None}, "invalid_state"),
-])
+@pytest.mark.parametrize(
+    "changes, error",
+    [
+        ({"code_challenge": None, "code_challenge_method": None}, "invalid_request"),
+        ({"code_challenge_method": None}, "invalid_request"),
+        ({"code_challenge_method": "plain"}, "invalid_request"),
+        ({"response_type": "token"}, "unsupported_response_type"),
+        ({"scope": "openid offline_access"}, "invalid_scope"),
+        ({"state": None}, "invalid_state"),
+    ],
+)
 def test_refusals_for_a_known_client_go_back_to_its_redirect_uri(idp, changes, error):
     verifier, challenge = pkce()
     response = requests.get(authorization_url(idp, challenge, **changes), allow_redirects=False, timeout=10)
@@ -237,12 +295,15 @@ def test_refusals_for_a_known_client_go_back_to_its_redirect_uri(idp, changes, e
     assert "code" not in query_of(location)
 
 
-@pytest.mark.parametrize("changes", [
-    {"client_id": "unknown"},
-    {"redirect_uri": REDIRECT_URI + "/"},                                    # not exactly it
-    {"redirect_uri": "https://evil.example/api/v2/users/oidc/callback"},
-    {"redirect_uri": None},
-])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"client_id": "unknown"},
+        {"redirect_uri": REDIRECT_URI + "/"},  # not exactly it
+        {"redirect_uri": "https://evil.example/api/v2/users/oidc/callback"},
+        {"redirect_uri": None},
+    ],
+)
 def test_unknown_client_or_redirect_uri_gets_an_error_page_never_a_redirect(idp, changes):
     response = requests.get(authorization_url(idp, pkce()[1], **changes), allow_redirects=False, timeout=10)
     assert response.status_code == 400
@@ -254,8 +315,7 @@ def test_unknown_client_or_redirect_uri_gets_an_error_page_never_a_redirect(idp,
 def test_login_form_refuses_unknown_user_and_wrong_password_alike(idp, username, password):
     browser = requests.Session()
     url = authorization_url(idp, pkce()[1])
-    response = browser.post(url, data={"username": username, "password": password},
-                            allow_redirects=False, timeout=10)
+    response = browser.post(url, data={"username": username, "password": password}, allow_redirects=False, timeout=10)
     assert response.status_code == 401
     assert "Incorrect username or password." in response.text
     assert "Location" not in response.headers
@@ -263,15 +323,18 @@ def test_login_form_refuses_unknown_user_and_wrong_password_alike(idp, username,
     assert browser.get(url, allow_redirects=False, timeout=10).status_code == 200
 
 
-@pytest.mark.parametrize("changes, message", [
-    ({"redirect_uris": [REDIRECT_URI, "https://other.example/cb"]}, "exactly one redirect URI"),
-    ({"redirect_uris": []}, "exactly one redirect URI"),
-    ({"token_endpoint_auth_method": "client_secret_post"}, "token_endpoint_auth_method"),
-    ({"pkce_challenge_method": "plain"}, "pkce_challenge_method"),
-    ({"public": True}, "public"),
-    ({"client_secret_digest": SECRET}, "pbkdf2-sha512"),
-    ({"client_secret": SECRET}, "only the digest"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"redirect_uris": [REDIRECT_URI, "https://other.example/cb"]}, "exactly one redirect URI"),
+        ({"redirect_uris": []}, "exactly one redirect URI"),
+        ({"token_endpoint_auth_method": "client_secret_post"}, "token_endpoint_auth_method"),
+        ({"pkce_challenge_method": "plain"}, "pkce_challenge_method"),
+        ({"public": True}, "public"),
+        ({"client_secret_digest": SECRET}, "pbkdf2-sha512"),
+        ({"client_secret": SECRET}, "only the digest"),
+    ],
+)
 def test_config_the_provider_cannot_honour_is_refused(changes, message):
     with pytest.raises(ValueError, match=message):
         OidcProvider(make_config(**changes))
@@ -323,9 +386,11 @@ def test_https_issuer_behind_a_proxy():
         assert provider.issuer == "https://auth.example"
         local = f"http://127.0.0.1:{provider.port}"
         proxied = {"X-Forwarded-Proto": "https", "X-Forwarded-Host": "auth.example"}
-        assert requests.get(local + "/.well-known/openid-configuration", headers=proxied,
-                            timeout=10).json()["token_endpoint"] == "https://auth.example/api/oidc/token"
+        assert (
+            requests.get(local + "/.well-known/openid-configuration", headers=proxied, timeout=10).json()[
+                "token_endpoint"
+            ]
+            == "https://auth.example/api/oidc/token"
+        )
         url = authorization_url(provider, pkce()[1]).replace(provider.issuer, local)
         assert requests.get(url, headers=proxied, allow_redirects=False, timeout=10).status_code == 200
-
-

@@ -2,6 +2,7 @@
 variables written from the code by `python -m devtools.reference`; these tests fail
 when a committed page has drifted from what the command writes, and show that a
 changed page, an undeclared variable and a page without markers are all caught."""
+
 import shutil
 
 import pytest
@@ -23,8 +24,9 @@ def test_a_changed_page_is_detected(tmp_path):
     page = tmp_path / "decks.md"
     page.write_text(page.read_text().replace("| GET | `/healthz` |", "| POST | `/healthz` |"))
     problems = reference.run(check=True, docs_dir=tmp_path)
-    assert [p for p in problems if "decks.md" in p] == [f"{page}: differs from the code "
-                                                        "(run `python -m devtools.reference`)"]
+    assert [p for p in problems if "decks.md" in p] == [
+        f"{page}: differs from the code (run `python -m devtools.reference`)"
+    ]
     assert not [p for p in problems if "decks.md" not in p]
     assert "| POST | `/healthz` |" in page.read_text(), "--check writes nothing"
 
@@ -38,16 +40,19 @@ def test_a_page_without_its_markers_is_named(tmp_path):
     (tmp_path / "audio.md").write_text("# audio\n\nNo reference here.\n")
     (tmp_path / "wizard.md").unlink()
     problems = reference.run(check=False, docs_dir=tmp_path)
-    assert f"{tmp_path / 'audio.md'}: it needs one `<!-- reference:routes:begin -->` line and, after it, " \
-           "one `<!-- reference:routes:end -->` line" in problems
+    assert (
+        f"{tmp_path / 'audio.md'}: it needs one `<!-- reference:routes:begin -->` line and, after it, "
+        "one `<!-- reference:routes:end -->` line" in problems
+    )
     assert f"{tmp_path / 'wizard.md'}: missing" in problems
     assert (tmp_path / "audio.md").read_text() == "# audio\n\nNo reference here.\n"
 
 
 def test_a_variable_read_without_a_declaration_is_named(tmp_path, monkeypatch):
     (tmp_path / "app").mkdir()
-    (tmp_path / "app" / "thing.py").write_text('x = env_int("DECKS_SOMETHING_NEW", 3)\n'
-                                               'y = os.environ.get("DATA_DIR")\n')
+    (tmp_path / "app" / "thing.py").write_text(
+        'x = env_int("DECKS_SOMETHING_NEW", 3)\ny = os.environ.get("DATA_DIR")\n'
+    )
     assert reference.undeclared_reads(tmp_path) == [("DECKS_SOMETHING_NEW", "app/thing.py")]
     assert reference.undeclared_reads() == []
     # A declaration of a variable the code parses itself counts only while the code names it.
@@ -63,7 +68,8 @@ def test_a_read_outside_the_declarations_must_agree_with_its_declaration(tmp_pat
         'c = env_str("WIZ_AI_BASE_URL", computed())\n'
         'd = env_int("WIZ_AI_CONCURRENCY", 5, maximum=256)\n'
         'e = env_str("WIZ_AI_PROVIDER")\n'
-        'f = env_int("WIZ_AI_TIMEOUT", 60)\n')
+        'f = env_int("WIZ_AI_TIMEOUT", 60)\n'
+    )
     assert reference.mismatched_reads(tmp_path) == [
         ("WIZ_AI_CONCURRENCY", "app/generation.py", "default 5, declared 4"),
         ("WIZ_AI_CONCURRENCY", "app/generation.py", "minimum None, declared 1"),
@@ -81,8 +87,12 @@ def test_every_route_and_variable_is_listed_once_and_in_the_same_order():
     assert "/notebooks" in paths and "/api/notebooks" not in paths
     assert {mirrors for *_, mirrors in once} == {("/api",)}
     # Every rule of the URL map is in the table, the /api twins folded into theirs.
-    methods_and_paths = {(m, p) for methods, path, _, mirrors in once for m in methods
-                         for p in (path, *(prefix + path for prefix in mirrors))}
+    methods_and_paths = {
+        (m, p)
+        for methods, path, _, mirrors in once
+        for m in methods
+        for p in (path, *(prefix + path for prefix in mirrors))
+    }
     for rule in app.url_map.iter_rules():
         for method in set(rule.methods) - {"HEAD", "OPTIONS"}:
             assert (method, rule.rule) in methods_and_paths
@@ -120,7 +130,9 @@ def test_a_declaration_reads_as_the_helper_it_stands_for(monkeypatch):
     assert config.Text(name="X_PASSWORD", doc="", default="d").read() == "spaced"
     assert config.Choice(name="X_PASSWORD", doc="", default="a", choices=("a",)).reference() == ("`a`", "a")
     assert config.Seconds(name="X", doc="", default=20.0, maximum=600).reference() == (
-        "`20`", "seconds, more than 0 and at most 600")
+        "`20`",
+        "seconds, more than 0 and at most 600",
+    )
     group = config.Variables("x")
     group.add(limit)
     with pytest.raises(ValueError, match="X_LIMIT is declared twice in x"):

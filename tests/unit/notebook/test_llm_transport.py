@@ -1,6 +1,7 @@
 """The provider layer's transport in-process (plain threads, as in the job worker):
 kept-alive connections, a broken answer that does not spoil the pool, the SSRF
 check of a base URL, and the fake's think time that the ask benchmark uses."""
+
 import ipaddress
 import threading
 import time

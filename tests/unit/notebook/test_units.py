@@ -1,5 +1,6 @@
 """Unit tests of the notebook's pure helpers (no server): file names, chunks, the
 SSRF address rule, the FTS query builder, document detection."""
+
 import ipaddress
 
 import pytest
@@ -9,12 +10,22 @@ from app.notebook.ingest import chunking, extract, ssrf
 from app.notebook.ingest.uploads import safe_name
 
 
-@pytest.mark.parametrize("raw, expected", [
-    ("report.pdf", "report.pdf"), ("../../etc/passwd", "passwd"), ("..\\..\\boot.ini", "boot.ini"),
-    (".bashrc", "bashrc"), ("", "upload"), ("....", "upload"), ("a b/c d.txt", "c_d.txt"),
-    ("\u00fcber caf\u00e9.md", "uber_cafe.md"), ("x" * 300 + ".pdf", "x" * 116 + ".pdf"),
-    ("name.with.dots.docx", "name.with.dots.docx"), ("evil\x00.txt", "evil_.txt"),
-])
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        ("report.pdf", "report.pdf"),
+        ("../../etc/passwd", "passwd"),
+        ("..\\..\\boot.ini", "boot.ini"),
+        (".bashrc", "bashrc"),
+        ("", "upload"),
+        ("....", "upload"),
+        ("a b/c d.txt", "c_d.txt"),
+        ("\u00fcber caf\u00e9.md", "uber_cafe.md"),
+        ("x" * 300 + ".pdf", "x" * 116 + ".pdf"),
+        ("name.with.dots.docx", "name.with.dots.docx"),
+        ("evil\x00.txt", "evil_.txt"),
+    ],
+)
 def test_safe_name(raw, expected):
     assert safe_name(raw) == expected
 
@@ -30,11 +41,25 @@ def test_chunks_overlap_and_cover_the_text():
     assert chunking.chunks("   ", 500, 100) == [] and chunking.chunks("short", 500, 100) == ["short"]
 
 
-@pytest.mark.parametrize("address, forbidden", [
-    ("127.0.0.1", True), ("169.254.169.254", True), ("10.1.2.3", True), ("192.168.0.1", True),
-    ("172.16.0.1", True), ("100.64.0.1", True), ("0.0.0.0", True), ("::1", True), ("fe80::1", True),
-    ("::ffff:127.0.0.1", True), ("fd00::1", True), ("224.0.0.1", True), ("8.8.8.8", False),
-    ("2606:4700::1111", False)])
+@pytest.mark.parametrize(
+    "address, forbidden",
+    [
+        ("127.0.0.1", True),
+        ("169.254.169.254", True),
+        ("10.1.2.3", True),
+        ("192.168.0.1", True),
+        ("172.16.0.1", True),
+        ("100.64.0.1", True),
+        ("0.0.0.0", True),
+        ("::1", True),
+        ("fe80::1", True),
+        ("::ffff:127.0.0.1", True),
+        ("fd00::1", True),
+        ("224.0.0.1", True),
+        ("8.8.8.8", False),
+        ("2606:4700::1111", False),
+    ],
+)
 def test_ssrf_address_rule(address, forbidden):
     assert ssrf._forbidden(address, ()) is forbidden
 
@@ -50,15 +75,24 @@ def test_match_expression_quotes_every_word():
     assert match_expression("!!! ***") is None
 
 
-@pytest.mark.parametrize("name, head, kind", [
-    ("a.pdf", b"%PDF-1.4", "pdf"), ("a.DOCX", b"PK\x03\x04", "docx"), ("a.md", b"# x", "text"),
-    ("page.htm", b"<html>", "html"), ("noext", b"%PDF-1.7", "pdf"), ("noext", b"plain words", "text")])
+@pytest.mark.parametrize(
+    "name, head, kind",
+    [
+        ("a.pdf", b"%PDF-1.4", "pdf"),
+        ("a.DOCX", b"PK\x03\x04", "docx"),
+        ("a.md", b"# x", "text"),
+        ("page.htm", b"<html>", "html"),
+        ("noext", b"%PDF-1.7", "pdf"),
+        ("noext", b"plain words", "text"),
+    ],
+)
 def test_detect(name, head, kind):
     assert extract.detect(name, head) == kind
 
 
-@pytest.mark.parametrize("name, head", [("a.png", b"\x89PNG"), ("a.exe", b"MZ"), ("a.txt", b"a\x00b"),
-                                        ("noext", b"\x00\x01\x02")])
+@pytest.mark.parametrize(
+    "name, head", [("a.png", b"\x89PNG"), ("a.exe", b"MZ"), ("a.txt", b"a\x00b"), ("noext", b"\x00\x01\x02")]
+)
 def test_detect_refuses(name, head):
     with pytest.raises(extract.Unsupported):
         extract.detect(name, head)

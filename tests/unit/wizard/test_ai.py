@@ -1,6 +1,7 @@
 """AI generation through the service in process and a local OpenAI-compatible provider:
 statuses, the rows in llm_logs and llm_timings, the stored WebP. The live relays, on a
 running gunicorn: tests/wizard/test_ai.py."""
+
 import json
 import uuid
 
@@ -21,10 +22,18 @@ def fake_ai():
 
 @pytest.fixture(scope="module")
 def ai_server(start_module_service, fake_ai):
-    return start_module_service("wizard", env={
-        **TEST_IDENTITY, "WIZ_AI_BASE_URL": fake_ai.base_url(), "WIZ_AI_API_KEY": KEY,
-        "WIZ_TEXT_MODEL": "fake-valid-json", "WIZ_IMAGE_MODEL": "fake-png", "WIZ_AI_PROVIDER": "fake-openai",
-        "WIZ_AI_TIMEOUT": "1"})
+    return start_module_service(
+        "wizard",
+        env={
+            **TEST_IDENTITY,
+            "WIZ_AI_BASE_URL": fake_ai.base_url(),
+            "WIZ_AI_API_KEY": KEY,
+            "WIZ_TEXT_MODEL": "fake-valid-json",
+            "WIZ_IMAGE_MODEL": "fake-png",
+            "WIZ_AI_PROVIDER": "fake-openai",
+            "WIZ_AI_TIMEOUT": "1",
+        },
+    )
 
 
 @pytest.fixture
@@ -39,8 +48,14 @@ def root(ai_server):
 
 
 def text_call(client, model=None, json_mode=True, kind="smoke", **more):
-    body = {"system": "Answer in JSON.", "messages": [{"role": "user", "content": "Say hello."}],
-            "json": json_mode, "kind": kind, "templateKey": "smoke.v1", **more}
+    body = {
+        "system": "Answer in JSON.",
+        "messages": [{"role": "user", "content": "Say hello."}],
+        "json": json_mode,
+        "kind": kind,
+        "templateKey": "smoke.v1",
+        **more,
+    }
     if model:
         body["model"] = model
     return client.post("/api/ai/text", json=body)
@@ -63,8 +78,7 @@ def test_check_5_json_smoke_call_returns_json_and_is_logged(alice, root):
     assert timing["requestedModel"] == "host default"
     assert timing["resolvedModel"] == "fake-valid-json-resolved"
     assert timing["attempts"] == 1 and timing["totalMs"] >= timing["attemptMs"] >= 0
-    assert set(timing) == {"requestedModel", "resolvedModel", "queueMs", "attemptMs", "repairMs", "totalMs",
-                           "attempts"}
+    assert set(timing) == {"requestedModel", "resolvedModel", "queueMs", "attemptMs", "repairMs", "totalMs", "attempts"}
     latest = logs(root)[0]
     assert latest["kind"] == "smoke" and latest["template_key"] == "smoke.v1"
     assert latest["system"] == "Answer in JSON." and latest["content"] == answer["content"]
@@ -72,7 +86,10 @@ def test_check_5_json_smoke_call_returns_json_and_is_logged(alice, root):
     assert latest["timing"] == timing and latest["user_id"] == "alice"
     row = timings(root)[0]
     assert (row["requested_model"], row["resolved_model"], row["outcome"]) == (
-        "host default", "fake-valid-json-resolved", "ok")
+        "host default",
+        "fake-valid-json-resolved",
+        "ok",
+    )
 
 
 def test_plain_text_success_has_no_timing_and_no_timing_row(alice, root):
@@ -149,7 +166,12 @@ def test_check_6_image_smoke_call_stores_a_webp(alice, root, ai_server):
     assert alice.get(answer["url"]).content == stored
     latest = logs(root)[0]
     assert (latest["context"], latest["url"], latest["provider"], latest["model"], latest["aspect_ratio"]) == (
-        "a lighthouse", answer["url"], "fake-openai", "fake-png", "1:1")
+        "a lighthouse",
+        answer["url"],
+        "fake-openai",
+        "fake-png",
+        "1:1",
+    )
     assert len(timings(root)) == timed
 
 
@@ -160,22 +182,36 @@ def test_an_answer_without_an_image_is_502_and_stores_nothing(alice, ai_server):
     assert set((ai_server.data_dir / "uploads").glob("*")) == before
 
 
-@pytest.mark.parametrize("body", [
-    {"subject": "", "aspectRatio": "1:1"}, {"subject": "   ", "aspectRatio": "1:1"},
-    {"subject": "x" * 2001, "aspectRatio": "1:1"}, {"subject": "x", "aspectRatio": "2:1"},
-    {"subject": "x"}, {"aspectRatio": "1:1"}, {"subject": 5, "aspectRatio": "1:1"},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"subject": "", "aspectRatio": "1:1"},
+        {"subject": "   ", "aspectRatio": "1:1"},
+        {"subject": "x" * 2001, "aspectRatio": "1:1"},
+        {"subject": "x", "aspectRatio": "2:1"},
+        {"subject": "x"},
+        {"aspectRatio": "1:1"},
+        {"subject": 5, "aspectRatio": "1:1"},
+    ],
+)
 def test_bad_image_requests_are_400(alice, body):
     assert alice.post("/api/ai/image", json=body).status_code == 400
 
 
-@pytest.mark.parametrize("body", [
-    {}, {"messages": []}, {"messages": "hi"}, {"messages": [{"role": "user"}]},
-    {"messages": [{"role": "robot", "content": "x"}]}, {"messages": [{"role": "user", "content": 1}]},
-    {"messages": [{"role": "user", "content": "x"}], "json": "yes"},
-    {"messages": [{"role": "user", "content": "x"}], "kind": 3},
-    {"messages": [{"role": "user", "content": "x"}], "thoughtsTab": "../x"},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"messages": []},
+        {"messages": "hi"},
+        {"messages": [{"role": "user"}]},
+        {"messages": [{"role": "robot", "content": "x"}]},
+        {"messages": [{"role": "user", "content": 1}]},
+        {"messages": [{"role": "user", "content": "x"}], "json": "yes"},
+        {"messages": [{"role": "user", "content": "x"}], "kind": 3},
+        {"messages": [{"role": "user", "content": "x"}], "thoughtsTab": "../x"},
+    ],
+)
 def test_bad_text_requests_are_400(alice, body, fake_ai):
     response = alice.post("/api/ai/text", json=body)
     assert response.status_code == 400, body

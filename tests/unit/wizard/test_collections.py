@@ -1,5 +1,6 @@
 """The seven collections, in process (route logic only): server-owned fields, filters,
 scoping of reads, the write rules, and bad input that changes nothing."""
+
 import json
 from urllib.parse import quote
 
@@ -14,8 +15,10 @@ def rows(client, name, **wanted):
 
 
 def test_check_1_created_rows_get_server_assigned_id_and_created_at(wizard):
-    response = wizard.post("/api/collections/wizards", json={
-        "name": "Haiku", "id": "mine", "created_at": "1999-01-01", "user_id": "mallory", "likes_count": 9})
+    response = wizard.post(
+        "/api/collections/wizards",
+        json={"name": "Haiku", "id": "mine", "created_at": "1999-01-01", "user_id": "mallory", "likes_count": 9},
+    )
     assert response.status_code == 201
     row = response.json()
     assert row["id"] != "mine" and len(row["id"]) == 32
@@ -114,8 +117,10 @@ def test_admin_prompts_are_read_by_all_and_written_by_administrators(wizard, adm
     assert any(r["id"] == row["id"] for r in rows(wizard, "admin_prompts", key="ideas.system"))
     assert wizard.patch(f"/api/collections/admin_prompts/{row['id']}", json={"text": "x"}).status_code == 403
     assert wizard.delete(f"/api/collections/admin_prompts/{row['id']}").status_code == 403
-    assert admin.patch(f"/api/collections/admin_prompts/{row['id']}", json={"text": "Be very brief."}).json()[
-        "text"] == "Be very brief."
+    assert (
+        admin.patch(f"/api/collections/admin_prompts/{row['id']}", json={"text": "Be very brief."}).json()["text"]
+        == "Be very brief."
+    )
 
 
 def test_global_wizards_are_writable_by_administrators_only(wizard, admin):
@@ -144,8 +149,10 @@ def test_a_row_another_user_cannot_see_is_404_for_them(wizard):
 
 def test_patch_updates_fields_and_keeps_server_owned_ones(wizard):
     row = wizard.post("/api/collections/saved_prompts", json={"text": "a", "tags": ["x"]}).json()
-    updated = wizard.patch(f"/api/collections/saved_prompts/{row['id']}", json={
-        "text": "b", "id": "other", "created_at": "2000", "user_id": "bob"}).json()
+    updated = wizard.patch(
+        f"/api/collections/saved_prompts/{row['id']}",
+        json={"text": "b", "id": "other", "created_at": "2000", "user_id": "bob"},
+    ).json()
     assert updated == {**row, "text": "b"}
 
 
@@ -169,14 +176,17 @@ def test_blueprint_covers_must_be_uploads(wizard):
     assert response.status_code == 400 and response.json()["field"] == "cover_url"
 
 
-@pytest.mark.parametrize("body, headers, status", [
-    ("not json", {"Content-Type": "application/json"}, 400),
-    ("[1]", {"Content-Type": "application/json"}, 400),
-    ('{"a": 1}', {"Content-Type": "text/plain"}, 415),
-    ('{"is_public": "yes"}', {"Content-Type": "application/json"}, 400),
-    ('{"key": 5}', {"Content-Type": "application/json"}, 400),
-    ('{"big": "' + "x" * 300_000 + '"}', {"Content-Type": "application/json"}, 413),
-])
+@pytest.mark.parametrize(
+    "body, headers, status",
+    [
+        ("not json", {"Content-Type": "application/json"}, 400),
+        ("[1]", {"Content-Type": "application/json"}, 400),
+        ('{"a": 1}', {"Content-Type": "text/plain"}, 415),
+        ('{"is_public": "yes"}', {"Content-Type": "application/json"}, 400),
+        ('{"key": 5}', {"Content-Type": "application/json"}, 400),
+        ('{"big": "' + "x" * 300_000 + '"}', {"Content-Type": "application/json"}, 413),
+    ],
+)
 def test_bad_bodies_are_refused_and_change_nothing(wizard, body, headers, status):
     before = rows(wizard, "saved_prompts")
     response = wizard.post("/api/collections/saved_prompts", data=body, headers=headers)
@@ -189,5 +199,3 @@ def test_unknown_routes_and_methods_answer_the_error_body(wizard):
     assert wizard.get("/api/nothing").status_code == 404
     response = wizard.request("PUT", "/api/collections/wizards")
     assert response.status_code == 405 and "error" in response.json()
-
-

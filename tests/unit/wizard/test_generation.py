@@ -1,6 +1,7 @@
 """The generation layer (app/wizard/generation.py) against a local fake OpenAI-compatible
 provider (devtools/fake_providers.py), in plain threads. Under gevent's patching, as in the
 gunicorn worker: tests/wizard/test_generation.py."""
+
 import io
 import json
 import socket
@@ -24,8 +25,7 @@ from devtools.fake_providers import FakeProviders
 KEY = "sk-test-0123456789abcdef"
 SLOW = 0.4
 HELLO = [{"role": "user", "content": "Say hello."}]
-TIMING_KEYS = {"requestedModel", "resolvedModel", "queueMs", "attemptMs", "repairMs", "totalMs",
-               "attempts"}
+TIMING_KEYS = {"requestedModel", "resolvedModel", "queueMs", "attemptMs", "repairMs", "totalMs", "attempts"}
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +40,15 @@ def fresh_counts(fake):
 
 
 def generator(fake, **overrides):
-    options = dict(base_url=fake.base_url(), api_key=KEY, text_model="fake-valid-json",
-                   image_model="fake-png", provider="fake-ai", timeout=5.0, concurrency=4)
+    options = dict(
+        base_url=fake.base_url(),
+        api_key=KEY,
+        text_model="fake-valid-json",
+        image_model="fake-png",
+        provider="fake-ai",
+        timeout=5.0,
+        concurrency=4,
+    )
     options.update(overrides)
     return Generator(**options)
 
@@ -57,6 +64,7 @@ def last_body(fake):
 
 
 # -- plain text ----------------------------------------------------------------------------
+
 
 def test_plain_text_has_no_timing(fake):
     outcome = generator(fake, text_model="fake-text").text(HELLO)
@@ -91,6 +99,7 @@ def test_bad_messages_are_a_value_error(fake):
 
 # -- JSON mode -------------------------------------------------------------------------------
 
+
 def test_valid_json_and_its_timing(fake):
     outcome = generator(fake).text(HELLO, json_mode=True)
     assert json.loads(outcome.content) == {"ok": True, "words": ["alpha", "beta", "gamma"]}
@@ -99,8 +108,7 @@ def test_valid_json_and_its_timing(fake):
     assert timing["requestedModel"] == "host default"
     assert timing["resolvedModel"] == "fake-valid-json-resolved"
     assert timing["attempts"] == 1 and timing["repairMs"] == 0
-    assert all(isinstance(timing[k], int) and timing[k] >= 0
-               for k in ("queueMs", "attemptMs", "repairMs", "totalMs"))
+    assert all(isinstance(timing[k], int) and timing[k] >= 0 for k in ("queueMs", "attemptMs", "repairMs", "totalMs"))
     assert timing["totalMs"] >= timing["queueMs"] + timing["attemptMs"] - 1
     assert last_body(fake)["response_format"] == {"type": "json_object"}
 
@@ -126,8 +134,9 @@ def test_repairable_output_is_repaired_without_a_rerun(fake):
 
 def test_invalid_once_is_rerun_once(fake):
     phases = []
-    outcome = generator(fake).text(HELLO, json_mode=True, model="fake-invalid-once",
-                                   on_phase=lambda name, detail: phases.append(name))
+    outcome = generator(fake).text(
+        HELLO, json_mode=True, model="fake-invalid-once", on_phase=lambda name, detail: phases.append(name)
+    )
     assert json.loads(outcome.content)["ok"] is True
     assert outcome.timing["attempts"] == 2
     assert fake.count("fake-invalid-once") == 2
@@ -141,7 +150,7 @@ def test_invalid_twice_is_502_with_timing_and_nothing_made_up(fake):
     assert exc.timing["attempts"] == 2
     assert exc.timing["resolvedModel"] == "fake-invalid-twice-resolved"
     assert set(exc.timing) == TIMING_KEYS
-    assert fake.count("fake-invalid-twice") == 2   # exactly one rerun
+    assert fake.count("fake-invalid-twice") == 2  # exactly one rerun
 
 
 @pytest.mark.parametrize("count", [5, 6])
@@ -174,12 +183,13 @@ def test_ideas_need_the_ideas_object(fake):
 
 # -- provider failures ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("json_mode", [False, True])
 def test_provider_error_is_502_naming_its_status(fake, json_mode):
     exc = failure(lambda: generator(fake).text(HELLO, json_mode=json_mode, model="fake-error-500"))
     assert exc.status == 502 and "HTTP 500" in exc.message
     assert (exc.timing is not None) == json_mode
-    assert fake.count("fake-error-500") == 1   # a provider failure is not rerun
+    assert fake.count("fake-error-500") == 1  # a provider failure is not rerun
 
 
 def test_malformed_answer_is_502(fake):
@@ -202,17 +212,15 @@ def test_wrong_key_is_502_and_never_shows_a_key(fake):
 def test_unreachable_provider_is_502():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]   # closed once the block ends: nothing listens there
-    gen = Generator(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, text_model="m",
-                    image_model="m", timeout=2.0)
+        port = sock.getsockname()[1]  # closed once the block ends: nothing listens there
+    gen = Generator(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, text_model="m", image_model="m", timeout=2.0)
     exc = failure(lambda: gen.text(HELLO))
     assert exc.status == 502 and "cannot be reached" in exc.message
 
 
 @pytest.mark.parametrize("json_mode", [False, True])
 def test_time_out_is_504(fake, json_mode):
-    exc = failure(lambda: generator(fake, timeout=0.15).text(HELLO, json_mode=json_mode,
-                                                            model="fake-slow"))
+    exc = failure(lambda: generator(fake, timeout=0.15).text(HELLO, json_mode=json_mode, model="fake-slow"))
     assert exc.status == 504 and "0.15 s" in exc.message
     if json_mode:
         assert exc.timing["attempts"] == 1 and exc.timing["totalMs"] >= 140
@@ -221,6 +229,7 @@ def test_time_out_is_504(fake, json_mode):
 
 
 # -- the queue -----------------------------------------------------------------------------
+
 
 def run_parallel(calls):
     """Runs the callables in threads; returns their results or exceptions, in order."""
@@ -242,17 +251,19 @@ def run_parallel(calls):
 
 def test_calls_queue_behind_the_concurrency_limit(fake):
     gen = generator(fake, concurrency=1)
+
     def call():
         return gen.text(HELLO, json_mode=True, model="fake-slow")
 
     first, second = sorted(run_parallel([call, call]), key=lambda o: o.timing["queueMs"])
     assert first.timing["queueMs"] < 100
-    assert second.timing["queueMs"] >= SLOW * 1000 * 0.8   # it really waited for the first
+    assert second.timing["queueMs"] >= SLOW * 1000 * 0.8  # it really waited for the first
     assert second.timing["totalMs"] >= second.timing["queueMs"] + second.timing["attemptMs"] - 1
 
 
 def test_waiting_in_the_queue_counts_toward_the_time_out(fake):
     gen = generator(fake, concurrency=1, timeout=SLOW * 1.5)
+
     def call():
         return gen.text(HELLO, json_mode=True, model="fake-slow")
 
@@ -266,7 +277,7 @@ def test_waiting_in_the_queue_counts_toward_the_time_out(fake):
 
 def test_a_call_that_never_gets_a_slot_is_504(fake):
     gen = generator(fake, concurrency=1, timeout=SLOW / 2)
-    gen._slots.acquire()   # the only slot is taken for the whole test
+    gen._slots.acquire()  # the only slot is taken for the whole test
     try:
         exc = failure(lambda: gen.text(HELLO, json_mode=True))
     finally:
@@ -278,6 +289,7 @@ def test_a_call_that_never_gets_a_slot_is_504(fake):
 
 # -- streaming -----------------------------------------------------------------------------
 
+
 def test_stream_delivers_chunks_in_order(fake):
     chunks = []
     outcome = generator(fake, text_model="fake-text").text(HELLO, on_chunk=chunks.append)
@@ -288,8 +300,7 @@ def test_stream_delivers_chunks_in_order(fake):
 
 def test_stream_in_json_mode_relays_both_attempts(fake):
     chunks = []
-    outcome = generator(fake).text(HELLO, json_mode=True, model="fake-invalid-once",
-                                   on_chunk=chunks.append)
+    outcome = generator(fake).text(HELLO, json_mode=True, model="fake-invalid-once", on_chunk=chunks.append)
     streamed = "".join(chunks)
     assert streamed.startswith("I am sorry") and streamed.endswith(outcome.content)
     assert outcome.timing["attempts"] == 2
@@ -297,32 +308,31 @@ def test_stream_in_json_mode_relays_both_attempts(fake):
 
 def test_stream_relays_reasoning_apart(fake):
     chunks, thoughts = [], []
-    outcome = generator(fake).text(HELLO, model="fake-reasoning", on_chunk=chunks.append,
-                                   on_reasoning=thoughts.append)
+    outcome = generator(fake).text(HELLO, model="fake-reasoning", on_chunk=chunks.append, on_reasoning=thoughts.append)
     assert "".join(thoughts) == "Let me think about this. "
     assert "".join(chunks) == outcome.content
 
 
 def test_stream_without_model_report_is_unknown(fake):
-    outcome = generator(fake).text(HELLO, json_mode=True, model="fake-no-model",
-                                   on_chunk=lambda text: None)
+    outcome = generator(fake).text(HELLO, json_mode=True, model="fake-no-model", on_chunk=lambda text: None)
     assert outcome.timing["resolvedModel"] == "unknown"
 
 
 def test_failing_callbacks_do_not_fail_the_call(fake):
     def broken(*args):
         raise RuntimeError("relay is gone")
+
     outcome = generator(fake).text(HELLO, json_mode=True, on_chunk=broken, on_phase=broken)
     assert json.loads(outcome.content)["ok"] is True
 
 
 def test_stream_time_out_is_504(fake):
-    exc = failure(lambda: generator(fake, timeout=0.15).text(HELLO, model="fake-slow",
-                                                            on_chunk=lambda text: None))
+    exc = failure(lambda: generator(fake, timeout=0.15).text(HELLO, model="fake-slow", on_chunk=lambda text: None))
     assert exc.status == 504
 
 
 # -- images --------------------------------------------------------------------------------
+
 
 def opened(webp):
     with Image.open(io.BytesIO(webp)) as img:
@@ -335,7 +345,7 @@ def test_image_becomes_webp(fake, model):
     outcome = generator(fake, image_model=model).image("a lighthouse at dusk", "16:9")
     assert isinstance(outcome, ImageOutcome)
     assert outcome.webp[:4] == b"RIFF" and outcome.webp[8:12] == b"WEBP"
-    assert opened(outcome.webp) == ("WEBP", (64, 36))    # the fake draws 1/16 of 1024x576
+    assert opened(outcome.webp) == ("WEBP", (64, 36))  # the fake draws 1/16 of 1024x576
     assert (outcome.provider, outcome.model) == ("fake-ai", model)
 
 
@@ -364,17 +374,17 @@ def test_every_aspect_ratio_has_its_size():
         assert width * down == height * across and max(width, height) == 1024
 
 
-@pytest.mark.parametrize("model, words", [("fake-no-image", "no image"),
-                                          ("fake-bad-image", "could not be decoded"),
-                                          ("fake-error-500", "HTTP 500")])
+@pytest.mark.parametrize(
+    "model, words",
+    [("fake-no-image", "no image"), ("fake-bad-image", "could not be decoded"), ("fake-error-500", "HTTP 500")],
+)
 def test_image_failures_are_502(fake, model, words):
     exc = failure(lambda: generator(fake, image_model=model).image("a cat", "1:1"))
     assert exc.status == 502 and words in exc.message
 
 
 def test_slow_image_is_504(fake):
-    exc = failure(lambda: generator(fake, image_model="fake-slow-image", timeout=0.15)
-                  .image("a cat", "1:1"))
+    exc = failure(lambda: generator(fake, image_model="fake-slow-image", timeout=0.15).image("a cat", "1:1"))
     assert exc.status == 504
 
 
@@ -389,6 +399,7 @@ def test_bad_image_arguments_are_value_errors(fake):
 
 # -- configuration -------------------------------------------------------------------------
 
+
 def test_unconfigured_roles_are_unavailable():
     gen = Generator(base_url="", api_key="", text_model="", image_model="")
     assert not gen.available_text and not gen.available_image
@@ -401,30 +412,55 @@ def test_unconfigured_roles_are_unavailable():
 
 
 def test_from_env(monkeypatch):
-    for name, value in {"WIZ_AI_BASE_URL": "http://127.0.0.1:9/v1/", "WIZ_AI_API_KEY": KEY,
-                        "WIZ_TEXT_MODEL": "text-m", "WIZ_IMAGE_MODEL": "image-m",
-                        "WIZ_AI_PROVIDER": "local", "WIZ_AI_TIMEOUT": "12.5",
-                        "WIZ_AI_CONCURRENCY": "2"}.items():
+    for name, value in {
+        "WIZ_AI_BASE_URL": "http://127.0.0.1:9/v1/",
+        "WIZ_AI_API_KEY": KEY,
+        "WIZ_TEXT_MODEL": "text-m",
+        "WIZ_IMAGE_MODEL": "image-m",
+        "WIZ_AI_PROVIDER": "local",
+        "WIZ_AI_TIMEOUT": "12.5",
+        "WIZ_AI_CONCURRENCY": "2",
+    }.items():
         monkeypatch.setenv(name, value)
     gen = Generator.from_env()
-    assert (gen.base_url, gen.text_model, gen.image_model, gen.provider, gen.timeout,
-            gen.concurrency) == ("http://127.0.0.1:9/v1", "text-m", "image-m", "local", 12.5, 2)
+    assert (gen.base_url, gen.text_model, gen.image_model, gen.provider, gen.timeout, gen.concurrency) == (
+        "http://127.0.0.1:9/v1",
+        "text-m",
+        "image-m",
+        "local",
+        12.5,
+        2,
+    )
     assert gen.available_text and gen.available_image
 
 
 def test_from_env_defaults(monkeypatch):
-    for name in ("WIZ_AI_BASE_URL", "WIZ_AI_API_KEY", "WIZ_TEXT_MODEL", "WIZ_IMAGE_MODEL",
-                 "WIZ_AI_PROVIDER", "WIZ_AI_TIMEOUT", "WIZ_AI_CONCURRENCY"):
+    for name in (
+        "WIZ_AI_BASE_URL",
+        "WIZ_AI_API_KEY",
+        "WIZ_TEXT_MODEL",
+        "WIZ_IMAGE_MODEL",
+        "WIZ_AI_PROVIDER",
+        "WIZ_AI_TIMEOUT",
+        "WIZ_AI_CONCURRENCY",
+    ):
         monkeypatch.delenv(name, raising=False)
     gen = Generator.from_env()
     assert (gen.provider, gen.timeout, gen.concurrency) == ("openai", 60.0, 4)
     assert not gen.available_text and not gen.available_image
 
 
-@pytest.mark.parametrize("name, value", [("WIZ_AI_TIMEOUT", "soon"), ("WIZ_AI_TIMEOUT", "0"),
-                                         ("WIZ_AI_CONCURRENCY", "0"), ("WIZ_AI_CONCURRENCY", "many"),
-                                         ("WIZ_AI_BASE_URL", "ftp://example.org"),
-                                         ("WIZ_AI_API_KEY", "sk-with space")])
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("WIZ_AI_TIMEOUT", "soon"),
+        ("WIZ_AI_TIMEOUT", "0"),
+        ("WIZ_AI_CONCURRENCY", "0"),
+        ("WIZ_AI_CONCURRENCY", "many"),
+        ("WIZ_AI_BASE_URL", "ftp://example.org"),
+        ("WIZ_AI_API_KEY", "sk-with space"),
+    ],
+)
 def test_from_env_refuses_bad_values(monkeypatch, name, value):
     monkeypatch.setenv(name, value)
     with pytest.raises(ConfigError) as caught:
@@ -435,5 +471,3 @@ def test_from_env_refuses_bad_values(monkeypatch, name, value):
 
 
 # -- under gevent, as in the gunicorn worker ---------------------------------------------------
-
-

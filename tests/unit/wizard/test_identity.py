@@ -1,13 +1,20 @@
 """Identity from the proxy's trusted headers, and the loopback test identity."""
+
 import requests
 
 from tests.support.wizard import WizardClient
 
 
 def test_every_api_route_needs_remote_user(wizard_server):
-    for method, path in [("GET", "/api/me"), ("GET", "/api/collections/wizards"),
-                         ("POST", "/api/likes/toggle"), ("GET", "/api/events"),
-                         ("POST", "/api/uploads"), ("POST", "/api/errors"), ("GET", "/api/nothing-here")]:
+    for method, path in [
+        ("GET", "/api/me"),
+        ("GET", "/api/collections/wizards"),
+        ("POST", "/api/likes/toggle"),
+        ("GET", "/api/events"),
+        ("POST", "/api/uploads"),
+        ("POST", "/api/errors"),
+        ("GET", "/api/nothing-here"),
+    ]:
         response = requests.request(method, wizard_server.base_url + path, timeout=10)
         assert response.status_code == 401, (method, path)
         assert "Remote-User" in response.json()["error"]
@@ -34,7 +41,10 @@ def test_a_malformed_user_name_is_refused(wizard_server):
 
 def test_test_identity_is_honoured_from_loopback_when_enabled(wizard):
     assert wizard.as_user("tess", "wiz-admins").get("/api/me").json() == {
-        "id": "tess", "username": "tess", "is_admin": True}
+        "id": "tess",
+        "username": "tess",
+        "is_admin": True,
+    }
 
 
 def test_test_identity_is_ignored_when_the_request_names_a_forwarder(wizard):
@@ -42,7 +52,6 @@ def test_test_identity_is_ignored_when_the_request_names_a_forwarder(wizard):
         response = wizard.as_user("tess", "admins").get("/api/me", headers={header: "127.0.0.1"})
         assert response.status_code == 401, header
         response = wizard.as_user("tess", "admins").get(
-            "/api/me", headers={header: "127.0.0.1", "Remote-User": "public"})
+            "/api/me", headers={header: "127.0.0.1", "Remote-User": "public"}
+        )
         assert response.json()["id"] == "public"
-
-

@@ -1,5 +1,6 @@
 """The local repair of JSON-mode output (app/wizard/json_output.py): JSON that the
 model wrote is mended; prose is never turned into structure (acceptance check 4)."""
+
 import json
 
 import json_repair
@@ -27,7 +28,7 @@ REPAIRED = [
     # braces in prose before the real object are skipped
     ('Use {curly} braces like this: {"k": true}', {"k": True}),
     # the ideas batch, fenced with a trailing comma
-    ('```json\n' + json.dumps({"ideas": IDEAS})[:-1] + ',}\n```', {"ideas": IDEAS}),
+    ("```json\n" + json.dumps({"ideas": IDEAS})[:-1] + ",}\n```", {"ideas": IDEAS}),
     # keys in other scripts and with escapes
     ('{"título": "sí", "emoji\\u2764": 1,}', {"título": "sí", "emoji❤": 1}),
 ]
@@ -40,8 +41,8 @@ PROSE = [
     "I would suggest [a calm palette] and {soft light, warm tones}, as in [1] and [2.",
     "See the notes (refs [1] and [2]) for more.",
     "[maybe] not",
-    "He said {\"so\" to me} and left.",            # a quoted word is not a key without its colon
-    '{"a": 1, and then b c d: 2}',                  # a key the model never wrote as one
+    'He said {"so" to me} and left.',  # a quoted word is not a key without its colon
+    '{"a": 1, and then b c d: 2}',  # a key the model never wrote as one
     "{}",
     "[]",
     "",

@@ -1,5 +1,6 @@
 """Likes: the toggle is the only way to change them, and the count always equals
 the like rows, whatever the concurrency."""
+
 import json
 from urllib.parse import quote
 
@@ -54,5 +55,3 @@ def test_deleting_a_blueprint_removes_its_likes(wizard, admin, shared_blueprint)
     wizard.as_user("dan").post("/api/likes/toggle", json={"blueprint_id": shared_blueprint["id"]})
     assert wizard.delete(f"/api/collections/blueprints/{shared_blueprint['id']}").status_code == 204
     assert like_rows(admin, shared_blueprint["id"]) == []
-
-

@@ -1,5 +1,6 @@
 """Uploads: the type is read from the bytes, 8 MB at most, stored under
 DATA_DIR/uploads and served back with nosniff."""
+
 import io
 import re
 
@@ -15,8 +16,10 @@ def image_bytes(kind, size=(8, 8)):
     return buffer.getvalue()
 
 
-@pytest.mark.parametrize("kind, extension, mime", [("PNG", "png", "image/png"), ("JPEG", "jpg", "image/jpeg"),
-                                                    ("WEBP", "webp", "image/webp")])
+@pytest.mark.parametrize(
+    "kind, extension, mime",
+    [("PNG", "png", "image/png"), ("JPEG", "jpg", "image/jpeg"), ("WEBP", "webp", "image/webp")],
+)
 def test_images_are_stored_and_served(wizard, wizard_server, kind, extension, mime):
     data = image_bytes(kind)
     # The declared type is not what decides.
@@ -31,12 +34,15 @@ def test_images_are_stored_and_served(wizard, wizard_server, kind, extension, mi
     assert served.headers["X-Content-Type-Options"] == "nosniff"
 
 
-@pytest.mark.parametrize("name, data, declared", [
-    ("fake.png", b"<svg xmlns='http://www.w3.org/2000/svg'/>", "image/png"),
-    ("doc.png", b"%PDF-1.4 not an image", "image/png"),
-    ("anim.gif", None, "image/gif"),
-    ("truncated.png", "truncated", "image/png"),
-])
+@pytest.mark.parametrize(
+    "name, data, declared",
+    [
+        ("fake.png", b"<svg xmlns='http://www.w3.org/2000/svg'/>", "image/png"),
+        ("doc.png", b"%PDF-1.4 not an image", "image/png"),
+        ("anim.gif", None, "image/gif"),
+        ("truncated.png", "truncated", "image/png"),
+    ],
+)
 def test_anything_but_png_jpeg_webp_is_400(wizard, wizard_server, name, data, declared):
     if data is None:
         data = image_bytes("GIF")
@@ -64,8 +70,16 @@ def test_a_form_without_the_file_field_is_400(wizard):
     assert wizard.post("/api/uploads", files={"file": ("empty.png", b"", "image/png")}).status_code == 400
 
 
-@pytest.mark.parametrize("path", ["/uploads/../wizard.db", "/uploads/..%2Fwizard.db", "/uploads/wizard.db",
-                                  "/uploads/" + "0" * 32 + ".png", "/uploads/%2e%2e/%2e%2e/etc/passwd"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/uploads/../wizard.db",
+        "/uploads/..%2Fwizard.db",
+        "/uploads/wizard.db",
+        "/uploads/" + "0" * 32 + ".png",
+        "/uploads/%2e%2e/%2e%2e/etc/passwd",
+    ],
+)
 def test_uploads_cannot_reach_other_files(wizard, path):
     response = wizard.get(path)
     assert response.status_code == 404

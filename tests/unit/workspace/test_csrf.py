@@ -4,6 +4,7 @@ are refused (403, nothing changed) unless the browser says they come from the
 platform's own pages (Sec-Fetch-Site, else Origin against WORKSPACE_ACCESS_URL).
 Clients that send neither header (curl, the agent, the command-line client) pass.
 The real browser's side of it is tests/browser/test_workspace_csrf.py."""
+
 import pytest
 import requests
 
@@ -11,17 +12,24 @@ from tests.support.workspace import OWNER
 
 ACCESS_URL = "https://workspace.example.org"
 COOKIE = "__Host-workspace_session_token"  # the session cookie's name behind https
-CROSS_SITE = [{"Sec-Fetch-Site": "cross-site", "Origin": "https://evil.example"},
-              {"Sec-Fetch-Site": "same-site", "Origin": "https://app.example.org"},  # a sibling host
-              {"Origin": "https://evil.example"},                                    # a browser without Fetch Metadata
-              {"Origin": "null"}]                                                    # a sandboxed page
-SAME_ORIGIN = [{"Sec-Fetch-Site": "same-origin", "Origin": ACCESS_URL}, {"Origin": ACCESS_URL},
-               {"Origin": ACCESS_URL + ":443"}, {}]
+CROSS_SITE = [
+    {"Sec-Fetch-Site": "cross-site", "Origin": "https://evil.example"},
+    {"Sec-Fetch-Site": "same-site", "Origin": "https://app.example.org"},  # a sibling host
+    {"Origin": "https://evil.example"},  # a browser without Fetch Metadata
+    {"Origin": "null"},
+]  # a sandboxed page
+SAME_ORIGIN = [
+    {"Sec-Fetch-Site": "same-origin", "Origin": ACCESS_URL},
+    {"Origin": ACCESS_URL},
+    {"Origin": ACCESS_URL + ":443"},
+    {},
+]
 
 
 @pytest.fixture(scope="module")
 def platform(start_module_service, db_backend):
     from tests.support.workspace import Workspace
+
     ws = Workspace(start_module_service("workspace", env={**db_backend.env(), "WORKSPACE_ACCESS_URL": ACCESS_URL}))
     return ws, ws.first_user()
 
@@ -33,8 +41,13 @@ def _session_cookie(response):
 @pytest.mark.parametrize("headers", CROSS_SITE)
 def test_another_sites_login_form_cannot_sign_a_browser_in(platform, headers):
     ws, _ = platform
-    response = requests.post(ws.url + "/login", data={"email": OWNER["email"], "password": OWNER["password"]},
-                             headers=headers, allow_redirects=False, timeout=30)
+    response = requests.post(
+        ws.url + "/login",
+        data={"email": OWNER["email"], "password": OWNER["password"]},
+        headers=headers,
+        allow_redirects=False,
+        timeout=30,
+    )
     assert response.status_code == 403 and "Set-Cookie" not in response.headers
     assert "came from another site" in response.text and 'role="alert"' in response.text
 
@@ -42,8 +55,13 @@ def test_another_sites_login_form_cannot_sign_a_browser_in(platform, headers):
 @pytest.mark.parametrize("headers", SAME_ORIGIN)
 def test_the_platforms_own_login_form_signs_in(platform, headers):
     ws, _ = platform
-    response = requests.post(ws.url + "/login", data={"email": OWNER["email"], "password": OWNER["password"]},
-                             headers=headers, allow_redirects=False, timeout=30)
+    response = requests.post(
+        ws.url + "/login",
+        data={"email": OWNER["email"], "password": OWNER["password"]},
+        headers=headers,
+        allow_redirects=False,
+        timeout=30,
+    )
     assert response.status_code == 303 and _session_cookie(response)
 
 
@@ -51,11 +69,11 @@ def test_another_sites_logout_form_neither_signs_out_nor_revokes(platform):
     ws, _ = platform
     token = ws.login(OWNER["email"], OWNER["password"]).json()["session_token"]
     for headers in CROSS_SITE:
-        response = requests.post(ws.url + "/logout", cookies={COOKIE: token}, headers=headers,
-                                 allow_redirects=False, timeout=10)
+        response = requests.post(
+            ws.url + "/logout", cookies={COOKIE: token}, headers=headers, allow_redirects=False, timeout=10
+        )
         assert response.status_code == 403 and "Set-Cookie" not in response.headers
-        api = requests.post(ws.api + "/users/logout", cookies={COOKIE: token}, headers=headers,
-                            timeout=10)
+        api = requests.post(ws.api + "/users/logout", cookies={COOKIE: token}, headers=headers, timeout=10)
         assert api.status_code == 403
         assert api.json()["message"] == "This request came from another site and was refused."
     assert requests.get(ws.api + "/users/me", headers=ws.as_user(token), timeout=10).status_code == 200
@@ -66,8 +84,7 @@ def test_a_logout_revokes_the_token_on_the_server(platform, form):
     ws, _ = platform
     token = ws.login(OWNER["email"], OWNER["password"]).json()["session_token"]
     url = ws.url + "/logout" if form else ws.api + "/users/logout"
-    out = requests.post(url, cookies={COOKIE: token}, headers={"Origin": ACCESS_URL},
-                        allow_redirects=False, timeout=10)
+    out = requests.post(url, cookies={COOKIE: token}, headers={"Origin": ACCESS_URL}, allow_redirects=False, timeout=10)
     assert out.status_code in (200, 303) and "workspace_session_token=;" in out.headers["Set-Cookie"]
     after = requests.get(ws.api + "/users/me", headers=ws.as_user(token), timeout=10)
     assert after.status_code == 401 and after.json()["detail"] == "the session token was revoked"
@@ -75,8 +92,12 @@ def test_a_logout_revokes_the_token_on_the_server(platform, form):
 
 def test_cookie_signed_changes_through_the_api_must_come_from_the_platform(platform):
     ws, owner = platform
-    created = requests.post(ws.api + "/users/me/workspaces", json={"name": "csrf", "agents": [{"name": "main"}]},
-                            headers=ws.as_user(owner), timeout=10).json()
+    created = requests.post(
+        ws.api + "/users/me/workspaces",
+        json={"name": "csrf", "agents": [{"name": "main"}]},
+        headers=ws.as_user(owner),
+        timeout=10,
+    ).json()
     agent_id = created["agents"][0]["id"]
     rotate = ws.api + f"/workspaceagents/{agent_id}/token"
     cookie = {COOKIE: owner}
@@ -84,8 +105,10 @@ def test_cookie_signed_changes_through_the_api_must_come_from_the_platform(platf
     refused = requests.post(rotate, cookies=cookie, headers=CROSS_SITE[1], timeout=10)
     assert refused.status_code == 403
     with ws.db() as db:
-        assert db.execute("select count(*) from auditlog where action = 'workspace_agent.token_rotated'"
-                          ).fetchone()[0] == 0
+        assert (
+            db.execute("select count(*) from auditlog where action = 'workspace_agent.token_rotated'").fetchone()[0]
+            == 0
+        )
     # Reading is not refused (CORS keeps the answer from the other site); the header token is not a cookie.
     assert requests.get(ws.api + "/users/me", cookies=cookie, headers=CROSS_SITE[0], timeout=10).status_code == 200
     assert requests.post(rotate, headers={**ws.as_user(owner), **CROSS_SITE[0]}, timeout=10).status_code == 201

@@ -1,5 +1,6 @@
 """The shared protocol on its own (workspace_protocol): being sans-IO, it is driven
 here with bytes alone, no socket and no server."""
+
 import os
 import random
 
@@ -22,8 +23,10 @@ def test_masking_matches_the_definition_at_any_offset_and_length():
         view = memoryview(buffer)  # a reader holds views of its buffer while it unmasks
         wire.mask_in_place(buffer, offset, length, key)
         view.release()
-        assert bytes(buffer) == original[:offset] + _naive_mask(original[offset:offset + length], key) \
-            + original[offset + length:]
+        assert (
+            bytes(buffer)
+            == original[:offset] + _naive_mask(original[offset : offset + length], key) + original[offset + length :]
+        )
 
 
 def _frames(messages, masked):
@@ -31,7 +34,7 @@ def _frames(messages, masked):
     out = bytearray()
     for opcode, payload, fragments in messages:
         size = max(1, -(-len(payload) // fragments))
-        pieces = [payload[i:i + size] for i in range(0, len(payload), size)] or [b""]
+        pieces = [payload[i : i + size] for i in range(0, len(payload), size)] or [b""]
         for index, piece in enumerate(pieces):
             frame = wire.encode(opcode if index == 0 else wire.OP_CONTINUATION, piece, masked)
             if index < len(pieces) - 1:
@@ -45,15 +48,21 @@ def _frames(messages, masked):
 @pytest.mark.parametrize("masked", [True, False])
 def test_the_reader_takes_frames_however_the_bytes_are_cut(masked):
     generator = random.Random(11)
-    messages = [(wire.OP_BINARY, os.urandom(generator.choice([0, 1, 3, 125, 126, 70_000, 600_000])),
-                 generator.choice([1, 1, 3])) for _ in range(30)]
+    messages = [
+        (
+            wire.OP_BINARY,
+            os.urandom(generator.choice([0, 1, 3, 125, 126, 70_000, 600_000])),
+            generator.choice([1, 1, 3]),
+        )
+        for _ in range(30)
+    ]
     messages.append((wire.OP_TEXT, "héllo".encode(), 2))
     data = _frames(messages, masked)
     reader, received, position = wire.FrameReader(expects_mask=masked), [], 0
     while position < len(data):
         room = reader.space()
         count = min(len(room), generator.randrange(1, 200_000), len(data) - position)
-        room[:count] = data[position:position + count]
+        room[:count] = data[position : position + count]
         reader.filled(count)
         position += count
         while (event := reader.next_event()) is not None:
@@ -79,14 +88,17 @@ def test_a_frame_built_around_its_payload_reads_as_the_same_message(masked, leng
         wire.frame_around(wire.OP_BINARY, bytearray(4) + payload, 4, length, masked, prefix)
 
 
-@pytest.mark.parametrize("frame, expects_mask, code", [
-    (bytes([0xC2, 0x00]), False, wire.PROTOCOL_ERROR),                          # a reserved bit
-    (bytes(wire.encode(wire.OP_BINARY, b"x", masked=True)), False, wire.PROTOCOL_ERROR),  # masked to a client
-    (bytes(wire.encode(wire.OP_BINARY, b"x", masked=False)), True, wire.PROTOCOL_ERROR),  # unmasked to a server
-    (wire.frame_head(wire.OP_BINARY, 2_000_000), False, wire.TOO_LARGE),
-    (bytes(wire.encode(wire.OP_TEXT, b"\xff\xfe", masked=False)), False, wire.INVALID_DATA),
-    (bytes(wire.encode(0x3, b"", masked=False)), False, wire.PROTOCOL_ERROR),   # an unknown opcode
-])
+@pytest.mark.parametrize(
+    "frame, expects_mask, code",
+    [
+        (bytes([0xC2, 0x00]), False, wire.PROTOCOL_ERROR),  # a reserved bit
+        (bytes(wire.encode(wire.OP_BINARY, b"x", masked=True)), False, wire.PROTOCOL_ERROR),  # masked to a client
+        (bytes(wire.encode(wire.OP_BINARY, b"x", masked=False)), True, wire.PROTOCOL_ERROR),  # unmasked to a server
+        (wire.frame_head(wire.OP_BINARY, 2_000_000), False, wire.TOO_LARGE),
+        (bytes(wire.encode(wire.OP_TEXT, b"\xff\xfe", masked=False)), False, wire.INVALID_DATA),
+        (bytes(wire.encode(0x3, b"", masked=False)), False, wire.PROTOCOL_ERROR),  # an unknown opcode
+    ],
+)
 def test_a_frame_that_breaks_the_rules_is_a_violation_with_its_close_code(frame, expects_mask, code):
     reader = wire.FrameReader(expects_mask=expects_mask, max_message_size=1_000_000)
     reader.feed(frame)

@@ -1,4 +1,5 @@
 """Session credentials: where they are read, their shape, lifetime, login and logout."""
+
 import time
 from datetime import datetime, timedelta
 
@@ -29,9 +30,13 @@ def test_the_identity_providers_cookie_grants_nothing(owned):
 
 def test_bad_tokens_say_why(owned):
     ws, owner = owned
-    for token, detail in [("nope", "malformed"), (owner + "x", "malformed"), ("a" * 10 + "-" + "b" * 21, "malformed"),
-                          ("AAAAAAAAAA-BBBBBBBBBBBBBBBBBBBBBB", "not valid"),
-                          (owner[:11] + "B" * 22, "not valid")]:
+    for token, detail in [
+        ("nope", "malformed"),
+        (owner + "x", "malformed"),
+        ("a" * 10 + "-" + "b" * 21, "malformed"),
+        ("AAAAAAAAAA-BBBBBBBBBBBBBBBBBBBBBB", "not valid"),
+        (owner[:11] + "B" * 22, "not valid"),
+    ]:
         response = requests.get(ws.api + "/users/me", headers=ws.as_user(token), timeout=10)
         assert response.status_code == 401 and detail in response.json()["detail"], token
         assert response.json()["message"] == "You must be signed in to do this."
@@ -69,8 +74,12 @@ def test_wrong_password_and_unknown_account_look_the_same(owned):
 
 def test_sso_accounts_cannot_use_a_password_and_the_answer_does_not_say_so(owned):
     ws, owner = owned
-    requests.post(ws.api + "/users", json={"email": "sso@example.com", "username": "ssouser", "login_type": "oidc"},
-                  headers=ws.as_user(owner), timeout=10)
+    requests.post(
+        ws.api + "/users",
+        json={"email": "sso@example.com", "username": "ssouser", "login_type": "oidc"},
+        headers=ws.as_user(owner),
+        timeout=10,
+    )
     sso = ws.login("sso@example.com", "whatever it is")
     unknown = ws.login("nobody-at-all@example.com", "whatever it is")
     assert sso.status_code == unknown.status_code == 401
@@ -92,5 +101,3 @@ def test_expired_tokens_and_the_sliding_lifetime(owned):
         db.execute("update apikey set expires_at = ? where id = ?", (past, token[:10]))
     expired = requests.get(ws.api + "/users/me", headers=ws.as_user(token), timeout=10)
     assert expired.status_code == 401 and expired.json()["detail"] == "the session token has expired"
-
-

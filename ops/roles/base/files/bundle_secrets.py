@@ -11,6 +11,7 @@ token (32 random bytes, URL-safe base64), fernet (a Fernet key), client_secret (
 token as NAME and its PBKDF2-SHA512 digest in Authelia's format as NAME_digest).
 Standard library only: it runs with the host's python3 before any venv exists.
 """
+
 import base64
 import fnmatch
 import hashlib

@@ -13,6 +13,7 @@ psql on stdin. Prints "changed" when it changed anything, nothing else: never a
 secret. Standard library only, it runs with the host's python3; psql does the talking
 (as --run-as through runuser, connection settings from --port and PG* variables).
 """
+
 import argparse
 import base64
 import hashlib
@@ -74,13 +75,14 @@ class Psql:
 
     def __call__(self, sql, database="postgres"):
         """Runs `sql` (on stdin, never on the command line); returns the rows, fields split on '|'."""
-        command = [*self.prefix, "psql", "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", *self.options,
-                   "-d", database]
+        command = [*self.prefix, "psql", "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", *self.options, "-d", database]
         done = subprocess.run(command, input=sql, capture_output=True, text=True, cwd="/", timeout=120)
         if done.returncode != 0:
             # psql's message names the statement's error, never the verifier's secret part.
-            raise SystemExit(f"bundle_pg_roles: psql failed ({done.returncode}): "
-                             f"{re.sub(r'SCRAM-SHA-256[^ ]*', 'SCRAM-SHA-256$…', done.stderr.strip())}")
+            raise SystemExit(
+                f"bundle_pg_roles: psql failed ({done.returncode}): "
+                f"{re.sub(r'SCRAM-SHA-256[^ ]*', 'SCRAM-SHA-256$…', done.stderr.strip())}"
+            )
         return [line.split("|") for line in done.stdout.splitlines() if line]
 
 
@@ -94,9 +96,11 @@ def ensure(psql, name, password):
     elif rows[0][0] != "t" or not verifier_matches(rows[0][1], password):
         psql(f"ALTER ROLE {name} LOGIN PASSWORD '{scram_verifier(password)}'")
         changed = True
-    rows = psql(f"SELECT pg_get_userbyid(datdba), has_database_privilege('public', datname, 'CONNECT'),"
-                f" has_database_privilege('public', datname, 'TEMPORARY') FROM pg_database"
-                f" WHERE datname = '{name}'")
+    rows = psql(
+        f"SELECT pg_get_userbyid(datdba), has_database_privilege('public', datname, 'CONNECT'),"
+        f" has_database_privilege('public', datname, 'TEMPORARY') FROM pg_database"
+        f" WHERE datname = '{name}'"
+    )
     if not rows:
         psql(f"CREATE DATABASE {name} OWNER {name} ENCODING 'UTF8' TEMPLATE template0")
         rows = [[name, "t", "t"]]
