@@ -44,3 +44,22 @@ TEST_IDENTITY = {"WIZ_ALLOW_TEST_IDENTITY": "1"}
 
 # The password of the forward-auth portal's users (the `forward_auth_provider` fixture).
 FORWARD_AUTH_PASSWORD = "correct horse battery staple"
+
+
+# The key of the local AI provider of the wizard's AI tests (devtools.fake_providers).
+AI_KEY = "sk-test-wizard-0123456789"
+
+
+def text_call(client, model=None, json_mode=True, kind="smoke", **more):
+    """POST /api/ai/text as `client`: a JSON-mode smoke prompt unless told otherwise."""
+    body = {
+        "system": "Answer in JSON.",
+        "messages": [{"role": "user", "content": "Say hello."}],
+        "json": json_mode,
+        "kind": kind,
+        "templateKey": "smoke.v1",
+        **more,
+    }
+    if model:
+        body["model"] = model
+    return client.post("/api/ai/text", json=body)

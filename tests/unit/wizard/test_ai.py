@@ -8,57 +8,13 @@ import uuid
 import pytest
 import requests
 
-from devtools.fake_providers import FakeProviders
-from tests.support.wizard import TEST_IDENTITY, WizardClient
-
-KEY = "sk-test-wizard-0123456789"
-
-
-@pytest.fixture(scope="module")
-def fake_ai():
-    with FakeProviders(host="127.0.0.1", keys={"openai": KEY}, slow=2.0) as fake:
-        yield fake
-
-
-@pytest.fixture(scope="module")
-def ai_server(start_module_service, fake_ai):
-    return start_module_service(
-        "wizard",
-        env={
-            **TEST_IDENTITY,
-            "WIZ_AI_BASE_URL": fake_ai.base_url(),
-            "WIZ_AI_API_KEY": KEY,
-            "WIZ_TEXT_MODEL": "fake-valid-json",
-            "WIZ_IMAGE_MODEL": "fake-png",
-            "WIZ_AI_PROVIDER": "fake-openai",
-            "WIZ_AI_TIMEOUT": "1",
-        },
-    )
-
-
-@pytest.fixture
-def alice(ai_server, fake_ai):
-    fake_ai.reset()
-    return WizardClient(ai_server.base_url, "alice")
+from tests.support.wizard import AI_KEY as KEY
+from tests.support.wizard import WizardClient, text_call
 
 
 @pytest.fixture
 def root(ai_server):
     return WizardClient(ai_server.base_url, "root", "admins")
-
-
-def text_call(client, model=None, json_mode=True, kind="smoke", **more):
-    body = {
-        "system": "Answer in JSON.",
-        "messages": [{"role": "user", "content": "Say hello."}],
-        "json": json_mode,
-        "kind": kind,
-        "templateKey": "smoke.v1",
-        **more,
-    }
-    if model:
-        body["model"] = model
-    return client.post("/api/ai/text", json=body)
 
 
 def logs(root):
