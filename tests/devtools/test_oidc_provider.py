@@ -10,48 +10,12 @@ from pathlib import Path
 import requests
 
 from devtools.oidc_provider import (
-    pbkdf2_sha512_digest,
     verify_pbkdf2_sha512,
 )
 from devtools.services import free_port
+from tests.support.oidc_provider_config import make_config
 
 ROOT = Path(__file__).resolve().parents[2]
-
-REDIRECT_URI = "https://workspace.example/api/v2/users/oidc/callback"
-SECRET = "a-long-random-client-secret-for-the-tests"
-PASSWORD = "correct horse battery staple"
-DIGEST = pbkdf2_sha512_digest(SECRET, rounds=1000)
-
-
-def make_config(**client):
-    return {
-        "clients": [
-            {
-                "client_id": "workspace",
-                "client_secret_digest": DIGEST,
-                "public": False,
-                "authorization_policy": "one_factor",
-                "consent_mode": "implicit",
-                "token_endpoint_auth_method": "client_secret_basic",
-                "redirect_uris": [REDIRECT_URI],
-                "scopes": ["openid", "profile", "email", "groups"],
-                "grant_types": ["authorization_code"],
-                "response_types": ["code"],
-                "pkce_challenge_method": "S256",
-                **client,
-            }
-        ],
-        "users": [
-            {
-                "username": "alice",
-                "password": PASSWORD,
-                "email": "alice@example.com",
-                "email_verified": True,
-                "name": "Alice",
-                "groups": ["admins"],
-            }
-        ],
-    }
 
 
 def test_digest_command_reads_the_secret_from_stdin():

@@ -24,48 +24,12 @@ from devtools.oidc_provider import (
     sign_in,
     verify_pbkdf2_sha512,
 )
+from tests.support.oidc_provider_config import PASSWORD, REDIRECT_URI, SECRET, make_config
 
-REDIRECT_URI = "https://workspace.example/api/v2/users/oidc/callback"
-SECRET = "a-long-random-client-secret-for-the-tests"
-PASSWORD = "correct horse battery staple"
-# Few rounds keep each token request cheap; the digest format is the same.
-DIGEST = pbkdf2_sha512_digest(SECRET, rounds=1000)
-# Authelia's documentation: "The digest of 'insecure_secret'."
 AUTHELIA_DIGEST = (
     "$pbkdf2-sha512$310000$c8p78n7pUMln0jzvd4aK4Q$JNRBzwAo0ek5qKn50cFzzvE9RXV88h1wJn5K"
     "GiHrD0YKtZaR/nCb2CJPOsKaPK0hjf.9yHxzQGZziziccp6Yng"
 )
-
-
-def make_config(**client):
-    return {
-        "clients": [
-            {
-                "client_id": "workspace",
-                "client_secret_digest": DIGEST,
-                "public": False,
-                "authorization_policy": "one_factor",
-                "consent_mode": "implicit",
-                "token_endpoint_auth_method": "client_secret_basic",
-                "redirect_uris": [REDIRECT_URI],
-                "scopes": ["openid", "profile", "email", "groups"],
-                "grant_types": ["authorization_code"],
-                "response_types": ["code"],
-                "pkce_challenge_method": "S256",
-                **client,
-            }
-        ],
-        "users": [
-            {
-                "username": "alice",
-                "password": PASSWORD,
-                "email": "alice@example.com",
-                "email_verified": True,
-                "name": "Alice",
-                "groups": ["admins"],
-            }
-        ],
-    }
 
 
 @pytest.fixture(scope="module")
