@@ -203,3 +203,21 @@ def run_cli(ws, *args, stdin=""):
         timeout=60,
         env={"DATA_DIR": str(ws.service.data_dir), "PATH": "/usr/bin:/bin", **getattr(ws.service, "env", {})},
     )
+
+
+# Cross-site request tests: the platform's public address behind https, its session
+# cookie's name there, and what browsers send from another site or from its own pages.
+CSRF_ACCESS_URL = "https://workspace.example.org"
+CSRF_COOKIE = "__Host-workspace_session_token"  # the session cookie's name behind https
+CSRF_CROSS_SITE = [
+    {"Sec-Fetch-Site": "cross-site", "Origin": "https://evil.example"},
+    {"Sec-Fetch-Site": "same-site", "Origin": "https://app.example.org"},  # a sibling host
+    {"Origin": "https://evil.example"},  # a browser without Fetch Metadata
+    {"Origin": "null"},
+]  # a sandboxed page
+CSRF_SAME_ORIGIN = [
+    {"Sec-Fetch-Site": "same-origin", "Origin": CSRF_ACCESS_URL},
+    {"Origin": CSRF_ACCESS_URL},
+    {"Origin": CSRF_ACCESS_URL + ":443"},
+    {},
+]

@@ -8,22 +8,11 @@ The real browser's side of it is tests/browser/test_workspace_csrf.py."""
 import pytest
 import requests
 
+from tests.support.workspace import CSRF_ACCESS_URL as ACCESS_URL
+from tests.support.workspace import CSRF_COOKIE as COOKIE
+from tests.support.workspace import CSRF_CROSS_SITE as CROSS_SITE
+from tests.support.workspace import CSRF_SAME_ORIGIN as SAME_ORIGIN
 from tests.support.workspace import OWNER
-
-ACCESS_URL = "https://workspace.example.org"
-COOKIE = "__Host-workspace_session_token"  # the session cookie's name behind https
-CROSS_SITE = [
-    {"Sec-Fetch-Site": "cross-site", "Origin": "https://evil.example"},
-    {"Sec-Fetch-Site": "same-site", "Origin": "https://app.example.org"},  # a sibling host
-    {"Origin": "https://evil.example"},  # a browser without Fetch Metadata
-    {"Origin": "null"},
-]  # a sandboxed page
-SAME_ORIGIN = [
-    {"Sec-Fetch-Site": "same-origin", "Origin": ACCESS_URL},
-    {"Origin": ACCESS_URL},
-    {"Origin": ACCESS_URL + ":443"},
-    {},
-]
 
 
 @pytest.fixture(scope="module")
