@@ -8,6 +8,8 @@ Each entry says what the tools around a service need to know of it:
 - `health`: the cheap route the dev runner, the tests and the staging checks wait on;
 - `database`: whether it keeps relational data (SQLite under DATA_DIR by default,
   PostgreSQL with DATABASE_URL; the playbook's `bundle_database_services`);
+- `migrations`: the module of its schema history (`HISTORY`, `open_database`), or null
+  when it keeps no relational data;
 - `redis_db`: the Redis database number the playbook gives it with REDIS_URL, or null
   when it uses no Redis (`bundle_redis_databases`);
 - `needs_redis_to_scale`: it refuses WEB_CONCURRENCY>1 without REDIS_URL (gunicorn.conf.py,
@@ -35,6 +37,7 @@ class Service:
     spec: str
     health: str
     database: bool
+    migrations: str | None
     redis_db: int | None
     needs_redis_to_scale: bool
     worker: bool

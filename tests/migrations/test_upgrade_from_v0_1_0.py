@@ -28,6 +28,7 @@ from urllib.parse import urljoin, urlsplit
 
 import requests
 
+from app import registry
 from app.common.sse_client import iter_records
 from devtools import services
 from devtools.release_dumps import table_counts
@@ -110,7 +111,8 @@ def assert_rows_kept(path, service, rewritten=()):
 def assert_schema_history(data_dir, service):
     """The upgrade recorded release 0.1.0 as version 1, then every newer step once, and
     left the same schema as the current code makes in a new database."""
-    history = importlib.import_module(f"app.{service}.schema").HISTORY
+    migrations = registry.service(service).migrations
+    history = importlib.import_module(migrations).HISTORY
     path = data_dir / DATABASE_FILES[service]
     with sqlite3.connect(path) as connection:
         recorded = connection.execute("SELECT version, name FROM schema_migrations ORDER BY version").fetchall()
@@ -120,7 +122,7 @@ def assert_schema_history(data_dir, service):
         [
             sys.executable,
             "-c",
-            f"from app.{service}.schema import open_database; open_database({f'sqlite:///{fresh}'!r})",
+            f"from {migrations} import open_database; open_database({f'sqlite:///{fresh}'!r})",
         ],
         cwd=ROOT,
         check=True,
