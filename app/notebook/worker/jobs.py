@@ -41,6 +41,22 @@ def _huey(settings):
     return SqliteHuey(name="notebook", filename=settings.jobs_path, results=False, strict_fifo=True, timeout=10)
 
 
+# A queued job names its task "<module of the task's function>.<task name>". Release 0.1.0
+# ran the tasks from app.notebook.processing; they keep that module name, so a job queued
+# by a web of another release (a queue not yet drained at an upgrade, hosts upgraded one
+# at a time on one Redis queue, a rollback) is still found by this worker, and the reverse.
+QUEUED_TASK_MODULE = "app.notebook.processing"
+TASK_NAMES = ("process_source", "embed_source", "embed_note", "insight", "podcast")
+
+
+def _run_command(command_key):
+    """processing.run, under the task module name every release queues jobs with."""
+    return processing.run(command_key)
+
+
+_run_command.__module__ = QUEUED_TASK_MODULE
+
+
 class JobQueue:
     def __init__(self, settings):
         self.settings = settings
@@ -49,13 +65,7 @@ class JobQueue:
         # The worker's presence.Presence on Redis (set by the worker, which alone runs jobs).
         self.presence = None
         # No retries: a job that fails is `failed`; POST /sources/{id}/retry starts it again.
-        self._tasks = {
-            "process_source": self.huey.task(name="process_source", retries=0)(processing.run),
-            "embed_source": self.huey.task(name="embed_source", retries=0)(processing.run),
-            "embed_note": self.huey.task(name="embed_note", retries=0)(processing.run),
-            "insight": self.huey.task(name="insight", retries=0)(processing.run),
-            "podcast": self.huey.task(name="podcast", retries=0)(processing.run),
-        }
+        self._tasks = {name: self.huey.task(name=name, retries=0)(_run_command) for name in TASK_NAMES}
 
     new_command = staticmethod(new_command)
 
