@@ -1,7 +1,7 @@
 """The relational database of a service (peewee): one URL, one connection per request.
 
     database = DatabaseProxy()           # in the service's models module
-    db = connect_database(database, url, HISTORY)   # HISTORY: app/<service>/schema.py
+    db = connect_database(database, url, HISTORY)   # HISTORY: the service's migrations.py
     bind_to_requests(app, database)
 
 `sqlite:///path` opens a pooled SQLite database in WAL mode (the embedded default);

@@ -1,6 +1,6 @@
 """Numbered schema migrations of a service's database, applied as a process starts.
 
-Each database service keeps its history in `app/<service>/schema.py`: a `History` of
+Each database service keeps its history in its `migrations.py` (the registry's `migrations`): a `History` of
 `Step`s numbered from 1, where step 1 is the schema of release 0.1.0 (the last release
 without a history). Every process that opens the database (each web worker, a job
 worker, a command) brings it up to date first, under a lock that all processes of all
