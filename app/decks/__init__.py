@@ -6,8 +6,6 @@ JSON API, the health route), each module with its own blueprint."""
 
 from app.decks import settings
 
-# The largest body the service takes, as at the proxy: the scribble upload.
-MAX_BODY_BYTES = 64 * 1024 * 1024
 # A session's event log grows to this size at most (DECKS_MAX_LOG_BYTES, our addition to
 # the spec's variables); past it an append answers 507 and nothing is stored.
 DEFAULT_MAX_LOG_BYTES = settings.MAX_LOG_BYTES.default
@@ -20,7 +18,7 @@ def error_body(status, message, extra):
 def init_app(app):
     from app.decks import api, pages
 
-    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
+    app.config["MAX_CONTENT_LENGTH"] = settings.MAX_BODY_BYTES
     app.config.setdefault("DECKS_MAX_LOG_BYTES", settings.MAX_LOG_BYTES.read())
     app.register_blueprint(pages.bp)
     app.register_blueprint(api.bp)

@@ -8,9 +8,10 @@ from app.common.body import json_object, query_int, validated
 from app.common.failures import Conflict, Invalid, NotFound
 from app.common.offload import blocking
 from app.common.sse import stream_response
-from app.decks import MAX_BODY_BYTES, decks, importer, layout, scribbles, sessions
+from app.decks import decks, importer, layout, scribbles, sessions
 from app.decks.eventlog import LogFull
 from app.decks.payloads import EVENT_SCHEMAS, EVENT_TYPES, ImportSchema, ScribbleSchema, SessionCreateSchema
+from app.decks.settings import MAX_BODY_BYTES
 
 bp = Blueprint("api", __name__)
 JSON_BODY_BYTES = 1024 * 1024

@@ -7,6 +7,9 @@ docs/services/decks.md is written from these declarations (devtools.reference)."
 from app.common import config
 from app.common.config import Integer
 
+# The largest body the service takes, as at the proxy: the scribble upload.
+MAX_BODY_BYTES = 64 * 1024 * 1024
+
 VARIABLES = config.Variables("decks", includes=(config.SHARED,))
 # A session's event log grows to this size at most; past it an append answers 507.
 MAX_LOG_BYTES = VARIABLES.add(

@@ -10,11 +10,9 @@ core/ (models, migrations, request schemas)."""
 
 import logging
 
-from app.common.config import PROJECT_ROOT
 from app.common.db import bind_to_requests
 
 log = logging.getLogger("bundle.workspace")
-VERSION = (PROJECT_ROOT / "VERSION").read_text().strip()
 
 
 def error_body(status, message, extra):

@@ -10,7 +10,10 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from app.common import config
-from app.common.config import ConfigError, Flag, Integer, Text
+from app.common.config import PROJECT_ROOT, ConfigError, Flag, Integer, Text
+
+# The bundle's release, which the platform reports as its build (Coder's buildinfo).
+VERSION = (PROJECT_ROOT / "VERSION").read_text().strip()
 
 MESH_SECRET_MIN = 16
 APP_TOKEN_SECRET_MIN = 32

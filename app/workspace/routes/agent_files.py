@@ -31,10 +31,10 @@ import zipfile
 from flask import Blueprint, Response, current_app, request
 
 from app.common.config import PROJECT_ROOT
-from app.workspace import VERSION
 from app.workspace.access import sessions
 from app.workspace.core.models import audit
 from app.workspace.routes.workspaces import visible_agent
+from app.workspace.settings import VERSION
 from app.workspace.tunnel import agents
 from workspace_protocol.mux import OUTDATED_EXIT
 from workspace_protocol.mux import VERSION as PROTOCOL_VERSION

@@ -4,11 +4,11 @@ from flask import Blueprint, current_app, g, jsonify
 
 from app.common.body import json_object, validated
 from app.common.failures import Forbidden, NotFound
-from app.workspace import VERSION
 from app.workspace.access import accounts, sessions
 from app.workspace.core.models import audit
 from app.workspace.core.payloads import CreateUserSchema, FirstUserSchema, LoginSchema
 from app.workspace.routes import agent_files
+from app.workspace.settings import VERSION
 
 bp = Blueprint("api", __name__)
 

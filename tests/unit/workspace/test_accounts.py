@@ -3,7 +3,7 @@
 import pytest
 import requests
 
-from app.workspace import VERSION
+from app.workspace.settings import VERSION
 
 
 def test_administrators_create_accounts(owned):
