@@ -113,9 +113,11 @@ class Workspace:
                 etc_hosts.writelines(f"\n{line}" for line in hosts)
             # --setenv puts values on nspawn's command line (visible in /proc, never logged).
             # A machine name of its own: nspawn keys its /run/systemd/nspawn/propagate/<name> on it.
+            # Hex only: mkdtemp's suffix may hold `_`, and a name may not end with a `-` either.
+            machine = "workspace-" + hashlib.sha256(run_dir.name.encode()).hexdigest()[:16]
             options = [
                 "--as-pid2",
-                f"--machine={run_dir.name.replace('_', '-')}",
+                f"--machine={machine}",
                 "--hostname=workspace",
                 "--chdir=/root",
                 "--setenv=HOME=/root",
