@@ -6,10 +6,10 @@ Each entry says what the tools around a service need to know of it:
 - `port`: its loopback port (gunicorn.conf.py's default PORT; the playbook's `bundle_ports`);
 - `spec`: the part of the specification it implements;
 - `health`: the cheap route the dev runner, the tests and the staging checks wait on;
-- `database`: whether it keeps relational data (SQLite under DATA_DIR by default,
-  PostgreSQL with DATABASE_URL; the playbook's `bundle_database_services`);
 - `migrations`: the module of its schema history (`HISTORY`, `open_database`), or null
-  when it keeps no relational data;
+  when it keeps no relational data; a service with one keeps its data in SQLite under
+  DATA_DIR by default, PostgreSQL with DATABASE_URL (`database`; the playbook's
+  `bundle_database_services`);
 - `redis_db`: the Redis database number the playbook gives it with REDIS_URL, or null
   when it uses no Redis (`bundle_redis_databases`);
 - `needs_redis_to_scale`: it refuses WEB_CONCURRENCY>1 without REDIS_URL (gunicorn.conf.py,
@@ -36,11 +36,15 @@ class Service:
     port: int
     spec: str
     health: str
-    database: bool
     migrations: str | None
     redis_db: int | None
     needs_redis_to_scale: bool
     worker: bool
+
+    @property
+    def database(self) -> bool:
+        """Whether it keeps relational data: it has a schema history."""
+        return self.migrations is not None
 
 
 def load(path: Path = REGISTRY_FILE) -> tuple[Service, ...]:

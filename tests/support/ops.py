@@ -71,7 +71,7 @@ def registry_vars():
         "bundle_known_services": [s["name"] for s in REGISTRY],
         "bundle_ports": {s["name"]: s["port"] for s in REGISTRY},
         "bundle_workers": [s["name"] for s in REGISTRY if s["worker"]],
-        "bundle_database_services": [s["name"] for s in REGISTRY if s["database"]],
+        "bundle_database_services": [s["name"] for s in REGISTRY if s["migrations"]],
         "bundle_redis_databases": {s["name"]: s["redis_db"] for s in REGISTRY if s["redis_db"] is not None},
     }
 
