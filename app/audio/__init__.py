@@ -18,12 +18,17 @@ def init_app(app):
     from app.audio.limits import SpeechLimits
     from app.audio.service import build_providers
     from app.audio.settings import AudioSettings
+    from app.common import readiness
 
     settings = AudioSettings.from_env(app.config["DATA_DIR"])
     app.config["AUDIO"] = settings
     app.extensions["audio"] = build_providers(settings)
     app.extensions["audio_limits"] = SpeechLimits(settings.speech_per_minute, settings.speech_per_address)
-    middleware.register(app)
+    middleware.register(app)  # the request rules of every route, /readyz's too
+    readiness.register(app, redis=True)
+    # The spec's routes are all under /api/audio/ (its readiness: /api/audio/ready); the
+    # bundle's /readyz, which every service answers, is the app's own.
+    app.add_url_rule("/readyz", view_func=readiness.readyz)
     app.register_blueprint(api.bp)
     if not settings.public_origin:
         log.warning("AUDIO_PUBLIC_ORIGIN is not set: every request that sends an Origin is refused")

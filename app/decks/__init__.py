@@ -16,8 +16,10 @@ def error_body(status, message, extra):
 
 
 def init_app(app):
+    from app.common import readiness
     from app.decks import api, pages
 
+    readiness.register(app)
     app.config["MAX_CONTENT_LENGTH"] = settings.MAX_BODY_BYTES
     app.config.setdefault("DECKS_MAX_LOG_BYTES", settings.MAX_LOG_BYTES.read())
     app.register_blueprint(pages.bp)

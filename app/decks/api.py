@@ -4,6 +4,7 @@ import os
 
 from flask import Blueprint, jsonify, request, send_from_directory
 
+from app.common import readiness
 from app.common.body import json_object, query_int, validated
 from app.common.failures import Conflict, Invalid, NotFound
 from app.common.offload import blocking
@@ -22,6 +23,9 @@ MAX_PAGE = 1000
 def healthz():
     """Liveness: `{"status": "ok"}` while the process answers."""
     return {"status": "ok"}
+
+
+bp.add_url_rule("/readyz", view_func=readiness.readyz)
 
 
 @bp.get("/api/decks")

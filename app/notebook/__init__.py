@@ -23,8 +23,9 @@ def error_body(status, message, extra):
 
 
 def init_app(app):
+    from app.common import readiness
     from app.common.db import bind_to_requests
-    from app.notebook.core.migrations import open_database
+    from app.notebook.core.migrations import HISTORY, open_database
     from app.notebook.core.models import database
     from app.notebook.routes import (
         ask,
@@ -52,7 +53,8 @@ def init_app(app):
     app.config["MAX_FORM_MEMORY_SIZE"] = settings.max_text_bytes
     open_database(settings.database_url)
     app.extensions["notebook_jobs"] = JobQueue(settings)
-    web.register(app, settings)
+    web.register(app, settings)  # /readyz is public (web.PUBLIC_ENDPOINTS)
+    readiness.register(app, database, HISTORY, redis=True)  # before bind_to_requests: /readyz goes first
     bind_to_requests(app, database)
 
     # Every route module's blueprint, at the spec's paths and again under /api.

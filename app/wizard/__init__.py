@@ -16,10 +16,11 @@ error_body = error_with_field  # {"error": message, "field"?: name}
 
 
 def init_app(app):
+    from app.common import readiness
     from app.common.db import bind_to_requests
     from app.wizard import ai, api, pages, public_lists, uploads
     from app.wizard.generation import Generator
-    from app.wizard.migrations import open_database
+    from app.wizard.migrations import HISTORY, open_database
     from app.wizard.models import database
     from app.wizard.seed import seed_global_wizards
     from app.wizard.settings import UPLOAD_LIMIT, WizardSettings
@@ -32,6 +33,7 @@ def init_app(app):
     open_database(settings.database_url)
     seed_global_wizards()
     public_lists.enable(settings.lists_dir)
+    readiness.register(app, database, HISTORY, redis=True)  # before bind_to_requests: /readyz goes first
     bind_to_requests(app, database)
     if settings.allow_test_identity:
         log.warning(

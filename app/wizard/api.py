@@ -4,7 +4,7 @@ import logging
 
 from flask import Blueprint, Response, jsonify, request
 
-from app.common import sse
+from app.common import readiness, sse
 from app.common.body import json_object
 from app.common.failures import Invalid
 from app.wizard import collections, events, identity, list_files, public_lists
@@ -126,3 +126,6 @@ def llm_timings():
 def healthz():
     """Liveness: `{"status": "ok"}` while the process answers."""
     return jsonify({"status": "ok"})
+
+
+bp.add_url_rule("/readyz", view_func=readiness.readyz)

@@ -32,9 +32,9 @@ def error_body(status, message, extra):
 
 
 def init_app(app):
-    from app.common import redis_client
+    from app.common import readiness, redis_client
     from app.workspace.access import oidc
-    from app.workspace.core.migrations import open_database
+    from app.workspace.core.migrations import HISTORY, open_database
     from app.workspace.core.models import database
     from app.workspace.routes import agent_files, api, apps, pages, relay, terminal, workspaces
     from app.workspace.settings import WorkspaceSettings
@@ -45,6 +45,7 @@ def init_app(app):
     app.config["WORKSPACE"] = settings
     open_database(settings.database_url)
     mesh.configure(redis_client.client(), settings.mesh_secret, settings.mesh_address)
+    readiness.register(app, database, HISTORY, redis=True)  # before bind_to_requests: /readyz goes first
     bind_to_requests(app, database)
 
     # Every route module's blueprint; pages' also serves the templates and /static.

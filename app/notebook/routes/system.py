@@ -5,6 +5,7 @@ import logging
 from flask import Blueprint
 from peewee import PeeweeException
 
+from app.common import readiness
 from app.notebook.core.models import database
 
 bp = Blueprint("system", __name__)
@@ -31,3 +32,4 @@ def health():
 
 # The bundle's tools (dev runner, tests, staging checks) wait on /healthz.
 bp.add_url_rule("/healthz", "healthz", health)
+bp.add_url_rule("/readyz", view_func=readiness.readyz)

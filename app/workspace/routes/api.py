@@ -2,6 +2,7 @@
 
 from flask import Blueprint, current_app, g, jsonify
 
+from app.common import readiness
 from app.common.body import json_object, validated
 from app.common.failures import Forbidden, NotFound
 from app.workspace.access import accounts, sessions
@@ -23,6 +24,9 @@ def _settings():
 def healthz():
     """Liveness: `{"status": "ok"}` while the process answers."""
     return {"status": "ok"}
+
+
+bp.add_url_rule("/readyz", view_func=readiness.readyz)
 
 
 @bp.get("/api/v2/buildinfo")
