@@ -167,16 +167,20 @@ def nspawn_unavailable():
     return None
 
 
-def publish_snapshot(folder):
-    """The working tree (snapshot_commit) as the branch `staging` of a new bare
-    repository `folder/bundle.git`, for a box to ansible-pull from; returns (that
-    repository's path, the snapshot's ops/bootstrap.sh text)."""
-    commit = snapshot_commit()
+def publish_snapshot(folder, commit=None):
+    """The working tree (snapshot_commit), or `commit`, as the branch `staging` of a new
+    bare repository `folder/bundle.git`, for a box to ansible-pull from; returns (that
+    repository's path, that commit's ops/bootstrap.sh text)."""
     repo = Path(folder) / "bundle.git"
     _run(["git", "init", "--quiet", "--bare", str(repo)], timeout=60)
-    _run(["git", "-C", str(ROOT), "push", "--quiet", str(repo), f"{commit}:refs/heads/staging"], timeout=300)
-    bootstrap = _run(["git", "-C", str(ROOT), "show", f"{commit}:ops/bootstrap.sh"], timeout=60).stdout
-    return repo, bootstrap
+    return repo, publish(repo, commit or snapshot_commit())
+
+
+def publish(repo, commit):
+    """`commit` as the branch `staging` of `repo` (a later release over an earlier one:
+    the next ansible-pull upgrades); returns its ops/bootstrap.sh text."""
+    _run(["git", "-C", str(ROOT), "push", "--quiet", "--force", str(repo), f"{commit}:refs/heads/staging"], timeout=300)
+    return _run(["git", "-C", str(ROOT), "show", f"{commit}:ops/bootstrap.sh"], timeout=60).stdout
 
 
 def snapshot_commit(repo=ROOT):
