@@ -1,6 +1,7 @@
 """The skeleton of a service's host-side commands (`python -m app.<service> <command>`),
 written once: argparse with one sub-command each, the streams they write to, the
-command every database service has (`copy-to-postgres URL`), and the exit codes:
+commands every database service has (`copy-to-postgres URL`, `contract [--dry-run]`),
+and the exit codes:
 
 - what the command returns (0 done, 1 refused or failed, ...);
 - 2 with `error: <message>` on standard error for a configuration error (a bad
@@ -11,6 +12,7 @@ command every database service has (`copy-to-postgres URL`), and the exit codes:
 
     commands = CommandLine("python -m app.wizard", __doc__)
     commands.add_copy_to_postgres(lambda: CopyPlan(HISTORY, settings().database_url))
+    commands.add_contract(lambda: (HISTORY, settings().database_url))
     def main(argv=None): return commands.main(argv)
 """
 
@@ -58,6 +60,7 @@ class CopyPlan:
 
 POSTGRES_URL_HELP = "postgresql://user:password@host:port/database"
 COPY_HELP = "copy this SQLite database into an empty PostgreSQL one"
+CONTRACT_HELP = "run the pending contract schema steps, once no process of an older release is live"
 
 
 class CommandLine:
@@ -105,6 +108,41 @@ class CommandLine:
             parser.add_argument("url", help=POSTGRES_URL_HELP)
 
         self.add("copy-to-postgres", COPY_HELP, copy, arguments)
+
+    def add_contract(self, target: Callable[[], tuple[History, str]]) -> None:
+        """`contract [--dry-run]`: the pending contract steps of the schema history on
+        the database, (history, DATABASE_URL) from `target()`, made when the command
+        runs (app.common.migrations.contract). Exit 0 when done or nothing is pending;
+        1 with one line on standard error while a process of another release is live."""
+
+        def run(args: argparse.Namespace, streams: Streams) -> int:
+            from app.common import live_processes, migrations
+            from app.common.db import open_for_command
+
+            history, url = target()
+            db = open_for_command(url, history)
+            try:
+                done = migrations.contract(db, history, live_processes.RELEASE, dry_run=args.dry_run)
+            except migrations.ContractRefused as exc:
+                streams.err.write(f"error: {exc}\n")
+                return 1
+            finally:
+                db.close()
+            verb = "would run" if args.dry_run else "ran"
+            for step in done.expand:
+                streams.out.write(f"{verb} expand step {step.version}: {step.name}\n")
+            for step in done.contract:
+                streams.out.write(f"{verb} contract step {step.version}: {step.name}\n")
+            if not done.contract:
+                streams.out.write("nothing to contract\n")
+            for blocker in done.blockers:
+                streams.out.write(f"it would refuse now: {blocker} is live\n")
+            return 0
+
+        def arguments(parser: argparse.ArgumentParser) -> None:
+            parser.add_argument("--dry-run", action="store_true", help="list the steps that would run, change nothing")
+
+        self.add("contract", CONTRACT_HELP, run, arguments)
 
     def main(
         self,

@@ -21,6 +21,7 @@ from typing import Any, TextIO
 from peewee import AutoField, Database, Model, sort_models  # type: ignore[attr-defined]
 from playhouse.db_url import connect
 
+from app.common import live_processes
 from app.common.migrations import HISTORY_TABLE, History, bring_up_to_date
 
 BATCH = 500
@@ -40,7 +41,9 @@ def copy_database(
     if not source_url.startswith("sqlite:///"):
         raise CopyRefused(f"the source must be the service's SQLite database, got {source_url.split(':', 1)[0]}:...")
     source: Database = connect(source_url, pragmas={"foreign_keys": 1, "busy_timeout": 10000})
-    target: Database = connect("psycopg3://" + target_url.split("://", 1)[1])
+    target: Database = connect(
+        "psycopg3://" + target_url.split("://", 1)[1], application_name=live_processes.application_name(history.service)
+    )
     try:
         with source.bind_ctx(history.models):
             bring_up_to_date(source, history)
@@ -62,7 +65,7 @@ def copy_database(
 
 def _refuse_unless_empty(target: Database) -> None:
     with target.connection_context():
-        tables = [t for t in target.get_tables() if t != HISTORY_TABLE]
+        tables = [t for t in target.get_tables() if t not in (HISTORY_TABLE, live_processes.TABLE)]
     if tables:
         raise CopyRefused(
             f"the target database is not empty (it has {len(tables)} tables, such as "

@@ -7,7 +7,9 @@
 `sqlite:///path` opens a pooled SQLite database in WAL mode (the embedded default);
 `postgresql://user:password@host:port/name` a pooled PostgreSQL database through
 psycopg 3, which yields to other greenlets while it waits on the server (gevent
-patches `select`, which psycopg uses from 3.1.14 on).
+patches `select`, which psycopg uses from 3.1.14 on). Each PostgreSQL connection
+names itself (`application_name`, app.common.live_processes), and each web worker
+registers itself as a live process of its release (bind_to_requests).
 """
 
 import json
@@ -21,6 +23,7 @@ from typing import Any, Protocol
 from peewee import Database, DatabaseProxy, InterfaceError, OperationalError, SqliteDatabase, TextField
 from playhouse.db_url import connect
 
+from app.common import live_processes
 from app.common.config import ConfigError
 from app.common.failures import Unavailable
 from app.common.migrations import LOCK_WAIT_SECONDS, History, bring_up_to_date
@@ -44,8 +47,21 @@ class _App(Protocol):
 
 def connect_database(proxy: DatabaseProxy, url: str, history: History, pool: bool = True) -> Database:
     """Connect `proxy` to `url` and bring its schema up to date with `history`
-    (app.common.migrations). `pool`: pooled SQLite connections, for a web worker (a
-    job worker's threads keep one connection each)."""
+    (app.common.migrations: the pending expand steps). `pool`: pooled SQLite
+    connections, for a web worker (a job worker's threads keep one connection each)."""
+    db = _open(url, history.service, pool)
+    proxy.initialize(db)
+    bring_up_to_date(db, history)
+    return db
+
+
+def open_for_command(url: str, history: History) -> Database:
+    """The database at `url`, as a command that migrates it itself opens it (one
+    connection, not migrated here): `contract`."""
+    return _open(url, history.service, pool=False)
+
+
+def _open(url: str, service: str, pool: bool) -> Database:
     db: Database
     if url.startswith("sqlite:///"):
         path = url[len("sqlite:///") :]
@@ -68,12 +84,11 @@ def connect_database(proxy: DatabaseProxy, url: str, history: History, pool: boo
             max_connections=POSTGRES_POOL_SIZE,
             stale_timeout=300,
             timeout=POOL_WAIT_SECONDS,
+            application_name=live_processes.application_name(service),
         )
     else:
         # The URL may carry a password: only its scheme is shown.
         raise ConfigError(f"DATABASE_URL must be sqlite:///<path> or postgresql://..., got {url.split(':', 1)[0]}:...")
-    proxy.initialize(db)
-    bring_up_to_date(db, history)
     return db
 
 
@@ -98,7 +113,14 @@ def switch_to_wal(path: str) -> None:
 
 
 def bind_to_requests(app: _App, proxy: DatabaseProxy) -> None:
-    """Each request takes a connection (from the pool) and gives it back at its end."""
+    """Each request takes a connection (from the pool) and gives it back at its end.
+    In a gevent web worker (gunicorn's, patched) the worker also registers itself as a
+    live process of its release (app.common.live_processes) until it exits; an app
+    made in an unpatched process (a test's client) does not."""
+    from gevent import monkey
+
+    if monkey.is_module_patched("threading"):
+        live_processes.register(proxy.obj, "web worker")
 
     @app.before_request
     def connect_for_request() -> None:

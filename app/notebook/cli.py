@@ -5,6 +5,8 @@
                                       configured model did not make (after a model change)
     python -m app.notebook copy-to-postgres postgresql://USER:PASSWORD@HOST/DB
                                       move this SQLite database into an empty PostgreSQL one
+    python -m app.notebook contract [--dry-run]
+                                      run the pending contract schema steps (docs/operations.md)
 
 The worker reads the same environment as the service (DATA_DIR, DATABASE_URL,
 REDIS_URL, NOTEBOOK_*); stop it with SIGINT to let running jobs finish, SIGTERM to
@@ -42,6 +44,7 @@ def _preload_model(settings):
 
 
 def worker(args):
+    from app.common import live_processes
     from app.notebook.core.migrations import open_database
     from app.notebook.settings import NotebookSettings
     from app.notebook.worker import processing
@@ -51,6 +54,9 @@ def worker(args):
     logging.getLogger("huey").setLevel(logging.WARNING)
     settings = NotebookSettings.from_env(config.data_dir("notebook"), serving=False)
     database = open_database(settings.database_url, pool=False)
+    # A live process of this release until it stops (a contract step waits for the
+    # older releases' ones to be gone).
+    registration = live_processes.register(database, "job worker")
     queue = JobQueue(settings)
     processing.configure(settings, queue)
     orphaned = None
@@ -87,6 +93,7 @@ def worker(args):
     finally:
         if queue.presence:
             queue.presence.stop()
+        registration.stop()
     return 0
 
 
@@ -164,12 +171,20 @@ def copy_plan():
     return CopyPlan(HISTORY, settings.database_url, derived=(SearchDoc,), rebuild=rebuild)
 
 
+def _contract_target():
+    from app.notebook.core.migrations import HISTORY
+    from app.notebook.settings import NotebookSettings
+
+    return HISTORY, NotebookSettings.from_env(config.data_dir("notebook"), serving=False).database_url
+
+
 commands = CommandLine("python -m app.notebook", __doc__)
 commands.add("worker", "consume the job queue until stopped", lambda args, streams: worker(args))
 commands.add(
     "reembed", "queue embeddings for what the configured model did not embed", lambda args, streams: reembed(args)
 )
 commands.add_copy_to_postgres(copy_plan)
+commands.add_contract(_contract_target)
 
 
 def main(argv=None):

@@ -2,6 +2,7 @@
 (the same DATA_DIR / DATABASE_URL as the service) and need no running server.
 
     python -m app.wizard copy-to-postgres postgresql://USER:PASSWORD@HOST/DB
+    python -m app.wizard contract [--dry-run]    the pending contract schema steps
 """
 
 import sys
@@ -15,6 +16,7 @@ commands = CommandLine("python -m app.wizard", __doc__)
 commands.add_copy_to_postgres(
     lambda: CopyPlan(HISTORY, WizardSettings.from_env(config.data_dir("wizard")).database_url)
 )
+commands.add_contract(lambda: (HISTORY, WizardSettings.from_env(config.data_dir("wizard")).database_url))
 
 
 def main(argv=None, out=sys.stdout, err=sys.stderr):

@@ -98,7 +98,9 @@ def list_rows(name, who, wanted):
     return kept
 
 
-_COLUMNS = ("seq", "id", "user_id", "created_at", "is_public", "blueprint_id", "key", "likes_count", "data")
+def _columns(model):
+    """The names of the model's columns, in the order model.select() reads them."""
+    return [field.name for field in model._meta.sorted_fields]
 
 
 def _row_texts(name, model, query):
@@ -106,9 +108,9 @@ def _row_texts(name, model, query):
     the stored payload itself (json_set, in C): a thousand rows take a few
     milliseconds instead of tens on the worker's loop."""
     if not isinstance(database.obj, SqliteDatabase):
-        rows = query.tuples().iterator()
+        rows, columns = query.tuples().iterator(), _columns(model)
         return (
-            json.dumps(_as_json(name, dict(zip(_COLUMNS, row))), separators=(",", ":"), ensure_ascii=False)
+            json.dumps(_as_json(name, dict(zip(columns, row))), separators=(",", ":"), ensure_ascii=False)
             for row in rows
         )
     laid_over = ["$.id", model.id, "$.created_at", model.created_at]
@@ -134,7 +136,7 @@ def _as_json(name, columns):
 
 
 def row_json(name, row):
-    return _as_json(name, {column: getattr(row, column) for column in _COLUMNS})
+    return _as_json(name, {column: getattr(row, column) for column in _columns(type(row))})
 
 
 # ---- writing ---------------------------------------------------------------------

@@ -2,7 +2,9 @@
 
 Every collection row has the same typed columns (the ones the API filters on or
 the server owns) and keeps the rest of its payload as JSON in `data`. `seq` orders
-rows newest first without ties; `id` is the public identifier.
+rows newest first without ties; `id` is the public identifier. Blueprints also keep
+their like count (release 0.2.0 had that column on every collection: schema step 3
+drops it from the others).
 """
 
 import uuid
@@ -36,8 +38,7 @@ class CollectionRow(BaseModel):
     created_at = CharField(default=now_text)
     is_public = BooleanField(null=True)
     blueprint_id = CharField(null=True, index=True)
-    key = CharField(null=True)
-    likes_count = IntegerField(null=True)
+    key = CharField(null=True, index=True)  # the `key` filter (an admin prompt, a saved prompt by key)
     data = JSONField(default=dict)  # on SQLite, json_set lays fields over it in place
 
 
@@ -47,6 +48,8 @@ class Wizard(CollectionRow):
 
 
 class Blueprint(CollectionRow):
+    likes_count = IntegerField(null=True)
+
     class Meta:
         table_name = "blueprints"
 

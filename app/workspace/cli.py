@@ -6,6 +6,7 @@ running server.
     python -m app.workspace create-admin --username NAME --email EMAIL [--name NAME]
     python -m app.workspace create-owner --username NAME --email EMAIL [--name NAME]
     python -m app.workspace copy-to-postgres postgresql://USER:PASSWORD@HOST/DB
+    python -m app.workspace contract [--dry-run]
 
 The password is read from a terminal prompt (asked twice), or from the first line
 of standard input when it is not a terminal; it is never an argument.
@@ -147,6 +148,7 @@ commands.add(
 commands.add_copy_to_postgres(
     lambda: CopyPlan(HISTORY, WorkspaceSettings.from_env(config.data_dir("workspace")).database_url)
 )
+commands.add_contract(lambda: (HISTORY, WorkspaceSettings.from_env(config.data_dir("workspace")).database_url))
 
 
 def main(argv=None, stdin=sys.stdin, out=sys.stdout, err=sys.stderr):

@@ -64,8 +64,9 @@ def test_processes_starting_together_apply_each_step_exactly_once(tmp_path):
     assert runs == [(2, 1, 1), (3, 1, 1)] and history == [(1,), (2,), (3,)]
 
 
-def test_a_service_refuses_to_start_on_a_newer_database_with_one_line(tmp_path):
-    """Through the real gunicorn: the worker exits at once and says what is wrong."""
+def test_a_service_refuses_to_start_on_a_newer_contracted_database_with_one_line(tmp_path):
+    """Through the real gunicorn: the worker exits at once and says what is wrong (a
+    newer contract step may have dropped what this code reads)."""
     from app.wizard.migrations import HISTORY as WIZARD
 
     data_dir = tmp_path / "wizard-data"
@@ -74,7 +75,9 @@ def test_a_service_refuses_to_start_on_a_newer_database_with_one_line(tmp_path):
         from app.wizard.migrations import open_database
         db = open_database("sqlite:///{data_dir}/wizard.db")
         with db.connection_context():
-            db.execute_sql("INSERT INTO schema_migrations VALUES ({WIZARD.newest + 1}, 'from the future', 'x')")
+            db.execute_sql(
+                "INSERT INTO schema_migrations VALUES ({WIZARD.newest + 1}, 'from the future', 'x', 'contract')"
+            )
     """)
     subprocess.run([sys.executable, "-c", prepare], cwd=ROOT, check=True, timeout=60)
     env = {"SERVICE": "wizard", "PORT": "0", "DATA_DIR": str(data_dir), "PATH": "/usr/bin:/bin"}
@@ -90,5 +93,6 @@ def test_a_service_refuses_to_start_on_a_newer_database_with_one_line(tmp_path):
     errors = [line for line in started.stderr.splitlines() if line.startswith("error:")]
     assert errors == [
         f"error: the wizard database is at schema version {WIZARD.newest + 1}, newer than this "
-        f"code's {WIZARD.newest}: run the release that migrated it, or a newer one"
+        f"code's {WIZARD.newest}, and its step {WIZARD.newest + 1} is a contract step: run the release that "
+        "migrated it, or a newer one"
     ], started.stderr

@@ -29,9 +29,13 @@ from urllib.parse import urljoin, urlsplit
 import requests
 
 from app import registry
+from app.common import live_processes
+from app.common.db import open_for_command
+from app.common.migrations import EXPAND, contract
 from app.common.sse_client import iter_records
 from devtools import services
 from devtools.release_dumps import table_counts
+from devtools.waiting import wait_for
 
 RELEASE = "v0.1.0"
 ROOT = Path(__file__).resolve().parents[2]
@@ -109,11 +113,21 @@ def assert_rows_kept(path, service, rewritten=()):
 
 
 def assert_schema_history(data_dir, service):
-    """The upgrade recorded release 0.1.0 as version 1, then every newer step once, and
-    left the same schema as the current code makes in a new database."""
+    """The upgrade recorded release 0.1.0 as version 1, then every newer expand step
+    once; with its contract steps run (as `python -m app.<service> contract` runs them
+    once every host runs the current code), it has every step and the same schema as
+    the current code makes in a new database."""
     migrations = registry.service(service).migrations
     history = importlib.import_module(migrations).HISTORY
     path = data_dir / DATABASE_FILES[service]
+    with sqlite3.connect(path) as connection:
+        started = connection.execute("SELECT version FROM schema_migrations ORDER BY version").fetchall()
+    assert started == [(step.version,) for step in history.steps if step.phase == EXPAND]
+    db = open_for_command(f"sqlite:///{path}", history)
+    try:
+        contract(db, history, live_processes.RELEASE)
+    finally:
+        db.close()
     with sqlite3.connect(path) as connection:
         recorded = connection.execute("SELECT version, name FROM schema_migrations ORDER BY version").fetchall()
     assert recorded == [(step.version, step.name) for step in history.steps]
@@ -512,8 +526,18 @@ def test_notebook_upgrade(start_service, tmp_path):
                 "bm25(5.0, 1.0)",
             )
         _check_notebook(service, fx, worker, FakeProviders, PROVIDER_HOST)
+
+        def registered():  # the job worker and the web worker, as live processes of this release
+            with sqlite3.connect(path) as connection:
+                return sorted(connection.execute("SELECT role, release FROM live_processes").fetchall())
+
+        assert wait_for(registered, "the notebook's processes to register", 30) == [
+            ("job worker", live_processes.RELEASE),
+            ("web worker", live_processes.RELEASE),
+        ]
     finally:
         worker.stop()
+    assert [role for role, _ in registered()] == ["web worker"]  # a stopped worker removes its row
 
 
 def _check_notebook(service, fx, worker, FakeProviders, provider_host):

@@ -8,7 +8,7 @@ import pytest
 from peewee import CharField, DatabaseProxy, IntegerField, Model, SqliteDatabase
 from playhouse.migrate import migrate
 
-from app.common.migrations import History, SchemaTooNew, Step, applied_versions, bring_up_to_date
+from app.common.migrations import CONTRACT, History, SchemaTooNew, Step, applied_versions, bring_up_to_date
 
 proxy = DatabaseProxy()
 
@@ -105,12 +105,25 @@ def test_a_failing_step_changes_nothing_and_is_not_recorded(tmp_path):
     assert bring_up_to_date(open_db(path), HISTORY) == 3  # and a fixed release proceeds
 
 
-def test_a_database_newer_than_the_code_is_refused(tmp_path):
+def test_a_database_with_a_newer_contract_step_is_refused(tmp_path):
+    db = open_db(tmp_path / "new.db")
+    newer = History("pets", [Pet], [*HISTORY.steps, Step(4, "drop sound", lambda db, m: None, phase=CONTRACT)])
+    bring_up_to_date(db, newer)
+    with pytest.raises(
+        SchemaTooNew,
+        match="pets database is at schema version 4, newer than this code's 3, and its step 4 is a contract step",
+    ):
+        bring_up_to_date(db, HISTORY)
+
+
+def test_a_database_with_a_newer_expand_step_serves_and_says_so_once(tmp_path, caplog):
     db = open_db(tmp_path / "new.db")
     bring_up_to_date(db, HISTORY)
     older_code = History("pets", [Pet], HISTORY.steps[:2])
-    with pytest.raises(SchemaTooNew, match="pets database is at schema version 3, newer than this code's 2"):
-        bring_up_to_date(db, older_code)
+    assert bring_up_to_date(db, older_code) == 2
+    assert bring_up_to_date(db, older_code) == 2
+    said = [r.getMessage() for r in caplog.records if "newer release" in r.getMessage()]
+    assert len(said) == 1 and "expand step(s) 3" in said[0]
 
 
 def test_steps_must_be_numbered_from_one_without_gaps():
