@@ -26,6 +26,7 @@ from app import registry
 from devtools import staging
 from devtools.acme_server import AcmeServer
 from devtools.fake_providers import FakeProviders
+from devtools.load_loop import LoadLoop
 from devtools.oidc_provider import sign_in
 from devtools.services import free_port
 from devtools.waiting import wait_for
@@ -61,6 +62,17 @@ class Staging:
         http.mount("https://", ServerName(self.host(service)))
         http.headers["Host"] = self.host(service)
         return http
+
+    def open_client(self, service):
+        """A client of `service` through the box's nginx, and its base URL (devtools.load_loop)."""
+        return self.client(service), self.base
+
+    def credentials(self):
+        secrets = json.loads(self.box.run("cat", "/etc/bundle/secrets.json").stdout)
+        return {**secrets, "workspace_owner_email": f"admin@{DOMAIN}"}
+
+    def main_pid(self, service):
+        return self.systemctl("show", "-p", "MainPID", "--value", f"bundle@{service}.service")
 
     def get(self, service, path, **kwargs):
         kwargs.setdefault("timeout", 10)
@@ -335,24 +347,62 @@ def _wait_healthy(stage, deadline):
     return None
 
 
-def test_a_killed_service_is_back_within_seven_seconds(stage):
-    pid = stage.systemctl("show", "-p", "MainPID", "--value", "bundle@decks.service")
+def _answered_since(loop, service, count=3):
+    """Until the loop's client of `service` has had `count` more answers."""
+    before = loop.tallies[service].requests
+    wait_for(lambda: loop.tallies[service].requests >= before + count, f"the loop to reach {service} again", 120)
+
+
+@pytest.mark.parametrize("operation", ["restart", "reload"])
+def test_restart_and_reload_of_every_service_fail_no_request(stage, operation):
+    """Under a loop of reads and writes on every service through nginx, each service is
+    restarted (or reloaded) in turn: no connection refused, no 5xx, every acknowledged
+    write there after, every deck stream event and wizard row seen exactly once."""
+    loop = LoadLoop(stage.open_client, stage.credentials(), services=stage.services)
+    steps = []
+    with loop.running():
+        for service in stage.services:
+            pid = stage.main_pid(service)
+            started = time.monotonic()
+            stage.systemctl(operation, f"bundle@{service}.service")
+            steps.append(f"  systemctl {operation} bundle@{service}: {time.monotonic() - started:.1f} s")
+            # A restart is a new main process; a reload keeps it (gunicorn's HUP: new workers).
+            assert (stage.main_pid(service) == pid) == (operation == "reload")
+            _answered_since(loop, service)
+    print(f"\n{operation} under load:\n" + "\n".join(steps) + "\n" + loop.summary())
+    assert loop.failures() == {}, loop.summary()
+    assert loop.missing_writes() == {}
+    assert loop.stream_faults() == []
+    for service in stage.services:
+        stage.wait_active(f"bundle@{service}.service")
+
+
+def test_a_killed_master_costs_a_wait_not_an_error(stage):
+    """SIGKILL to a service's gunicorn master: systemd starts it again while its socket
+    (held by bundle@decks.socket) queues the connections that arrive meanwhile. What clients
+    see is printed: the longest wait, and any failure (a request in flight in a worker that
+    the kill took with it)."""
+    loop = LoadLoop(stage.open_client, stage.credentials(), services=["decks", "wizard"])
     restarts = int(stage.systemctl("show", "-p", "NRestarts", "--value", "bundle@decks.service"))
-    killed = time.monotonic()
-    stage.box.run("kill", "-KILL", pid)
-    # Its orphaned workers may answer for a moment yet (until they notice, or systemd
-    # kills the rest of the unit); then nginx answers for the service while it is down.
-    answers = []
-    wait_for(
-        lambda: answers.append(stage.get("decks", "/healthz")) or answers[-1].status_code == 502,
-        "a 502 from nginx",
-        timeout=5,
-    )
-    assert "error" in answers[-1].json()
-    back = _wait_healthy(stage, killed + 15)
-    assert back is not None, "the deck service did not come back within 15 s"
-    assert 5 <= back - killed <= 7.5, f"back after {back - killed:.1f} s (RestartSec=5)"
+    with loop.running():
+        pid = stage.main_pid("decks")
+        killed = time.monotonic()
+        stage.box.run("kill", "-KILL", pid)
+        wait_for(
+            lambda: (
+                stage.systemctl("is-active", "bundle@decks.service", check=False) == "active"
+                and stage.main_pid("decks") not in ("0", pid)
+            ),
+            "systemd to start the deck service again",
+            timeout=60,
+        )
+        back = time.monotonic() - killed
+        _answered_since(loop, "decks")
+    print(f"\nSIGKILL of the deck service's master: active again after {back:.1f} s\n" + loop.summary())
     assert int(stage.systemctl("show", "-p", "NRestarts", "--value", "bundle@decks.service")) == restarts + 1
+    assert "wizard" not in loop.failures()  # the other services never noticed
+    assert loop.missing_writes() == {}
+    assert loop.stream_faults() == []
 
 
 def test_stop_with_a_hundred_open_streams_ends_within_twenty_seconds(stage):
