@@ -10,6 +10,8 @@ import resource
 import sys
 from pathlib import Path
 
+import gunicorn_systemd
+
 # The registry of the services (services.json, the one list that app.registry, the dev
 # runner, the tests and the playbook read too), read raw: no app code is imported here.
 REGISTRY = {
@@ -24,7 +26,13 @@ if _service not in DEFAULT_PORTS:
 
 _host = os.environ.get("HOST", "").strip() or "127.0.0.1"
 _port = os.environ.get("PORT", "").strip() or DEFAULT_PORTS[_service]
+# Used only when no socket is handed over: under systemd (bundle@.socket), and from
+# devtools.services, gunicorn takes the listening socket from LISTEN_FDS instead, so
+# a restart queues connections in the kernel rather than refusing them.
 bind = f"{_host}:{_port}"
+# The backlog of a socket gunicorn binds itself (systemd's and devtools' sockets set
+# their own): connections wait there while the workers load the app.
+backlog = 4096
 # gunicorn's gevent worker, with the first request of a connection given `timeout`
 # rather than `keepalive` (gunicorn_worker.py says why).
 worker_class = "gunicorn_worker.Worker"
@@ -49,6 +57,13 @@ proc_name = f"bundle-{_service}"
 accesslog = None  # the app logs one line per request itself
 errorlog = "-"
 control_socket_disable = True  # no runtime control socket: systemd is the control plane
+
+# READY=1 reaches systemd only once every worker has loaded the app, not when the
+# socket is bound as gunicorn would say it; and `python -m gunicorn_systemd reload`
+# (ExecReload=) waits for the new workers the same way. gunicorn_systemd.py says how.
+on_starting = gunicorn_systemd.on_starting
+post_worker_init = gunicorn_systemd.post_worker_init
+child_exit = gunicorn_systemd.child_exit
 
 # Open streams need file descriptors: raise the soft limit to the hard one.
 _soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
