@@ -12,8 +12,8 @@ the streams held meanwhile are checked to hold every event exactly once.
 
 `open_client(service)` answers `(requests.Session, base_url)` for a service's public
 address (the Session carries the Host header and the TLS server name). Each service has
-one client thread that alternates a read and a write (no pause: a steady load, not a
-flood), and two streams are held: a deck session's events (resumed by Last-Event-ID,
+one client thread that alternates a read and a write (paced: 4 requests a second, under
+nginx's per-address limits; a steady load, not a flood), and two streams are held: a deck session's events (resumed by Last-Event-ID,
 as the review page does) and the wizard's change events (each (re)connection and each
 event re-query the collection, as the wizard's pages do).
 
@@ -40,6 +40,9 @@ from devtools.waiting import wait_for
 # short by the client; the longest wait is reported, not bounded.
 REQUEST_TIMEOUT = 120
 SPEECH_EVERY = 2.5
+# Each client's read and write take this long at least, together: 4 requests a second
+# per service, under the per-address limits nginx sets (decks' writes: 5 a second).
+CYCLE_SECONDS = 0.5
 OpenClient = Callable[[str], tuple[requests.Session, str]]
 
 
@@ -311,6 +314,7 @@ class LoadLoop:
     def _drive(self, workload: Workload) -> None:
         tally = self.tallies[workload.service]
         while not self.stop.is_set():
+            cycle = time.monotonic()
             for operation in (workload.read, workload.write):
                 started = time.monotonic()
                 try:
@@ -322,6 +326,7 @@ class LoadLoop:
                 tally.count(time.monotonic() - started)
                 if made is not None:
                     tally.acknowledged.append(made)
+            self.stop.wait(CYCLE_SECONDS - (time.monotonic() - cycle))  # pacing, not a wait for a condition
 
     @contextlib.contextmanager
     def running(self) -> Iterator[LoadLoop]:
