@@ -13,9 +13,10 @@ the streams held meanwhile are checked to hold every event exactly once.
 `open_client(service)` answers `(requests.Session, base_url)` for a service's public
 address (the Session carries the Host header and the TLS server name). Each service has
 one client thread that alternates a read and a write (paced: 4 requests a second, under
-nginx's per-address limits; a steady load, not a flood), and two streams are held: a deck session's events (resumed by Last-Event-ID,
-as the review page does) and the wizard's change events (each (re)connection and each
-event re-query the collection, as the wizard's pages do).
+nginx's per-address limits; a steady load, not a flood), and two streams are held: a
+deck session's events (resumed by Last-Event-ID, as the review page does) and the
+wizard's change events (each (re)connection and each event re-query the collection, as
+the wizard's pages do).
 
 A write counts as acknowledged when its answer is a success with what it made; one
 that failed may or may not have happened, so only acknowledged ones are looked for.

@@ -183,7 +183,7 @@ def publish(repo, commit):
     return _run(["git", "-C", str(ROOT), "show", f"{commit}:ops/bootstrap.sh"], timeout=60).stdout
 
 
-def snapshot_commit(repo=ROOT):
+def snapshot_commit(repo=ROOT, message="staging snapshot of the working tree"):
     """A commit of the WORKING TREE as it is on disk (tracked changes, untracked files
     that are not ignored), made with a temporary index: the real index, HEAD and the
     branches are untouched. Returns the commit id (its objects are in repo's .git)."""
@@ -199,9 +199,7 @@ def snapshot_commit(repo=ROOT):
         git = ["git", "-C", str(repo)]
         _run([*git, "add", "-A"], timeout=120, env=env)
         tree = _run([*git, "write-tree"], timeout=60, env=env).stdout.strip()
-        return _run(
-            [*git, "commit-tree", tree, "-m", "staging snapshot of the working tree"], timeout=60, env=env
-        ).stdout.strip()
+        return _run([*git, "commit-tree", tree, "-m", message], timeout=60, env=env).stdout.strip()
 
 
 class Box:

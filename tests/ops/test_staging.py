@@ -377,6 +377,28 @@ def test_restart_and_reload_of_every_service_fail_no_request(stage, operation):
         stage.wait_active(f"bundle@{service}.service")
 
 
+def test_a_reload_of_code_that_does_not_import_keeps_the_old_workers(stage):
+    """Code on disk that fails to import: `systemctl reload` fails, the journal says why,
+    and the running workers go on serving (nothing was signalled)."""
+    source = "/opt/bundle/app/decks/api.py"
+    pid = stage.main_pid("decks")
+    workers = stage.box.run("cat", f"/proc/{pid}/task/{pid}/children").stdout.split()
+    stage.box.run("cp", "-p", source, "/root/api.py.kept")
+    try:
+        stage.box.run("sh", "-c", f"echo 'def broken(:' >> {source}")
+        reloaded = stage.box.run("systemctl", "reload", "bundle@decks.service", check=False, timeout=120)
+        assert reloaded.returncode != 0
+        journal = stage.box.run("journalctl", "-u", "bundle@decks", "-n", "60", "--no-pager").stdout
+        assert "reload refused" in journal and "SyntaxError" in journal, journal[-3000:]
+        assert stage.main_pid("decks") == pid
+        assert stage.box.run("cat", f"/proc/{pid}/task/{pid}/children").stdout.split() == workers
+        assert stage.get("decks", "/api/decks").status_code == 200
+    finally:
+        stage.box.run("cp", "-p", "/root/api.py.kept", source)
+    stage.systemctl("reload", "bundle@decks.service")  # the code imports again: new workers
+    assert stage.box.run("cat", f"/proc/{pid}/task/{pid}/children").stdout.split() != workers
+
+
 def test_a_killed_master_costs_a_wait_not_an_error(stage):
     """SIGKILL to a service's gunicorn master: systemd starts it again while its socket
     (held by bundle@decks.socket) queues the connections that arrive meanwhile. What clients
