@@ -56,6 +56,8 @@ PREFLIGHT = (
     "import gevent.monkey; gevent.monkey.patch_all()\n"
     "import os, runpy; runpy.run_path('gunicorn.conf.py')\n"
     "import wsgi\n"
+    # It registered as a live process, as a worker does: no row left behind.
+    "from app.common import live_processes; live_processes.unregister_all()\n"
     "os._exit(0)"  # whatever the app started (threads, pools) must not hold the exit
 )
 PREFLIGHT_TIMEOUT = 60.0

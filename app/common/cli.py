@@ -19,6 +19,7 @@ and the exit codes:
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -113,17 +114,29 @@ class CommandLine:
         """`contract [--dry-run]`: the pending contract steps of the schema history on
         the database, (history, DATABASE_URL) from `target()`, made when the command
         runs (app.common.migrations.contract). Exit 0 when done or nothing is pending;
-        1 with one line on standard error while a process of another release is live."""
+        1 with one line on standard error while a process of another release is live,
+        or when the database is not the service's (no SQLite file, a PostgreSQL database
+        without its tables: a wrong DATA_DIR or DATABASE_URL), which it does not create."""
 
         def run(args: argparse.Namespace, streams: Streams) -> int:
             from app.common import live_processes, migrations
             from app.common.db import open_for_command
 
             history, url = target()
+            if url.startswith("sqlite:///") and not os.path.exists(url[len("sqlite:///") :]):
+                streams.err.write(
+                    f"error: no {history.service} database at {url[len('sqlite:///') :]}: check DATA_DIR\n"
+                )
+                return 1
             db = open_for_command(url, history)
             try:
+                if not migrations.has_history(db, history):
+                    streams.err.write(
+                        f"error: the database of DATABASE_URL holds no {history.service} schema: check DATABASE_URL\n"
+                    )
+                    return 1
                 done = migrations.contract(db, history, live_processes.RELEASE, dry_run=args.dry_run)
-            except migrations.ContractRefused as exc:
+            except (migrations.ContractRefused, migrations.MigrationLockTimeout) as exc:
                 streams.err.write(f"error: {exc}\n")
                 return 1
             finally:

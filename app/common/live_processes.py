@@ -13,7 +13,10 @@ that the hosts' clocks need not agree; on SQLite (one host) the host's.
 Releases before 0.3.0 do not register. On PostgreSQL each connection of this release
 names itself (application_name `bundle <service> <release> <host>`): a client of the
 service's database, under its user, with an empty application_name is counted as a
-process of an earlier release, named by its client address.
+process of an earlier release, named by its client address, and one named by another
+release as a process of that release. On SQLite (one host) a process of this host
+that holds the database file open and is not a registered process of this release
+is counted too (`unregistered_holders`: /proc, the processes this user may read).
 """
 
 import atexit
@@ -40,6 +43,8 @@ LIVE_SECONDS = 60.0
 FORGET_SECONDS = 24 * 3600.0
 RELEASE = (Path(__file__).resolve().parents[2] / "VERSION").read_text().strip()
 HOST = socket.gethostname()
+# This process's registrations not stopped yet.
+_registered: list["Registration"] = []
 
 
 def application_name(service: str) -> str:
@@ -94,26 +99,37 @@ class Registration:
                 ),
                 (FORGET_SECONDS,),
             )
-            self.db.execute_sql(
-                _sql(
-                    self.db,
-                    f"INSERT INTO {TABLE} (id, host, pid, role, release, started_at, seen_at) "
-                    f"VALUES (?, ?, ?, ?, ?, ?, {_now_sql(self.db)})",
-                ),
-                (self.id, HOST, os.getpid(), self.role, RELEASE, utc_timestamp()),
-            )
+            self._insert()
         self._thread = threading.Thread(target=self._refresh, name="live-process", daemon=True)
         self._thread.start()
         atexit.register(self.stop)
+        _registered.append(self)
         return self
+
+    def _insert(self) -> None:
+        self.db.execute_sql(
+            _sql(
+                self.db,
+                f"INSERT INTO {TABLE} (id, host, pid, role, release, started_at, seen_at) "
+                f"VALUES (?, ?, ?, ?, ?, ?, {_now_sql(self.db)})",
+            ),
+            (self.id, HOST, os.getpid(), self.role, RELEASE, utc_timestamp()),
+        )
+
+    def refresh(self) -> None:
+        """One beat: seen_at now; the row written again if it is gone (deleted as
+        forgotten after the database was away, a restore)."""
+        with _connection(self.db):
+            cursor = self.db.execute_sql(
+                _sql(self.db, f"UPDATE {TABLE} SET seen_at = {_now_sql(self.db)} WHERE id = ?"), (self.id,)
+            )
+            if cursor.rowcount == 0 and not self._stopped.is_set():
+                self._insert()
 
     def _refresh(self) -> None:
         while not self._stopped.wait(REFRESH_SECONDS):
             try:
-                with _connection(self.db):
-                    self.db.execute_sql(
-                        _sql(self.db, f"UPDATE {TABLE} SET seen_at = {_now_sql(self.db)} WHERE id = ?"), (self.id,)
-                    )
+                self.refresh()
             except Exception as exc:  # the database away a while: the next beat tries again
                 log.warning("could not refresh this process's live row: %s", exc)
 
@@ -122,6 +138,8 @@ class Registration:
         if self._stopped.is_set():
             return
         self._stopped.set()
+        if self in _registered:
+            _registered.remove(self)
         try:
             with _connection(self.db):
                 self.db.execute_sql(_sql(self.db, f"DELETE FROM {TABLE} WHERE id = ?"), (self.id,))
@@ -134,9 +152,18 @@ def register(db: Database, role: str) -> Registration:
     return Registration(db, role).start()
 
 
-def others_live(db: Database, release: str = RELEASE) -> list[str]:
+def unregister_all() -> None:
+    """Remove this process's rows now: for a process that ends without its exit
+    handlers (os._exit), such as the reload's preflight, which builds the app as a
+    worker does and registers as one."""
+    for registration in list(_registered):
+        registration.stop()
+
+
+def others_live(db: Database, release: str = RELEASE, service: str | None = None) -> list[str]:
     """The live processes of other releases than `release`, each described in a few
-    words naming its host (and release); the caller holds a connection."""
+    words naming its host (and release); the caller holds a connection. On
+    PostgreSQL, `service`'s connections named by another release count too."""
     rows = db.execute_sql(
         _sql(
             db,
@@ -153,4 +180,59 @@ def others_live(db: Database, release: str = RELEASE) -> list[str]:
             "AND application_name = '' AND pid <> pg_backend_pid() ORDER BY 1"
         ).fetchall()
         found += [f"a process of an earlier release connected from host {address}" for (address,) in unnamed]
+        if service is not None:
+            named = db.execute_sql(
+                "SELECT DISTINCT application_name, COALESCE(host(client_addr), 'the local socket') "
+                "FROM pg_stat_activity WHERE datname = current_database() AND backend_type = 'client backend' "
+                "AND application_name LIKE %s AND pid <> pg_backend_pid() ORDER BY 1, 2",
+                (f"bundle {service} %",),
+            ).fetchall()
+            for name, address in named:
+                parts = name.split(" ", 3)  # bundle, service, release, host (maybe cut at 63 bytes)
+                if len(parts) >= 3 and parts[2] != release:
+                    host = parts[3] if len(parts) > 3 else "?"
+                    found.append(f"a process of release {parts[2]} on host {host} (connected from {address})")
+    return found
+
+
+def unregistered_holders(db: Database, release: str = RELEASE) -> list[str]:
+    """SQLite: the processes of this host, other than this one, that hold the database
+    file open and are not live registered processes of `release` (a release that
+    does not register, a process of another release), one line naming the host and
+    pids; [] when there is none. Only the processes this user may read are seen (the
+    service's commands run as its user, as its processes do)."""
+    target = os.path.realpath(db.database)
+    registered = (
+        {
+            pid
+            for (pid,) in db.execute_sql(
+                _sql(db, f"SELECT pid FROM {TABLE} WHERE host = ? AND release = ? AND seen_at >= {_now_sql(db)} - ?"),
+                (HOST, release, LIVE_SECONDS),
+            )
+        }
+        if db.table_exists(TABLE)
+        else set()
+    )
+    holders = sorted(pid for pid in _holders(target) if pid != os.getpid() and pid not in registered)
+    if not holders:
+        return []
+    return [
+        f"a process not registered as one of release {release} on host {HOST} holding {target} open "
+        f"(pid {', '.join(map(str, holders))})"
+    ]
+
+
+def _holders(path: str) -> set[int]:
+    """The pids of this host's processes (those this user may read) that hold `path` open."""
+    found: set[int] = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            for fd in (proc / "fd").iterdir():
+                if os.readlink(fd) == path:
+                    found.add(int(proc.name))
+                    break
+        except OSError:  # not ours to read, or gone meanwhile
+            continue
     return found

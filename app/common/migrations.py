@@ -10,8 +10,9 @@ Every process that opens the database (each web worker, a job worker, a command)
 applies the pending expand steps first, under a lock that all processes of all hosts
 take in turn (SQLite: the write lock, taken at BEGIN; PostgreSQL: an advisory lock held
 by the transaction), so each step runs exactly once, and a process that finds another
-one migrating waits for it (LOCK_WAIT_SECONDS at most) instead of starting on a half
-migrated schema:
+one migrating waits for it (LOCK_WAIT_SECONDS at most, then MigrationLockTimeout; on
+PostgreSQL through `SET LOCAL lock_timeout`) instead of starting on a half migrated
+schema:
 
 - an empty database gets the current models' tables and is recorded at the newest
   version, contract steps included: the models are the newest schema, and the steps
@@ -27,26 +28,36 @@ migrated schema:
   (SET NULL, CASCADE). The keys are checked before the commit instead;
 - the contract steps run only through `contract()` (the command
   `python -m app.<service> contract`), once every host runs this code: it refuses
-  while a process of another release is live (app.common.live_processes). So the code
+  while a process of another release is live (app.common.live_processes; on SQLite
+  also a process of this host that holds the file open unregistered, as release
+  0.2.0's do). So the code
   works with its contract steps applied or not, and an expand step must not depend on
   an earlier contract step having run;
 - a database that holds a contract step newer than the code refuses the start with
   one line (SchemaTooNew): this code may read what that step dropped. A newer expand
-  step is fine (logged once): it only added what this code does not use. (Release
-  0.2.0 predates the phases and refuses any newer step.)
+  step is fine (logged once): it only added what this code does not use.
 
-The history lives in the table `schema_migrations (version, name, applied_at, phase)`;
-`phase` was added by release 0.3.0 (NULL in earlier rows: they were all expand steps).
+The history lives in two tables of the same columns (version, name, applied_at,
+phase). `schema_migrations` is the one every release reads: release 0.2.0, before
+the phases, takes its MAX(version) for the database's version and refuses to start
+on any version newer than its own. So the expand steps after the releases before the
+phases (`History.before_phases`) are recorded in `schema_expansions`, which those
+releases never read: an older release still starts (and can be rolled back to) on
+an expanded database. A contract step is recorded in `schema_migrations` with copies
+of every step below it, so that after a contract the older releases do refuse to
+start: what they read may be gone. This code's history is the union of both tables.
+`phase` was added to `schema_migrations` by release 0.3.0 (NULL in earlier rows: they
+were all expand steps).
 """
 
 import hashlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from peewee import Database, Model, PostgresqlDatabase, SqliteDatabase
+from peewee import Database, Model, OperationalError, PostgresqlDatabase, SqliteDatabase
 from playhouse.migrate import SchemaMigrator
 
 from app.common import live_processes
@@ -56,6 +67,8 @@ from app.common.timeutil import utc_timestamp
 log = logging.getLogger("bundle.migrations")
 
 HISTORY_TABLE = "schema_migrations"
+# The expand steps that the releases before the phases must not see (see above).
+EXPANSIONS_TABLE = "schema_expansions"
 # A process that finds another one migrating waits its turn this long at most.
 LOCK_WAIT_SECONDS = 300.0
 EXPAND: Literal["expand"] = "expand"
@@ -72,6 +85,10 @@ class SchemaTooNew(ConfigError):
 
 class ContractRefused(Exception):
     """A contract step was asked for while a process of another release is live."""
+
+
+class MigrationLockTimeout(RuntimeError):
+    """Another process held the migration lock for more than LOCK_WAIT_SECONDS."""
 
 
 @dataclass(frozen=True)
@@ -97,11 +114,19 @@ class History:
     steps: Sequence[Step] = field(default_factory=list)
     # create_extra(db): what create_tables does not make (SQLite's full-text table).
     create_extra: Callable[[Database], object] | None = None
+    # The newest step of the releases before the phases (0.2.0), which take
+    # schema_migrations' MAX(version) for their version and run the steps after it: the
+    # steps up to this one are recorded there (else such a release would run them again).
+    before_phases: int = 1
 
     def __post_init__(self) -> None:
         numbers = [step.version for step in self.steps]
         if numbers != list(range(1, len(numbers) + 1)):
             raise ValueError(f"{self.service}: schema steps must be numbered 1, 2, 3...; got {numbers}")
+        if any(step.phase == CONTRACT for step in self.steps[: self.before_phases]):
+            raise ValueError(
+                f"{self.service}: the steps before the phases (1 to {self.before_phases}) are expand steps"
+            )
 
     @property
     def newest(self) -> int:
@@ -144,11 +169,10 @@ def contract(db: Database, history: History, release: str, dry_run: bool = False
             return Contracted([], [])
         expand, pending = history.pending(recorded, EXPAND), history.pending(recorded, CONTRACT)
         if dry_run:
-            known = pending and db.table_exists(live_processes.TABLE)
-            return Contracted(expand, pending, live_processes.others_live(db, release) if known else [])
+            return Contracted(expand, pending, _others_live(db, history, release) if pending else [])
         _expand(db, history, recorded)
         if pending:
-            others = live_processes.others_live(db, release)
+            others = _others_live(db, history, release)
             if others:
                 more = f" (and {len(others) - 1} more)" if len(others) > 1 else ""
                 raise ContractRefused(
@@ -158,18 +182,37 @@ def contract(db: Database, history: History, release: str, dry_run: bool = False
             migrator = SchemaMigrator.from_database(db)
             for step in pending:
                 step.apply(db, migrator)  # type: ignore[misc]  # step 1 is an expand step
-                _record(db, step)
+                _record(db, history, step)
             _check_foreign_keys(db)
         return Contracted(expand, pending)
 
 
-def applied_versions(db: Database) -> list[tuple[Any, ...]]:
-    """The recorded history: [(version, name, applied_at)], oldest first."""
+def has_history(db: Database, history: History) -> bool:
+    """Whether the database holds the service's schema (its history or, a release
+    0.1.0 database, its first model's table): what a command that must not create a
+    database checks first."""
     with db.connection_context():
-        return [
-            tuple(row)
-            for row in db.execute_sql(f"SELECT version, name, applied_at FROM {HISTORY_TABLE} ORDER BY version")
-        ]
+        return db.table_exists(HISTORY_TABLE) or db.table_exists(history.models[0]._meta.table_name)
+
+
+def _others_live(db: Database, history: History, release: str) -> list[str]:
+    """The processes of other releases than `release` on the database (the caller holds
+    a connection): the registered ones, the PostgreSQL connections of other releases,
+    and, on SQLite, the processes of this host that hold the file open unregistered."""
+    found = live_processes.others_live(db, release, history.service) if db.table_exists(live_processes.TABLE) else []
+    if isinstance(db, SqliteDatabase):
+        found += live_processes.unregistered_holders(db, release)
+    return found
+
+
+def applied_versions(db: Database) -> list[tuple[Any, ...]]:
+    """The recorded history, both tables: [(version, name, applied_at)], oldest first."""
+    with db.connection_context():
+        rows = {row[0]: tuple(row) for row in db.execute_sql(f"SELECT version, name, applied_at FROM {HISTORY_TABLE}")}
+        if db.table_exists(EXPANSIONS_TABLE):
+            for row in db.execute_sql(f"SELECT version, name, applied_at FROM {EXPANSIONS_TABLE}"):
+                rows.setdefault(row[0], tuple(row))
+        return [rows[version] for version in sorted(rows)]
 
 
 def recorded_phases(db: Database) -> dict[int, str | None]:
@@ -190,18 +233,18 @@ def _prepare(db: Database, history: History, create: bool = True) -> dict[int, s
         recorded = _recorded(db)
         _refuse_unknown_contract(history, recorded)
         return recorded or None
-    if not exists:
+    for table in (HISTORY_TABLE, EXPANSIONS_TABLE):
         db.execute_sql(
-            f"CREATE TABLE {HISTORY_TABLE} (version INTEGER PRIMARY KEY, name VARCHAR(200) NOT NULL, "
+            f"CREATE TABLE IF NOT EXISTS {table} (version INTEGER PRIMARY KEY, name VARCHAR(200) NOT NULL, "
             "applied_at VARCHAR(40) NOT NULL, phase VARCHAR(20))"
         )
-    elif "phase" not in {column.name for column in db.get_columns(HISTORY_TABLE)}:
+    if exists and "phase" not in {column.name for column in db.get_columns(HISTORY_TABLE)}:
         db.execute_sql(f"ALTER TABLE {HISTORY_TABLE} ADD COLUMN phase VARCHAR(20)")  # made by release 0.2.0
     live_processes.create_table(db)
     recorded = _recorded(db)
     if not recorded:
         if db.table_exists(history.models[0]._meta.table_name):
-            _record(db, history.steps[0])  # release 0.1.0's database
+            _record(db, history, history.steps[0])  # release 0.1.0's database
             return {1: EXPAND}
         _create(db, history)
         return None
@@ -210,9 +253,15 @@ def _prepare(db: Database, history: History, create: bool = True) -> dict[int, s
 
 
 def _recorded(db: Database) -> dict[int, str | None]:
+    """{version: phase} of both tables (None: a row of a release before the phases)."""
+    found: dict[int, str | None] = {}
+    if db.table_exists(EXPANSIONS_TABLE):
+        found.update(db.execute_sql(f"SELECT version, phase FROM {EXPANSIONS_TABLE}").fetchall())
     if "phase" not in {column.name for column in db.get_columns(HISTORY_TABLE)}:
-        return {version: None for (version,) in db.execute_sql(f"SELECT version FROM {HISTORY_TABLE}")}
-    return {version: phase for version, phase in db.execute_sql(f"SELECT version, phase FROM {HISTORY_TABLE}")}
+        found.update((version, None) for (version,) in db.execute_sql(f"SELECT version FROM {HISTORY_TABLE}"))
+    else:
+        found.update(db.execute_sql(f"SELECT version, phase FROM {HISTORY_TABLE}").fetchall())
+    return found
 
 
 def _refuse_unknown_contract(history: History, recorded: dict[int, str | None]) -> None:
@@ -244,7 +293,7 @@ def _expand(db: Database, history: History, recorded: dict[int, str | None]) -> 
     migrator = SchemaMigrator.from_database(db)
     for step in pending:
         step.apply(db, migrator)  # type: ignore[misc]  # only step 1 has none, and it is always recorded
-        _record(db, step)
+        _record(db, history, step)
         recorded[step.version] = step.phase
     _check_foreign_keys(db)
 
@@ -254,28 +303,57 @@ def _create(db: Database, history: History) -> None:
     if history.create_extra:
         history.create_extra(db)
     for step in history.steps:
-        _record(db, step)
+        _record(db, history, step)
 
 
-def _record(db: Database, step: Step) -> None:
+def _record(db: Database, history: History, step: Step) -> None:
+    """Record `step` as applied: in schema_migrations when the releases before the
+    phases knew it, or when it is a contract step (with copies of the steps below it
+    that only schema_expansions holds); else, an expand step, in schema_expansions."""
+    table = EXPANSIONS_TABLE if step.phase == EXPAND and step.version > history.before_phases else HISTORY_TABLE
     db.execute_sql(
-        f"INSERT INTO {HISTORY_TABLE} (version, name, applied_at, phase) VALUES (?, ?, ?, ?)".replace("?", db.param),
+        f"INSERT INTO {table} (version, name, applied_at, phase) VALUES (?, ?, ?, ?)".replace("?", db.param),
         (step.version, step.name, utc_timestamp(), step.phase),
     )
+    if step.phase == CONTRACT:
+        db.execute_sql(
+            f"INSERT INTO {HISTORY_TABLE} (version, name, applied_at, phase) "
+            f"SELECT version, name, applied_at, phase FROM {EXPANSIONS_TABLE} "
+            f"WHERE version < ? AND version NOT IN (SELECT version FROM {HISTORY_TABLE})".replace("?", db.param),
+            (step.version,),
+        )
 
 
 @contextmanager
 def _locked(db: Database, service: str) -> Iterator[None]:
     """A transaction that holds the database's migration lock from its start."""
+    late = (
+        f"another process held the {service} schema's migration lock for more than {LOCK_WAIT_SECONDS:g} s: "
+        "a migration still running, or a process stuck while holding it; try again once it is done"
+    )
     if isinstance(db, SqliteDatabase):
         # BEGIN IMMEDIATE takes the write lock, or waits busy_timeout for it: long
         # enough here for another process's migration to end.
-        with _busy_timeout(db, LOCK_WAIT_SECONDS), db.atomic("IMMEDIATE"):
+        with _busy_timeout(db, LOCK_WAIT_SECONDS), ExitStack() as transaction:
+            try:
+                transaction.enter_context(db.atomic("IMMEDIATE"))
+            except OperationalError as exc:
+                if "locked" in str(exc) or "busy" in str(exc):
+                    raise MigrationLockTimeout(late) from exc
+                raise
             yield
         return
     with db.atomic():
         if isinstance(db, PostgresqlDatabase):
-            db.execute_sql("SELECT pg_advisory_xact_lock(%s)", (_lock_key(service),))
+            # Bounded like SQLite's wait (SET LOCAL: for this transaction only; the
+            # steps' own locks wait as long at most).
+            db.execute_sql(f"SET LOCAL lock_timeout = '{int(LOCK_WAIT_SECONDS * 1000)}ms'")
+            try:
+                db.execute_sql("SELECT pg_advisory_xact_lock(%s)", (_lock_key(service),))
+            except OperationalError as exc:
+                if "lock timeout" in str(exc):  # (55P03: "canceling statement due to lock timeout")
+                    raise MigrationLockTimeout(late) from exc
+                raise
         yield
 
 

@@ -87,6 +87,16 @@ def worker(args):
         backoff=1.15,
         max_delay=0.5,
     )
+    # huey's SIGHUP restarts the consumer by exec'ing the command again, which registers
+    # anew: the row goes first. Its run loop stops the consumer (stop()) on every way
+    # out, the restart included, and has no hook of its own for it.
+    stop_consumer = consumer.stop
+
+    def stop_and_unregister(graceful=False):
+        stop_consumer(graceful)
+        registration.stop()
+
+    consumer.stop = stop_and_unregister
     log.info("notebook worker: %d thread(s), queue %s", settings.worker_threads, queue.describe())
     try:
         consumer.run()

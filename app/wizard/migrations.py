@@ -28,7 +28,10 @@ _KEY_INDEXES = {
 def _index_the_key_filter(db, migrator):
     """`?filter={"key": ...}` (an admin prompt, a saved prompt by its key) was a scan
     of the collection: each collection's `key` gets an index, as user_id and
-    blueprint_id have."""
+    blueprint_id have. CREATE INDEX (not CONCURRENTLY, which cannot run in the
+    migration's transaction) blocks writes to the table while it builds: a fraction of
+    a second for the sizes the wizard's collections have (thousands of rows), which
+    the writes of the older release still running wait out."""
     migrate(*(migrator.add_index(table, ("key",), name=_KEY_INDEXES[table]) for table in _COLLECTION_TABLES))
 
 

@@ -6,6 +6,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+from contextlib import closing
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,7 +61,9 @@ def test_processes_starting_together_apply_each_step_exactly_once(tmp_path):
     assert [out.strip() for out, _ in outcomes] == ["3"] * 6
     with sqlite3.connect(path) as conn:
         runs = conn.execute("SELECT step, COUNT(*), COUNT(DISTINCT pid) FROM step_runs GROUP BY step").fetchall()
-        history = conn.execute("SELECT version FROM schema_migrations ORDER BY version").fetchall()
+        history = conn.execute(
+            "SELECT version FROM schema_migrations UNION SELECT version FROM schema_expansions ORDER BY version"
+        ).fetchall()
     assert runs == [(2, 1, 1), (3, 1, 1)] and history == [(1,), (2,), (3,)]
 
 
@@ -96,3 +99,83 @@ def test_a_service_refuses_to_start_on_a_newer_contracted_database_with_one_line
         f"code's {WIZARD.newest}, and its step {WIZARD.newest + 1} is a contract step: run the release that "
         "migrated it, or a newer one"
     ], started.stderr
+
+
+def test_contract_refuses_a_database_that_does_not_exist_and_creates_none(tmp_path):
+    """A wrong DATA_DIR: one line, exit 1, no file made (a dry run changes nothing)."""
+    data_dir = tmp_path / "wizard-data"
+    env = {"DATA_DIR": str(data_dir), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
+    for args in (["--dry-run"], []):
+        done = subprocess.run(
+            [sys.executable, "-m", "app.wizard", "contract", *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert (done.returncode, done.stdout) == (1, ""), done
+        assert done.stderr == f"error: no wizard database at {data_dir}/wizard.db: check DATA_DIR\n"
+        assert not (data_dir / "wizard.db").exists()
+
+
+def test_the_reload_preflight_leaves_no_live_process_row(tmp_path):
+    """gunicorn_systemd's preflight builds the app as a worker does (so it registers)
+    and exits with os._exit: its row goes before."""
+    from gunicorn_systemd import PREFLIGHT
+
+    data_dir = tmp_path / "wizard-data"
+    data_dir.mkdir()
+    env = {"SERVICE": "wizard", "DATA_DIR": str(data_dir), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
+    registers = PREFLIGHT.replace("os._exit(0)", "") + (
+        "\nimport sqlite3, os\n"
+        "print(sqlite3.connect(os.environ['DATA_DIR'] + '/wizard.db').execute("
+        "'SELECT COUNT(*) FROM live_processes WHERE pid = ?', (os.getpid(),)).fetchone()[0])\n"
+    )
+    # (what the preflight does without its last two lines: the app registered this process)
+    registers = registers.replace("from app.common import live_processes; live_processes.unregister_all()\n", "")
+    seen = subprocess.run([sys.executable, "-c", registers], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert seen.stdout.strip().splitlines()[-1:] == ["1"], seen.stderr[-2000:]
+    with sqlite3.connect(data_dir / "wizard.db") as conn:
+        conn.execute("DELETE FROM live_processes")
+    done = subprocess.run([sys.executable, "-c", PREFLIGHT], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    with sqlite3.connect(data_dir / "wizard.db") as conn:
+        assert conn.execute("SELECT COUNT(*) FROM live_processes").fetchone() == (0,)
+
+
+def test_the_job_worker_removes_its_row_before_huey_restarts_it(tmp_path):
+    """huey's SIGHUP re-executes the worker (same pid), which registers again: one row."""
+    import os
+    import signal
+    import time
+
+    from tests.support.notebook import Worker, notebook_env
+
+    data_dir = tmp_path / "notebook-data"
+    data_dir.mkdir()
+    worker = Worker(data_dir, {"PYTHONPATH": str(ROOT), **notebook_env(data_dir)})
+
+    def rows():
+        try:
+            with closing(sqlite3.connect(data_dir / "notebook.db")) as conn:
+                return conn.execute("SELECT id, pid FROM live_processes").fetchall()
+        except sqlite3.OperationalError:  # not made yet
+            return []
+
+    def wait_for(condition, what):
+        deadline = time.monotonic() + 60
+        while not condition():
+            assert time.monotonic() < deadline, f"{what}:\n{worker.log_text()[-3000:]}"
+            time.sleep(0.1)
+
+    try:
+        wait_for(lambda: len(rows()) == 1, "the worker did not register")
+        [(first, pid)] = rows()
+        assert pid == worker.process.pid
+        os.kill(worker.process.pid, signal.SIGHUP)
+        wait_for(lambda: any(row_id != first for row_id, _ in rows()), "the restarted worker did not register")
+        time.sleep(0.5)
+        assert [row_pid for _, row_pid in rows()] == [worker.process.pid]  # the first row went before the exec
+    finally:
+        worker.stop()

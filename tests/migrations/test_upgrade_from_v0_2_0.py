@@ -3,12 +3,14 @@ has an expand step (2: an index on each collection's key) and a contract step (3
 like count only on blueprints) since.
 
 Release 0.2.0's own code (a tree of that commit, started by devtools.release_dumps'
-Release as production starts it) keeps serving on a database that the current code
-expanded; `python -m app.wizard contract` refuses, with one line naming the host,
-while a process of another release is live (on PostgreSQL, 0.2.0's own connections,
-which carry no application name; on both engines, a registered process of another
-release), runs once they are gone, and the current code serves on the contracted
-schema, which is the one a new database gets. And a start while a migration holds
+Release as production starts it) keeps serving, and starts again, on a database that
+the current code expanded; `python -m app.wizard contract` refuses, with one line
+naming the host, while a process of another release is live (on PostgreSQL, 0.2.0's
+own connections, which carry no application name, and connections named by another
+release; on SQLite, 0.2.0's processes holding the file; on both engines, a registered
+process of another release), runs once they are gone, and the current code serves on
+the contracted schema, which is the one a new database gets, and on which 0.2.0
+refuses to start. And a start while a migration holds
 the lock waits for it, then serves on the whole schema.
 """
 
@@ -21,6 +23,7 @@ import tarfile
 import threading
 import time
 import uuid
+from contextlib import closing
 from io import BytesIO
 from pathlib import Path
 
@@ -76,7 +79,7 @@ def sql(data_dir, env, statement, params=()):
     so that it is not taken for a process of an earlier release); its rows."""
     url = env.get("DATABASE_URL")
     if url is None:
-        with sqlite3.connect(data_dir / "wizard.db") as connection:
+        with closing(sqlite3.connect(data_dir / "wizard.db")) as connection, connection:  # closed: not a holder
             return connection.execute(statement, params).fetchall()
     with psycopg.connect(url, autocommit=True, application_name="the test") as connection:
         cursor = connection.execute(statement.replace("?", "%s"), params)
@@ -84,11 +87,31 @@ def sql(data_dir, env, statement, params=()):
 
 
 def recorded(data_dir, env):
-    """The schema history: [(version, phase)], or [(version, None)] as release 0.2.0 keeps it."""
+    """The schema history, both tables: [(version, phase)], or [(version, None)] as
+    release 0.2.0 keeps it."""
     phase = "phase" if "phase" in columns(data_dir, env, "schema_migrations") else "NULL"
-    return [
-        tuple(row) for row in sql(data_dir, env, f"SELECT version, {phase} FROM schema_migrations ORDER BY version")
-    ]
+    found = dict(sql(data_dir, env, f"SELECT version, {phase} FROM schema_migrations"))
+    if columns(data_dir, env, "schema_expansions"):
+        found.update(sql(data_dir, env, "SELECT version, phase FROM schema_expansions"))
+    return sorted(found.items())
+
+
+def seen_by_0_2_0(data_dir, env):
+    """The versions of the table release 0.2.0 reads (MAX: its idea of the schema's version)."""
+    return [version for (version,) in sql(data_dir, env, "SELECT version FROM schema_migrations ORDER BY version")]
+
+
+def family(pid):
+    """`pid` and its descendants (a gunicorn master and its workers)."""
+    found = {pid}
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            lines = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
+        except OSError:
+            continue
+        if int(lines.get("PPid", "0").strip()) == pid:
+            found.add(int(status.parent.name))
+    return found
 
 
 def columns(data_dir, env, table):
@@ -137,6 +160,7 @@ def test_release_0_2_0_serves_on_the_expanded_schema_and_contract_waits_for_it(
     # The current code starts beside it (the other host, upgraded): the expand step only.
     new = start_service("wizard", data_dir=data_dir, env=env)
     assert recorded(data_dir, env) == [(1, None), (2, "expand")]
+    assert seen_by_0_2_0(data_dir, env) == [1]  # the expand step is recorded where 0.2.0 does not look
     assert "likes_count" in columns(data_dir, env, "wizards")
     new_alice, new_bob = WizardClient(new.base_url, "alice"), WizardClient(new.base_url, "bob")
 
@@ -149,6 +173,11 @@ def test_release_0_2_0_serves_on_the_expanded_schema_and_contract_waits_for_it(
     by_key = {"filter": json.dumps({"key": "greeting"})}  # the filter the expand step indexed
     assert [r["key"] for r in ok(new_alice.get("/api/collections/saved_prompts", params=by_key))] == ["greeting"]
     ok(old_alice.get("/api/collections/wizards"))
+
+    # A 0.2.0 service STARTS on the expanded schema (a worker replaced, a host restarted, a roll back).
+    restarted = release.start_service("wizard", data_dir, env=env)
+    assert blueprint_likes(WizardClient(restarted.base_url, "alice"), first["id"]) == 1
+    assert release.stop(restarted.process) == 0
 
     # A registered process of another release (as a later one writes its row): refused, one line.
     sql(
@@ -170,11 +199,24 @@ def test_release_0_2_0_serves_on_the_expanded_schema_and_contract_waits_for_it(
             "error: the wizard schema was not contracted: a process of an earlier release connected from host "
             "127.0.0.1 is live; upgrade or stop it, then run contract again\n"
         )
+    else:  # 0.2.0 does not register, but it holds the SQLite file open
+        refused = contract(data_dir, env)
+        assert refused.returncode == 1, refused
+        assert refused.stderr.count("\n") == 1, refused.stderr
+        assert f"a process not registered as one of release {live_processes.RELEASE} on host " in refused.stderr
+        assert f"on host {live_processes.HOST} holding" in refused.stderr
+        pids = {int(pid) for pid in refused.stderr.split("(pid ")[1].split(")")[0].split(", ")}
+        assert pids and pids <= family(old.process.pid), (pids, refused.stderr)
     assert (3, "contract") not in recorded(data_dir, env)
     assert blueprint_likes(old_alice, first["id"]) == 1  # and 0.2.0 still serves
 
     # 0.2.0 stopped: the contract step runs; the current code serves on the contracted schema.
     assert release.stop(old.process) == 0
+    if "DATABASE_URL" in env:  # a connection named by another release (its row gone, say): live too
+        with psycopg.connect(env["DATABASE_URL"], application_name="bundle wizard 0.2.5 app3.example"):
+            refused = contract(data_dir, env)
+        assert refused.returncode == 1, refused
+        assert "a process of release 0.2.5 on host app3.example (connected from 127.0.0.1)" in refused.stderr
     dry = contract(data_dir, env, "--dry-run")
     assert (dry.returncode, dry.stdout) == (0, "would run contract step 3: a like count on blueprints only\n"), dry
     assert "likes_count" in columns(data_dir, env, "wizards")
@@ -185,6 +227,9 @@ def test_release_0_2_0_serves_on_the_expanded_schema_and_contract_waits_for_it(
         "",
     )
     assert recorded(data_dir, env) == [(1, None), (2, "expand"), (3, "contract")]
+    assert seen_by_0_2_0(data_dir, env) == [1, 2, 3]  # with a copy of the expand step below it
+    with pytest.raises(RuntimeError, match="newer than this code"):  # 0.2.0 may read what was dropped
+        release.start_service("wizard", data_dir, env=env)
     assert "likes_count" not in columns(data_dir, env, "wizards")
     assert "likes_count" in columns(data_dir, env, "blueprints")
     again = contract(data_dir, env)
@@ -268,3 +313,22 @@ def test_a_start_while_a_migration_holds_the_lock_waits_then_serves_the_whole_sc
         ] == ["k"]
     finally:
         service.stop()
+
+
+def test_a_migration_lock_held_past_the_wait_fails_saying_so_on_postgresql(postgres_server, monkeypatch):
+    """PostgreSQL's advisory lock waits LOCK_WAIT_SECONDS at most (lock_timeout), like SQLite's."""
+    from app.common import migrations
+    from app.common.db import open_for_command
+    from app.wizard.migrations import HISTORY
+
+    url = postgres_server.new_database()
+    monkeypatch.setattr(migrations, "LOCK_WAIT_SECONDS", 0.5)
+    with psycopg.connect(url, application_name="the test") as holder:
+        holder.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key("wizard"),))
+        db = open_for_command(url, HISTORY)
+        try:
+            with pytest.raises(migrations.MigrationLockTimeout, match="for more than 0.5 s"):
+                migrations.bring_up_to_date(db, HISTORY)
+        finally:
+            db.close()
+        holder.rollback()

@@ -71,7 +71,8 @@ STEPS = [
     Step(2, "a transformation's model, a credential's modalities", _model_of_transformations_and_modalities),
     Step(3, "PostgreSQL's full-text index", _postgres_text_search),
 ]
-HISTORY = History("notebook", MODELS, STEPS, create_extra=_create_search_index)
+# Steps 2 and 3 are release 0.2.0's: recorded where it reads them (app.common.migrations).
+HISTORY = History("notebook", MODELS, STEPS, create_extra=_create_search_index, before_phases=3)
 
 
 def open_database(url, pool=True):

@@ -3,9 +3,13 @@ processes (app/common/live_processes.py), on real SQLite files: a start applies 
 expand steps only, `contract` runs the others once no process of another release is
 live, and a history table of release 0.2.0 (no phase) is brought forward."""
 
+import importlib.util
 import os
 import sqlite3
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from peewee import CharField, DatabaseProxy, IntegerField, Model, SqliteDatabase
@@ -16,6 +20,7 @@ from app.common.migrations import (
     CONTRACT,
     ContractRefused,
     History,
+    MigrationLockTimeout,
     Step,
     bring_up_to_date,
     contract,
@@ -72,15 +77,15 @@ def pet_columns(path):
         return [row[1] for row in conn.execute("PRAGMA table_info(pets)")]
 
 
-def live_row(db, release, host="app2", seen_ago=0.0):
+def live_row(db, release, host="app2", seen_ago=0.0, pid=4242):
     """A row as a process of `release` writes it (seen `seen_ago` seconds ago)."""
     with db.connection_context():
         db.execute_sql(
             "INSERT INTO live_processes VALUES (?, ?, ?, ?, ?, ?, ?)",
             (
-                f"{host}-{release}-{seen_ago}",
+                f"{host}-{release}-{seen_ago}-{pid}",
                 host,
-                4242,
+                pid,
                 "web worker",
                 release,
                 "2026-01-01T00:00:00Z",
@@ -191,3 +196,142 @@ def test_a_registered_process_is_live_until_it_stops(tmp_path):
     registration.stop()  # again: nothing
     with db.connection_context():
         assert db.execute_sql("SELECT COUNT(*) FROM live_processes").fetchone() == (0,)
+
+
+ROOT = Path(__file__).resolve().parents[3]
+RELEASE_0_2_0 = "bacec1f"
+
+
+def release_0_2_0_migrations(tmp_path):
+    """Release 0.2.0's own app/common/migrations.py (from its commit), as a module."""
+    source = subprocess.run(
+        ["git", "show", f"{RELEASE_0_2_0}:app/common/migrations.py"], cwd=ROOT, capture_output=True, text=True
+    )
+    if source.returncode != 0:
+        pytest.skip(f"release 0.2.0's commit {RELEASE_0_2_0} is not in this clone")
+    path = tmp_path / "migrations_0_2_0.py"
+    path.write_text(source.stdout)
+    spec = importlib.util.spec_from_file_location("migrations_0_2_0", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def history_table(path, table="schema_migrations"):
+    with sqlite3.connect(path) as conn:
+        return [version for (version,) in conn.execute(f"SELECT version FROM {table} ORDER BY version")]
+
+
+def test_release_0_2_0_starts_on_the_expanded_database_and_refuses_the_contracted_one(tmp_path):
+    old = release_0_2_0_migrations(tmp_path)
+    old_history = old.History("pets", [Pet], [old.Step(1, "release 0.1.0")])
+    path = tmp_path / "old.db"
+    release_0_2_database(path)
+    db = open_db(path)
+    bring_up_to_date(db, HISTORY)
+    assert history_table(path) == [1] and history_table(path, "schema_expansions") == [2]
+    assert old.bring_up_to_date(db, old_history) == 1  # 0.2.0 starts (again) on the expanded schema
+    contract(db, HISTORY, "9.9")
+    assert history_table(path) == [1, 2, 3]  # the contract step, and a copy of the expand step below it
+    assert recorded_phases(db) == {1: None, 2: "expand", 3: "contract"}
+    with pytest.raises(old.SchemaTooNew):
+        old.bring_up_to_date(db, old_history)
+
+
+def test_the_steps_release_0_2_0_knew_stay_where_it_reads_them(tmp_path):
+    """A release 0.1.0 database brought forward past 0.2.0's own step 2: 0.2.0 must see
+    it applied, or it would run it again."""
+    old = release_0_2_0_migrations(tmp_path)
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE pets (id INTEGER NOT NULL PRIMARY KEY, name VARCHAR(255) NOT NULL)")
+    history = History("pets", [Pet], STEPS[:2], before_phases=2)
+    db = open_db(path)
+    bring_up_to_date(db, history)
+    assert history_table(path) == [1, 2] and history_table(path, "schema_expansions") == []
+    assert old.bring_up_to_date(db, old.History("pets", [Pet], [old.Step(1, "a"), old.Step(2, "legs")])) == 2
+    with pytest.raises(ValueError):
+        History("pets", [Pet], STEPS, before_phases=3)  # a step 0.2.0 knew cannot be a contract one
+
+
+def test_a_new_database_without_contract_steps_keeps_its_expand_steps_from_the_older_releases(tmp_path):
+    db = open_db(tmp_path / "new.db")
+    bring_up_to_date(db, History("pets", [Pet], STEPS[:2]))
+    assert history_table(tmp_path / "new.db") == [1]
+    assert history_table(tmp_path / "new.db", "schema_expansions") == [2]
+    new = open_db(tmp_path / "contracted.db")
+    bring_up_to_date(new, HISTORY)  # made contracted: every step where all releases read
+    assert history_table(tmp_path / "contracted.db") == [1, 2, 3]
+
+
+def test_contract_refuses_while_an_unregistered_process_holds_the_sqlite_file(tmp_path):
+    path = tmp_path / "old.db"
+    release_0_2_database(path)
+    db = open_db(path)
+    bring_up_to_date(db, HISTORY)
+    hold = "import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1]); c.execute('SELECT 1 FROM pets'); "
+    hold += "print('open', flush=True); time.sleep(60)"
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "open\n"
+        expected = (
+            f"a process not registered as one of release 9.9 on host {live_processes.HOST} holding "
+            f"{os.path.realpath(path)} open (pid {holder.pid})"
+        )
+        assert contract(db, HISTORY, "9.9", dry_run=True).blockers == [expected]
+        with pytest.raises(ContractRefused) as refused:
+            contract(db, HISTORY, "9.9")
+        assert expected in str(refused.value) and "\n" not in str(refused.value)
+        assert 3 not in recorded_phases(db)
+        live_row(db, "9.9", host=live_processes.HOST, pid=holder.pid)  # a registered process of this release
+        assert contract(db, HISTORY, "9.9", dry_run=True).blockers == []
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_refresh_writes_a_deleted_row_again(tmp_path):
+    db = open_db(tmp_path / "new.db")
+    bring_up_to_date(db, HISTORY)
+    registration = live_processes.register(db, "job worker")
+    try:
+        with db.connection_context():
+            db.execute_sql("DELETE FROM live_processes")  # the clean-up of another process, a restore
+        registration.refresh()
+        with db.connection_context():
+            assert db.execute_sql("SELECT pid, role FROM live_processes").fetchall() == [(os.getpid(), "job worker")]
+    finally:
+        registration.stop()
+    registration.refresh()  # stopped: not written again
+    with db.connection_context():
+        assert db.execute_sql("SELECT COUNT(*) FROM live_processes").fetchone() == (0,)
+
+
+def test_unregister_all_removes_this_process_rows(tmp_path):
+    db = open_db(tmp_path / "new.db")
+    bring_up_to_date(db, HISTORY)
+    live_processes.register(db, "web worker")
+    live_processes.register(db, "job worker")
+    live_processes.unregister_all()
+    with db.connection_context():
+        assert db.execute_sql("SELECT COUNT(*) FROM live_processes").fetchone() == (0,)
+
+
+def test_a_migration_lock_held_too_long_fails_saying_so(tmp_path, monkeypatch):
+    from app.common import migrations
+
+    path = tmp_path / "old.db"
+    release_0_2_database(path)
+    db = open_db(path)
+    db.connect()  # (in WAL mode from now on)
+    db.close()
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    monkeypatch.setattr(migrations, "LOCK_WAIT_SECONDS", 0.2)
+    try:
+        with pytest.raises(MigrationLockTimeout) as late:
+            bring_up_to_date(db, HISTORY)
+        assert "held the pets schema's migration lock for more than 0.2 s" in str(late.value)
+    finally:
+        holder.rollback()
+        holder.close()
