@@ -22,7 +22,7 @@ from peewee import AutoField, Database, Model, sort_models  # type: ignore[attr-
 from playhouse.db_url import connect
 
 from app.common import live_processes
-from app.common.migrations import HISTORY_TABLE, History, bring_up_to_date
+from app.common.migrations import EXPANSIONS_TABLE, HISTORY_TABLE, History, bring_up_to_date
 
 BATCH = 500
 
@@ -65,7 +65,7 @@ def copy_database(
 
 def _refuse_unless_empty(target: Database) -> None:
     with target.connection_context():
-        tables = [t for t in target.get_tables() if t not in (HISTORY_TABLE, live_processes.TABLE)]
+        tables = [t for t in target.get_tables() if t not in (HISTORY_TABLE, EXPANSIONS_TABLE, live_processes.TABLE)]
     if tables:
         raise CopyRefused(
             f"the target database is not empty (it has {len(tables)} tables, such as "

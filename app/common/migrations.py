@@ -215,6 +215,12 @@ def applied_versions(db: Database) -> list[tuple[Any, ...]]:
         return [rows[version] for version in sorted(rows)]
 
 
+def recorded_versions(db: Database) -> frozenset[int]:
+    """The versions recorded in both tables, on the caller's open connection (a
+    readiness check, which opens and discards its connection itself)."""
+    return frozenset(int(version) for version in _recorded(db))
+
+
 def recorded_phases(db: Database) -> dict[int, str | None]:
     """{version: phase} of the recorded history (None: a row of a release before the phases)."""
     with db.connection_context():

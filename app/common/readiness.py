@@ -10,7 +10,7 @@ now would be served. 200 `{"status": "ready", "checks": {name: "ok"}}`, else 503
 - `data`: DATA_DIR is a folder the process may write in (or, not made yet, may make);
 - `database`: the service's database answers `SELECT 1` through its pool within
   CHECK_SECONDS, and its schema is not behind the code: every expand step of the
-  service's history is recorded in `schema_migrations`. A contract step waits until
+  service's history is recorded (`schema_migrations` or `schema_expansions`). A contract step waits until
   every host runs the new code, so a pending one leaves the service ready; a database
   newer than the code is not behind either;
 - `redis`: in a service that uses Redis, when REDIS_URL is set, PING answers within
@@ -40,8 +40,7 @@ from flask import Flask, Response, current_app, jsonify, request
 from peewee import DatabaseProxy
 
 from app.common import lifecycle, redis_client
-from app.common.db import connection_for_block
-from app.common.migrations import History, applied_versions
+from app.common.migrations import History, recorded_versions
 
 log = logging.getLogger("bundle.readiness")
 
@@ -169,13 +168,21 @@ def describe(exc: BaseException) -> str:
 
 
 def _applied_versions(proxy: DatabaseProxy) -> frozenset[int]:
-    with connection_for_block(proxy):
-        try:
-            proxy.execute_sql("SELECT 1").fetchone()
-            return frozenset(int(row[0]) for row in applied_versions(proxy.obj))
-        except BaseException:
-            _discard_connection(proxy)
-            raise
+    """The recorded schema versions, on a connection taken here: one that fails (or
+    is cut off by the time-out, busy mid-query) is discarded, never handed back to the
+    pool; the driver's own error is what the caller reports."""
+    opened_here = proxy.is_closed()
+    if opened_here:
+        proxy.connect()
+    try:
+        proxy.execute_sql("SELECT 1").fetchone()
+        versions = recorded_versions(proxy.obj)
+    except BaseException:
+        _discard_connection(proxy)
+        raise
+    if opened_here:
+        proxy.close()
+    return versions
 
 
 def _discard_connection(proxy: DatabaseProxy) -> None:

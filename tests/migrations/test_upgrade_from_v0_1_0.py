@@ -120,8 +120,13 @@ def assert_schema_history(data_dir, service):
     migrations = registry.service(service).migrations
     history = importlib.import_module(migrations).HISTORY
     path = data_dir / DATABASE_FILES[service]
-    with sqlite3.connect(path) as connection:
-        started = connection.execute("SELECT version FROM schema_migrations ORDER BY version").fetchall()
+    with sqlite3.connect(path) as connection:  # expand steps since 0.2.0 are in schema_expansions
+        tables = [name for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        started = connection.execute(
+            "SELECT version FROM schema_migrations"
+            + (" UNION SELECT version FROM schema_expansions" if "schema_expansions" in tables else "")
+            + " ORDER BY version"
+        ).fetchall()
     assert started == [(step.version,) for step in history.steps if step.phase == EXPAND]
     db = open_for_command(f"sqlite:///{path}", history)
     try:
