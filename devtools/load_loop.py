@@ -176,7 +176,8 @@ class Notebook(Workload):
         return _expect(self.post("/api/notebooks", body), 201).json()["id"]
 
     def missing(self, acknowledged: list[object]) -> list[object]:
-        return [key for key in acknowledged if self.get(f"/api/notebooks/{key}").status_code != 200]
+        stored = {notebook["id"] for notebook in _expect(self.get("/api/notebooks"), 200).json()}
+        return [key for key in acknowledged if key not in stored]
 
 
 class Workspace(Workload):
@@ -201,10 +202,15 @@ class Workspace(Workload):
 
     def missing(self, acknowledged: list[object]) -> list[object]:
         def signed_in(token: object) -> bool:
-            answer = self.http.get(
-                self.base + "/api/v2/users/me", headers={"Workspace-Session-Token": str(token)}, timeout=REQUEST_TIMEOUT
-            )
-            return answer.status_code == 200
+            while True:  # one request per token: paced by the answers' Retry-After if limited
+                answer = self.http.get(
+                    self.base + "/api/v2/users/me",
+                    headers={"Workspace-Session-Token": str(token)},
+                    timeout=REQUEST_TIMEOUT,
+                )
+                if answer.status_code != 429:
+                    return answer.status_code == 200
+                time.sleep(float(answer.headers.get("Retry-After", "1")))
 
         return [token for token in acknowledged if not signed_in(token)]
 
