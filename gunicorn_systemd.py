@@ -55,7 +55,8 @@ STATE_FILE = "gunicorn.json"
 PREFLIGHT = (
     "import gevent.monkey; gevent.monkey.patch_all()\n"
     "import os, runpy; runpy.run_path('gunicorn.conf.py')\n"
-    "import wsgi\n"
+    # What a worker loads: the module and its `app` (an import alone would not see it missing).
+    "from gunicorn.util import import_app; import_app('wsgi:app')\n"
     # It registered as a live process, as a worker does: no row left behind.
     "from app.common import live_processes; live_processes.unregister_all()\n"
     "os._exit(0)"  # whatever the app started (threads, pools) must not hold the exit
@@ -90,6 +91,7 @@ class _Readiness:
     def __init__(self, arbiter: _Arbiter, notify_address: str | None, state_path: Path | None) -> None:
         self.arbiter, self.notify_address, self.state_path = arbiter, notify_address, state_path
         self.read_fd, self.write_fd = os.pipe()  # close-on-exec: only forks inherit them
+        os.set_blocking(self.write_fd, False)
         self.loaded: set[int] = set()
         self.last: tuple[tuple[int, ...], tuple[int, ...], int] | None = None
         self.ready = False
@@ -97,22 +99,33 @@ class _Readiness:
     def report(self, message: str) -> None:
         """From a worker ("+<pid>": loaded) or the master ("-<pid>": reaped); one small
         write, atomic on a pipe."""
-        os.write(self.write_fd, f"{message}\n".encode())
+        try:
+            os.write(self.write_fd, f"{message}\n".encode())
+        except BlockingIOError:  # the thread stopped reading: never block the master
+            pass
 
     def run(self) -> None:
         pending = b""
         while True:
-            readable, _, _ = select.select([self.read_fd], [], [], RECOUNT_SECONDS)
-            if readable:
-                pending += os.read(self.read_fd, 4096)
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    pid = int(line[1:])
-                    if line.startswith(b"+"):
-                        self.loaded.add(pid)
-                    else:
-                        self.loaded.discard(pid)
-            self.count()
+            try:
+                pending = self.read_reports(pending)
+                self.count()
+            except Exception as exc:  # the thread must outlive a surprise: READY depends on it
+                self.arbiter.log.warning("readiness: %s: %s", type(exc).__name__, exc)
+                time.sleep(RECOUNT_SECONDS)
+
+    def read_reports(self, pending: bytes) -> bytes:
+        readable, _, _ = select.select([self.read_fd], [], [], RECOUNT_SECONDS)
+        if readable:
+            pending += os.read(self.read_fd, 4096)
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                pid = int(line[1:])
+                if line.startswith(b"+"):
+                    self.loaded.add(pid)
+                else:
+                    self.loaded.discard(pid)
+        return pending
 
     def count(self) -> None:
         workers = tuple(sorted(dict(self.arbiter.WORKERS)))  # a copy: the main thread changes it
@@ -216,11 +229,25 @@ def wait_state(
     return None
 
 
-def preflight() -> str | None:
+def master_environment(master: int) -> dict[str, str] | None:
+    """The environment `master` was started with (what its new workers inherit), or None
+    when it cannot be read. Not this command's own: systemd reads the environment file
+    afresh for ExecReload=, while HUP keeps the master's (a setting added to the file
+    would pass the preflight and fail every new worker)."""
+    try:
+        raw = Path(f"/proc/{master}/environ").read_bytes()
+    except OSError:
+        return None
+    pairs = (entry.split(b"=", 1) for entry in raw.split(b"\0") if b"=" in entry)
+    return {key.decode(errors="replace"): value.decode(errors="replace") for key, value in pairs}
+
+
+def preflight(environment: dict[str, str] | None = None) -> str | None:
     """Why the code on disk does not load (its output), or None when it does."""
     try:
         done = subprocess.run(
             [sys.executable, "-c", PREFLIGHT],
+            env=environment,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -251,12 +278,16 @@ def reload(master: int) -> int:
     if state is None:
         print(f"reload: no gunicorn master runs with pid {master}", file=sys.stderr)
         return 1
-    why = preflight()
+    why = preflight(master_environment(master))
     if why is not None:
         print(f"reload refused: the code on disk does not load; the running workers keep serving:\n{why}")
         return 1
     old = set(state["workers"])
-    os.kill(master, signal.SIGHUP)
+    try:
+        os.kill(master, signal.SIGHUP)
+    except ProcessLookupError:
+        print(f"reload: gunicorn {master} exited before the reload", file=sys.stderr)
+        return 1
     try:
         state = wait_state(path, master, lambda s: s["ready"] and not old & set(s["workers"]), deadline)
     except TimeoutError:

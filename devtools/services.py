@@ -174,6 +174,7 @@ class RunningService:
             except TimeoutError:
                 continue
             if "READY=1" in message.splitlines():
+                self.ready_message = message  # with the STATUS= line sent beside it
                 return
         raise TimeoutError(f"{self.name} did not say READY=1 within {timeout:g} s")
 

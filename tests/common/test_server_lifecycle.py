@@ -10,6 +10,7 @@ import shutil
 import threading
 import time
 
+import pytest
 import requests
 
 from devtools import services
@@ -157,6 +158,9 @@ def test_ready_only_once_every_worker_has_loaded_the_app(tmp_path):
 
         (gates / str(second)).touch()
         assert launched.wait(60)
+        # The first READY=1 systemd would hear came with both workers counted (had one
+        # gone out earlier, gunicorn's own or with one worker, it would be this one).
+        assert f"STATUS={WORKERS} of {WORKERS} workers serving" in service.ready_message.splitlines()
         assert state(service) == {
             "master": service.process.pid,
             "workers": [first, second],
@@ -206,16 +210,32 @@ def test_a_reload_fails_no_request_and_replaces_every_worker(start_service, tmp_
     assert load.acknowledged and load.missing_writes() == []
 
 
-def test_a_reload_of_code_that_does_not_load_is_refused_and_the_old_workers_serve(start_service, tmp_path):
+BROKEN = {
+    # a syntax error in a module the app imports
+    "syntax": ("app/decks/api.py", lambda text: text + "\ndef broken(:\n", ("SyntaxError", "api.py")),
+    # the module imports, but what gunicorn loads from it (wsgi:app) is gone
+    "no app": (
+        "wsgi.py",
+        lambda text: text.replace("    app = create_app(", "    application = create_app("),
+        ("app",),
+    ),
+}
+
+
+@pytest.mark.parametrize("breakage", BROKEN)
+def test_a_reload_of_code_that_does_not_load_is_refused_and_the_old_workers_serve(start_service, tmp_path, breakage):
     root = copy_of_the_checkout(tmp_path / "tree")
     service = decks(start_service, tmp_path, root=root)
     old = set(service.worker_pids())
-    api = root / "app" / "decks" / "api.py"
-    api.write_text(api.read_text() + "\ndef broken(:\n")
+    path, breaking, named = BROKEN[breakage]
+    source = root / path
+    broken = breaking(source.read_text())
+    assert broken != source.read_text()
+    source.write_text(broken)
 
     done = service.reload(check=False)
     print(done.stdout)
-    assert done.returncode != 0
-    assert "SyntaxError" in done.stdout and "api.py" in done.stdout
+    assert done.returncode != 0 and "reload refused" in done.stdout
+    assert all(word in done.stdout for word in named)
     assert set(service.worker_pids()) == old and service.process.poll() is None
     assert requests.get(service.base_url + "/api/decks", timeout=10).status_code == 200

@@ -388,8 +388,13 @@ def test_a_reload_of_code_that_does_not_import_keeps_the_old_workers(stage):
         stage.box.run("sh", "-c", f"echo 'def broken(:' >> {source}")
         reloaded = stage.box.run("systemctl", "reload", "bundle@decks.service", check=False, timeout=120)
         assert reloaded.returncode != 0
-        journal = stage.box.run("journalctl", "-u", "bundle@decks", "-n", "60", "--no-pager").stdout
-        assert "reload refused" in journal and "SyntaxError" in journal, journal[-3000:]
+        journal = []  # journald takes the command's output in on its own schedule
+
+        def said_why():
+            journal.append(stage.box.run("journalctl", "-u", "bundle@decks", "-n", "60", "--no-pager").stdout)
+            return "reload refused" in journal[-1] and "SyntaxError" in journal[-1]
+
+        wait_for(said_why, "the journal to say why the reload was refused")
         assert stage.main_pid("decks") == pid
         assert stage.box.run("cat", f"/proc/{pid}/task/{pid}/children").stdout.split() == workers
         assert stage.get("decks", "/api/decks").status_code == 200
