@@ -352,6 +352,7 @@ def _write_env_files(tmp_path, **variables):
             "vars_files": [
                 str(OPS / "group_vars/all.yml"),
                 str(OPS / "roles/services/defaults/main.yml"),
+                str(OPS / "roles/services/vars/main.yml"),
                 str(OPS / "roles/base/defaults/main.yml"),
             ],
             "tasks": [{"ansible.builtin.import_tasks": str(OPS / "roles/services/tasks/data_urls.yml")}, _env_task()],

@@ -84,10 +84,15 @@ def group_vars():
 
 def run_play(folder, tasks, variables, roles=("base",)):
     """ansible-playbook (the venv's) on localhost with `tasks`, the settings of
-    group_vars/all.yml and the defaults of `roles`, and `variables` (extra vars, which
-    win); returns the completed process (text; ANSIBLE_NOCOLOR)."""
+    group_vars/all.yml, the defaults and the vars of `roles`, and `variables` (extra
+    vars, which win); returns the completed process (text; ANSIBLE_NOCOLOR)."""
     folder = Path(folder)
-    vars_files = [str(OPS / "group_vars/all.yml")] + [str(OPS / "roles" / r / "defaults/main.yml") for r in roles]
+    vars_files = [str(OPS / "group_vars/all.yml")] + [
+        str(path)
+        for role in roles
+        for path in (OPS / "roles" / role / "defaults/main.yml", OPS / "roles" / role / "vars/main.yml")
+        if path.exists()
+    ]
     play = [
         {
             "name": "A role's tasks",
