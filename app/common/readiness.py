@@ -33,7 +33,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import gevent
 from flask import Flask, Response, current_app, jsonify, request
@@ -43,6 +43,7 @@ from app.common import lifecycle, redis_client
 from app.common.migrations import History, recorded_versions
 
 log = logging.getLogger("bundle.readiness")
+_T = TypeVar("_T")
 
 # The longest a check waits for the database or Redis: a readiness answer is quick.
 CHECK_SECONDS = 2.0
@@ -125,16 +126,9 @@ def data_problem(data_dir: str) -> str | None:
 def database_problem(proxy: DatabaseProxy, required: frozenset[int], seconds: float = CHECK_SECONDS) -> str | None:
     """Why the database behind `proxy` cannot serve this code, or None: it does not
     answer within `seconds`, or a version in `required` is not recorded."""
-    timer = gevent.Timeout(seconds)
-    try:
-        with timer:
-            applied = _applied_versions(proxy)
-    except gevent.Timeout as exc:
-        if exc is not timer:
-            raise
-        return f"no answer within {seconds:g} s"
-    except Exception as exc:
-        return f"does not answer: {describe(exc)}"
+    applied, problem = _answer_within(seconds, lambda: _applied_versions(proxy))
+    if applied is None:
+        return problem
     missing = sorted(required - applied)
     if missing:
         return f"the schema is behind the code: step {', '.join(map(str, missing))} not applied"
@@ -146,25 +140,24 @@ def redis_problem(seconds: float = CHECK_SECONDS) -> str | None:
     client = redis_client.client()
     if client is None:
         return None
+    # redis-py drops a connection that failed or was interrupted mid-command.
+    return _answer_within(seconds, client.ping)[1]
+
+
+def _answer_within(seconds: float, ask: Callable[[], _T]) -> tuple[_T | None, str | None]:
+    """(what `ask()` answered, None), or (None, why not): no answer within `seconds`
+    (gevent's time-out, this call's only), or the error it raised, in a few words
+    (its first line: the drivers put no URL nor password in their messages)."""
     timer = gevent.Timeout(seconds)
     try:
         with timer:
-            client.ping()
+            return ask(), None
     except gevent.Timeout as exc:
         if exc is not timer:
             raise
-        return f"no answer within {seconds:g} s"
+        return None, f"no answer within {seconds:g} s"
     except Exception as exc:
-        # redis-py drops a connection that failed or was interrupted mid-command.
-        return f"does not answer: {redis_client.describe(exc)}"
-    return None
-
-
-def describe(exc: BaseException) -> str:
-    """A driver's error in a few words: its first line (never a URL: the drivers do not
-    put the password in their messages, and no URL is passed to this)."""
-    text = str(exc).strip()
-    return text.splitlines()[0][:200] if text else type(exc).__name__
+        return None, f"does not answer: {redis_client.describe(exc)}"
 
 
 def _applied_versions(proxy: DatabaseProxy) -> frozenset[int]:
@@ -195,7 +188,7 @@ def _discard_connection(proxy: DatabaseProxy) -> None:
         else:
             proxy.close()
     except Exception as exc:
-        log.debug("readiness: closing a failed connection: %s", describe(exc))
+        log.debug("readiness: closing a failed connection: %s", redis_client.describe(exc))
 
 
 def _guarded(name: str, check: Callable[..., str | None], *args: Any) -> str:

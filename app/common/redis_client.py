@@ -89,7 +89,8 @@ def database_number(shared_client: redis.Redis) -> int:
 
 
 def describe(exc: BaseException) -> str:
-    """A Redis error in a few words for a log line, never the URL (it carries the password)."""
+    """A Redis error (or a database driver's: readiness) in a few words for a log line
+    or an answer: its first line, never the URL (it carries the password)."""
     text = str(exc).strip()
     return text.splitlines()[0][:200] if text else type(exc).__name__
 
