@@ -262,21 +262,39 @@ def preflight(environment: dict[str, str] | None = None) -> str | None:
     return "\n".join(lines[-40:]) or f"exit status {done.returncode}"
 
 
+def _wait_or_say(
+    path: Path, master: int, condition: Callable[[dict[str, Any]], bool], deadline: float, late: str, gone: str
+) -> dict[str, Any] | None:
+    """wait_state, or None with `late` (past the deadline) or `gone` (the master died)
+    said on standard error."""
+    try:
+        state = wait_state(path, master, condition, deadline)
+    except TimeoutError:
+        state, why = None, late
+    else:
+        why = gone
+    if state is None:
+        print(f"reload: {why}", file=sys.stderr)
+    return state
+
+
 def reload(master: int) -> int:
     path = state_path()
     if path is None:
         print("reload: RUNTIME_DIRECTORY is not set (RuntimeDirectory= of the unit)", file=sys.stderr)
         return 2
     deadline = time.monotonic() + RELOAD_TIMEOUT
-    try:
-        # A master still starting has no HUP handler yet; one that is replacing a
-        # worker is let finish.
-        state = wait_state(path, master, lambda s: s["ready"], deadline)
-    except TimeoutError:
-        print(f"reload: gunicorn {master} is not serving yet ({path}); nothing done", file=sys.stderr)
-        return 1
+    # A master still starting has no HUP handler yet; one that is replacing a worker
+    # is let finish.
+    state = _wait_or_say(
+        path,
+        master,
+        lambda s: s["ready"],
+        deadline,
+        late=f"gunicorn {master} is not serving yet ({path}); nothing done",
+        gone=f"no gunicorn master runs with pid {master}",
+    )
     if state is None:
-        print(f"reload: no gunicorn master runs with pid {master}", file=sys.stderr)
         return 1
     why = preflight(master_environment(master))
     if why is not None:
@@ -288,13 +306,15 @@ def reload(master: int) -> int:
     except ProcessLookupError:
         print(f"reload: gunicorn {master} exited before the reload", file=sys.stderr)
         return 1
-    try:
-        state = wait_state(path, master, lambda s: s["ready"] and not old & set(s["workers"]), deadline)
-    except TimeoutError:
-        print(f"reload: the new workers did not all load within {RELOAD_TIMEOUT:g} s", file=sys.stderr)
-        return 1
+    state = _wait_or_say(
+        path,
+        master,
+        lambda s: s["ready"] and not old & set(s["workers"]),
+        deadline,
+        late=f"the new workers did not all load within {RELOAD_TIMEOUT:g} s",
+        gone=f"gunicorn {master} exited during the reload (see its log)",
+    )
     if state is None:
-        print(f"reload: gunicorn {master} exited during the reload (see its log)", file=sys.stderr)
         return 1
     print(f"reloaded: workers {' '.join(map(str, state['workers']))} serve the code on disk")
     return 0
