@@ -32,6 +32,12 @@ from app.common.migrations import LOCK_WAIT_SECONDS, History, bring_up_to_date
 # waits up to POOL_WAIT_SECONDS for one to come back.
 POSTGRES_POOL_SIZE = 32
 POOL_WAIT_SECONDS = 10
+# A transaction of ours never waits on anything but the database between its
+# statements: one left open this long belongs to a process that is gone or cut off
+# (a host lost mid-write: no FIN, no RST). PostgreSQL ends its session then, and frees
+# its locks, write_transaction's advisory lock included, on which every other writer
+# of the service would otherwise wait until TCP noticed the loss (hours).
+IDLE_IN_TRANSACTION_SECONDS = 20
 # Between two tries of the switch to WAL that another process's switch held off.
 WAL_RETRY_SECONDS = 0.02
 
@@ -85,6 +91,7 @@ def _open(url: str, service: str, pool: bool) -> Database:
             stale_timeout=300,
             timeout=POOL_WAIT_SECONDS,
             application_name=live_processes.application_name(service),
+            options=f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_SECONDS}s",
         )
     else:
         # The URL may carry a password: only its scheme is shown.

@@ -2,6 +2,7 @@
 together, and a service that refuses a newer database with one line. The migrations
 in process are tests/unit/common/test_migrations.py."""
 
+import re
 import sqlite3
 import subprocess
 import sys
@@ -167,6 +168,11 @@ def test_the_job_worker_removes_its_row_before_huey_restarts_it(tmp_path):
         except sqlite3.OperationalError:  # not made yet
             return []
 
+    def catches_sighup(pid):
+        status = Path(f"/proc/{pid}/status").read_text()
+        caught = int(re.search(r"^SigCgt:\s*([0-9a-f]+)$", status, re.M).group(1), 16)
+        return bool(caught & (1 << (signal.SIGHUP - 1)))
+
     def wait_for(condition, what):
         deadline = time.monotonic() + 60
         while not condition():
@@ -177,6 +183,9 @@ def test_the_job_worker_removes_its_row_before_huey_restarts_it(tmp_path):
         wait_for(lambda: len(rows()) == 1, "the worker did not register")
         [(first, pid)] = rows()
         assert pid == worker.process.pid
+        # The row is written before huey's consumer installs its SIGHUP handler; a HUP
+        # before that would end the process (the default action), not restart it.
+        wait_for(lambda: catches_sighup(worker.process.pid), "the consumer to handle SIGHUP")
         os.kill(worker.process.pid, signal.SIGHUP)
         wait_for(lambda: any(row_id != first for row_id, _ in rows()), "the restarted worker did not register")
         time.sleep(0.5)

@@ -60,7 +60,15 @@ def test_a_database_restart_fails_requests_in_flight_cleanly_then_heals(wizard_o
         holder.execute("LOCK TABLE prompt_history IN ACCESS EXCLUSIVE MODE")
         in_flight = pool.submit(client.get, "/api/collections/prompt_history")
         wait_for(lambda: waiting_on_a_lock(url) == 1, "the request to wait on the table lock")
-        postgres_server.restart()  # cuts every connection, the holder's and the request's
+        # An immediate stop cuts every connection at once and releases no lock on the way
+        # (a fast stop ends the holder first, and the request could get the lock and
+        # finish before its own end reached it).
+        # The test server commits asynchronously (synchronous_commit=off, for speed): a
+        # checkpoint first puts the writes made so far on disk, as a real server's are.
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute("CHECKPOINT")
+        postgres_server.stop("immediate")
+        postgres_server.start()
         holder.close()
         cut = in_flight.result(timeout=30)
     assert cut.status_code == 503
@@ -90,3 +98,19 @@ def test_a_database_url_of_another_engine_stops_the_start_with_one_line(tmp_path
     )
     assert done.returncode == 3
     assert done.stderr == "error: DATABASE_URL must be sqlite:///<path> or postgresql://..., got mysql:...\n"
+
+
+def test_a_transaction_left_open_by_a_lost_process_is_ended_by_the_server(postgres_server):
+    """A host cut off mid-write leaves its transaction open, write_transaction's advisory
+    lock held: the server ends such a session after IDLE_IN_TRANSACTION_SECONDS, so the
+    other hosts' writers wait that long, not until TCP notices (tests/ops/test_two_hosts.py
+    cuts a host under writes)."""
+    from app.common.db import IDLE_IN_TRANSACTION_SECONDS, open_for_command
+    from app.wizard.migrations import HISTORY
+
+    database = open_for_command(postgres_server.new_database(), HISTORY)
+    try:
+        [(setting,)] = database.execute_sql("SHOW idle_in_transaction_session_timeout").fetchall()
+    finally:
+        database.close()
+    assert setting == f"{IDLE_IN_TRANSACTION_SECONDS}s"
