@@ -4,6 +4,7 @@ Never import app code here: the gevent worker must monkey-patch before the app i
 imported. HOST and PORT are read here, by the server adapter, not by the app.
 """
 
+import importlib.util
 import json
 import os
 import resource
@@ -69,3 +70,14 @@ child_exit = gunicorn_systemd.child_exit
 _soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 if _soft < _hard:
     resource.setrlimit(resource.RLIMIT_NOFILE, (_hard, _hard))
+
+# LOG_FORMAT=json: gunicorn's own records (the arbiter's, a worker's boot and exit) as
+# the same JSON lines as the app's. logsetup.py is loaded by its path, not imported: no
+# app code in the master (a bad LOG_FORMAT stops the start in the worker, with one line).
+if os.environ.get("LOG_FORMAT", "").strip().lower() == "json":
+    _spec = importlib.util.spec_from_file_location(
+        "bundle_logsetup", Path(__file__).resolve().parent / "app/common/logsetup.py"
+    )
+    _logsetup = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_logsetup)
+    logconfig_dict = _logsetup.gunicorn_logconfig(_service)

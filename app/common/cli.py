@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
 from app.common.config import ConfigError
+from app.common.logsetup import configure_logging
 
 if TYPE_CHECKING:  # (peewee and the migrations: imported only by the command that copies)
     from peewee import Model
@@ -169,6 +170,7 @@ class CommandLine:
         args = self.parser.parse_args(argv)
         streams = Streams(stdin or sys.stdin, out or sys.stdout, err or sys.stderr)
         try:
+            configure_logging()  # a command's records too, in the form LOG_FORMAT names
             return self._handlers[args.command](args, streams)
         except ConfigError as exc:
             streams.err.write(f"error: {exc}\n")

@@ -283,6 +283,16 @@ REDIS_URL = SHARED.add(
         "blank: all of it in the process. A secret (it may hold a password).",
     )
 )
+LOG_FORMAT = SHARED.add(
+    Choice(
+        name="LOG_FORMAT",
+        default="text",
+        choices=("text", "json"),
+        doc="The form of the log on stderr (app/common/logsetup.py): `text`, one line a record; "
+        "`json`, one JSON object a line (time, level, service, logger, message, pid, request id; "
+        "method, route, status and duration_ms on a request's line), gunicorn's own records too.",
+    )
+)
 
 # What a service that calls an outside provider over HTTPS also reads (app.common.provider_http).
 OUTBOUND = Variables("services that call providers")

@@ -1,19 +1,47 @@
 """One log line per request to stderr: method, path, status, duration and a
-request id. The query string is left out on purpose: it may carry tokens. The path
-is the client's: the log's formatter (app.common.logsetup) escapes its control
-characters, so a `%0a` in it cannot start a line of its own."""
+request id (app.common.logsetup writes it as text or JSON, LOG_FORMAT).
 
+What never reaches the line: the query string (it may carry tokens: an app ticket, an
+OAuth code), headers and cookies (credentials). In the JSON form the path is not
+there either: the route is the matched rule's template (`/api/notes/<note_id>`,
+`null` when no rule matched), so one route's lines group together whatever ids
+their paths hold.
+The text form shows the path, except the value of a URL variable named for a secret
+(`<token>`, `<invite_token>`, `<api_key>`, `<signature>`...: SECRET_NAME), which it
+shows as its name. No route of the five services puts a secret in its path today
+(docs/operations.md#logs says where each one's credentials travel); a route that
+does must name its variable so. The path is the client's: the log's formatter
+escapes its control characters, so a `%0a` in it cannot start a line of its own.
+
+Records made while a request is answered carry its request id (`request_id` in
+JSON)."""
+
+from __future__ import annotations
+
+import functools
 import logging
 import re
 import time
 import uuid
+from collections.abc import Mapping
+from urllib.parse import unquote, urlsplit
 
-from flask import Flask, Response, g, request
+from flask import Flask, Response, current_app, g, has_app_context, has_request_context, request
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
+from werkzeug.routing import RequestRedirect
 
-from app.common.logsetup import configure_logging
+from app.common.logsetup import FIELDS, REQUEST_ID, bundle_handler, configure_logging
 
 log = logging.getLogger("bundle.request")
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+# A URL variable whose value the text line never shows: a word of its name says secret,
+# and it does not end in `_id` (`<token_id>`, `<credential_id>` name a record, not a secret).
+SECRET_NAME = re.compile(
+    r"^(?!.*_ids?$).*(?:^|_)(?:token|secret|key|password|passwd|passphrase|signature|sig|ticket|code|otp|nonce)s?(?:_|$)",
+    re.IGNORECASE,
+)
+# A variable of a rule's template: <name>, <converter:name>, <converter(arguments):name>.
+_VARIABLE = re.compile(r"<(?:[A-Za-z_][A-Za-z0-9_]*(?:\([^()]*\))?:)?([A-Za-z_][A-Za-z0-9_]*)>")
 
 
 def request_id(incoming: str) -> str:
@@ -21,14 +49,111 @@ def request_id(incoming: str) -> str:
     return incoming if _REQUEST_ID.match(incoming) else uuid.uuid4().hex
 
 
+@functools.lru_cache(maxsize=1024)
+def _has_secret(rule: str) -> bool:
+    return any(SECRET_NAME.search(name) for name in _VARIABLE.findall(rule))
+
+
+def shown_path(path: str, rule: str | None, arguments: Mapping[str, object] | None) -> str:
+    """The path as the text line shows it: `path`, or, when the matched `rule` has a
+    variable named for a secret, the rule with its variables filled in from
+    `arguments` (the view's) except those, which keep their `<name>`."""
+    if rule is None or not _has_secret(rule):
+        return path
+    given = arguments or {}
+
+    def filled(match: re.Match[str]) -> str:
+        name = match[1]
+        return f"<{name}>" if SECRET_NAME.search(name) or name not in given else str(given[name])
+
+    return _VARIABLE.sub(filled, rule)
+
+
+def _matched(method: str, path: str) -> tuple[str | None, Mapping[str, object] | None]:
+    """(rule, arguments) of `path` in the current app's URL map, for a request answered
+    before Flask routes it (the workspace's apps front); (None, None) when none matches."""
+    if not has_app_context():
+        return None, None
+    try:
+        rule, arguments = current_app.url_map.bind("localhost").match(path, method, return_rule=True)
+    except HTTPException:  # no rule (404, 405), or a redirect to one (a missing slash)
+        return None, None
+    return rule.rule, arguments
+
+
+def _nearest(method: str, path: str) -> tuple[str | None, Mapping[str, object] | None]:
+    """(rule, arguments) of the rule `path` would match with another method (a 405) or
+    once redirected (a missing slash): a secret in its path is masked all the same."""
+    if not has_app_context():
+        return None, None
+    adapter = current_app.url_map.bind("localhost")
+    for _attempt in range(3):
+        try:
+            rule, arguments = adapter.match(path, method, return_rule=True)
+            return rule.rule, arguments
+        except MethodNotAllowed as exc:
+            if not exc.valid_methods:
+                break
+            method = next(iter(exc.valid_methods))
+        except RequestRedirect as exc:
+            path = unquote(urlsplit(exc.new_url).path)
+        except HTTPException:
+            break
+    return None, None
+
+
 def log_line(method: str, path: str, status: int, started: float, identifier: str) -> None:
-    """The request's line; `started` is its time.monotonic() at arrival, `identifier`
-    its request_id()."""
-    log.info("%s %s %s %.1fms id=%s", method, path, status, (time.monotonic() - started) * 1000, identifier)
+    """The line of a request answered before Flask routes it (the workspace's apps
+    front): its rule is looked up in the app's URL map. `started` is its
+    time.monotonic() at arrival, `identifier` its request_id()."""
+    rule, arguments = _matched(method, path)
+    _write(method, path, status, started, identifier, rule, arguments)
+
+
+def _write(
+    method: str,
+    path: str,
+    status: int,
+    started: float,
+    identifier: str,
+    rule: str | None,
+    arguments: Mapping[str, object] | None,
+) -> None:
+    """The line; `rule` and `arguments`: the matched rule's template and the view's
+    arguments (None when no rule matched)."""
+    milliseconds = (time.monotonic() - started) * 1000
+    fields = {
+        "message": f"{method} {rule or '-'} {status} {milliseconds:.1f}ms",
+        "method": method,
+        "route": rule,
+        "status": status,
+        "duration_ms": round(milliseconds, 1),
+    }
+    log.info(
+        "%s %s %s %.1fms id=%s",
+        method,
+        shown_path(path, *((rule, arguments) if rule is not None else _nearest(method, path))),
+        status,
+        milliseconds,
+        identifier,
+        extra={FIELDS: fields, REQUEST_ID: identifier},
+    )
+
+
+class RequestIdFilter(logging.Filter):
+    """Gives a record made while a request is answered that request's id."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not hasattr(record, REQUEST_ID) and has_request_context():
+            setattr(record, REQUEST_ID, g.get("request_id"))
+        return True
 
 
 def register(app: Flask) -> None:
-    configure_logging()
+    configure_logging(app.config.get("SERVICE"))
+    handler = bundle_handler()
+    if handler is not None and not any(isinstance(f, RequestIdFilter) for f in handler.filters):
+        handler.addFilter(RequestIdFilter())
 
     @app.before_request
     def start_timer() -> None:
@@ -40,7 +165,14 @@ def register(app: Flask) -> None:
         # For a stream this is the time to its first byte; the stream logs its end itself.
         identifier = g.get("request_id", "-")
         response.headers["X-Request-Id"] = identifier
-        log_line(
-            request.method, request.path, response.status_code, g.get("request_started", time.monotonic()), identifier
+        rule = request.url_rule
+        _write(
+            request.method,
+            request.path,
+            response.status_code,
+            g.get("request_started", time.monotonic()),
+            identifier,
+            None if rule is None else rule.rule,
+            request.view_args,
         )
         return response
