@@ -4,11 +4,14 @@ Never import app code here: the gevent worker must monkey-patch before the app i
 imported. HOST and PORT are read here, by the server adapter, not by the app.
 """
 
+import glob
 import importlib.util
 import json
 import os
 import resource
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import gunicorn_systemd
@@ -59,12 +62,65 @@ accesslog = None  # the app logs one line per request itself
 errorlog = "-"
 control_socket_disable = True  # no runtime control socket: systemd is the control plane
 
+# Metrics (app/common/metrics.py): prometheus_client's multiprocess mode, each worker
+# writing its values to files in PROMETHEUS_MULTIPROC_DIR, which must be set before a
+# worker imports prometheus_client: here, in the master, whose environment the workers
+# inherit. Under systemd: $RUNTIME_DIRECTORY/metrics (/run/bundle-<service>/metrics,
+# tmpfs); elsewhere a temporary folder of this master's own, removed at its exit. A
+# value set already (this file is read again on a reload) is kept. METRICS=off: none.
+_METRICS_OFF = os.environ.get("METRICS", "").strip().lower() in ("0", "false", "no", "off")
+_METRICS_TEMP_PREFIX = f"bundle-{_service}-metrics-"
+if _METRICS_OFF:
+    os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+elif not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    _runtime = os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0]
+    if _runtime:
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = os.path.join(_runtime, "metrics")
+    else:
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix=_METRICS_TEMP_PREFIX)
+
+
+def _metrics_files(pattern):
+    folder = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    return glob.glob(os.path.join(folder, pattern)) if folder else []
+
+
+def on_starting(server):
+    """The master's start: an empty metrics folder (the files of an earlier run would
+    add their counts to this one's), then gunicorn_systemd's hook."""
+    folder = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if folder:
+        os.makedirs(folder, mode=0o750, exist_ok=True)
+        # Only the files metrics write there: the folder may be one an admin named.
+        for path in _metrics_files("*.db") + _metrics_files("*.partial") + _metrics_files("metrics.lock"):
+            os.remove(path)
+    gunicorn_systemd.on_starting(server)
+
+
+def child_exit(server, worker):
+    """A worker reaped (in the master, from its SIGCHLD handling): the files of its live
+    gauges go (prometheus_client's mark_process_dead, done here by name without
+    importing it: nothing but removing files here). Its counters and histograms stay
+    until a scrape folds them into the archive (app/common/metrics.py)."""
+    for path in _metrics_files(f"gauge_live*_{worker.pid}.db"):
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+    gunicorn_systemd.child_exit(server, worker)
+
+
+def on_exit(server):
+    """The master's exit: the temporary metrics folder made above goes with it."""
+    folder = Path(os.environ.get("PROMETHEUS_MULTIPROC_DIR") or "/nonexistent")
+    if folder.parent == Path(tempfile.gettempdir()) and folder.name.startswith(_METRICS_TEMP_PREFIX):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 # READY=1 reaches systemd only once every worker has loaded the app, not when the
 # socket is bound as gunicorn would say it; and `python -m gunicorn_systemd reload`
 # (ExecReload=) waits for the new workers the same way. gunicorn_systemd.py says how.
-on_starting = gunicorn_systemd.on_starting
 post_worker_init = gunicorn_systemd.post_worker_init
-child_exit = gunicorn_systemd.child_exit
 
 # Open streams need file descriptors: raise the soft limit to the hard one.
 _soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -36,7 +36,7 @@ def create_app(service, overrides=None):
     # modules without it.
     from flask import Flask
 
-    from app.common import errors, headers, redis_client, requestlog
+    from app.common import errors, headers, live_processes, metrics, metrics_http, readiness, redis_client, requestlog
 
     redis_client.client()  # a malformed REDIS_URL stops the start here, with one line naming it
     module = importlib.import_module(f"app.{service}")
@@ -46,8 +46,11 @@ def create_app(service, overrides=None):
     flask_app.config["SERVICE"] = service
     flask_app.config["DATA_DIR"] = config.data_dir(service)
     flask_app.config.update(overrides or {})
+    metrics_http.register(flask_app)  # /metrics and the request metrics: its hooks first, to time every request
     errors.register(flask_app, module.error_body)
     requestlog.register(flask_app)
     headers.register(flask_app)  # CSP, nosniff, framing and referrer rules on every answer
     module.init_app(flask_app)
+    checks = flask_app.extensions.get(readiness.EXTENSION)
+    metrics.build_info(live_processes.RELEASE, checks.required_versions if checks is not None else ())
     return flask_app

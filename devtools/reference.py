@@ -9,6 +9,12 @@ between these marker lines (the rest of the page is written by hand):
     <!-- reference:routes:begin -->     ...  <!-- reference:routes:end -->
     <!-- reference:variables:begin -->  ...  <!-- reference:variables:end -->
 
+and in docs/reference/metrics.md, between `<!-- reference:metrics:begin -->` and
+`<!-- reference:metrics:end -->`, the table of every Prometheus metric the services
+declare (app.common.metrics): name, type, labels and help, from prometheus_client's
+default registry once every module of app/ is imported, and from the collectors the
+services give `on_scrape`, read in each service's app.
+
 `python -m devtools.reference --check` writes nothing, names the pages that differ
 from what it would write, and exits 1 when one does. It also fails when the code
 reads an environment variable by a literal name that no declaration names, when a
@@ -35,6 +41,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS_DIR = ROOT / "docs" / "services"
+METRICS_PAGE = ROOT / "docs" / "reference" / "metrics.md"
 SECTIONS = ("routes", "variables")
 METHOD_ORDER = ("GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 # The source files whose environment reads must all be declared.
@@ -290,16 +297,93 @@ def routes_block(service, app=None):
         "",
     ]
     prefixes = {prefix for *_, mirrors in routes for prefix in mirrors}
-    shared = [p for p in sorted(prefixes) if all(p in mirrors for *_, mirrors in routes)]
+    # A prefix under which every mirrored route is served again; the app's own rules
+    # (`/metrics`, create_app's) are not mirrored, and are marked so.
+    shared = [p for p in sorted(prefixes) if all(p in mirrors for *_, mirrors in routes if mirrors)]
+    unmirrored = [path for _, path, _, mirrors in routes if not mirrors] if shared else []
     for prefix in shared:
-        lines += [f"Every route below is served at its path and again under `{prefix}` (the same view).", ""]
+        but = f' but those marked "not under `{prefix}`"' if unmirrored else ""
+        lines += [f"Every route below{but} is served at its path and again under `{prefix}` (the same view).", ""]
     if any("websocket" in methods for methods, *_ in routes):
         lines += ["`websocket`: the path takes a websocket upgrade (a GET with `Upgrade: websocket`).", ""]
     lines += ["| Method | Path | What it does |", "|---|---|---|"]
     for methods, path, doc, mirrors in routes:
         others = [f"`{prefix}{path}`" for prefix in mirrors if prefix not in shared]
         shown = f"`{path}`" + (f" (also {', '.join(others)})" if others else "")
+        if path in unmirrored:
+            shown += " (not under " + ", ".join(f"`{prefix}`" for prefix in shared) + ")"
         lines.append(_row(", ".join(methods), shown, doc or "(no docstring)"))
+    return "\n".join(lines)
+
+
+# -- metrics ---------------------------------------------------------------------------
+
+
+def _import_every_module():
+    """Every module of app/ (but vendored code and the commands' `__main__`): each
+    declares its metrics at import."""
+    import pkgutil
+
+    import app
+
+    for module in pkgutil.walk_packages(app.__path__, "app."):
+        if ".vendor" not in module.name and not module.name.endswith(".__main__"):
+            importlib.import_module(module.name)
+
+
+def _scrape_time_families():
+    """{name: (type, labels, help)} of what the services' on_scrape collectors yield,
+    each read in its service's app (built as for the routes, its database included)."""
+    from app import create_app
+    from app.common import metrics
+
+    found = {}
+    for service in services():
+        with tempfile.TemporaryDirectory(prefix="reference-") as data_dir, _clean_environment(data_dir, service):
+            flask_app = create_app(service, {"TESTING": True})
+            with flask_app.app_context():
+                for collector in list(metrics._ON_SCRAPE):
+                    for family in collector.collect():
+                        labels = list(getattr(family, "_labelnames", ()))
+                        labels += [n for s in family.samples for n in s.labels if n not in labels]
+                        found[family.name] = (family.type, tuple(labels), family.documentation)
+    return found
+
+
+def metric_rows():
+    """[(name, type, labels, help)] of every metric, sorted by name."""
+    from prometheus_client import REGISTRY
+
+    for service in services():
+        build_app(service)  # what init_app imports
+    _import_every_module()
+    rows = {}
+    # prometheus_client keeps each metric object as a collector of the default registry;
+    # its labels are known only to the object (`_labelnames`), not to describe().
+    for collector in list(REGISTRY._collector_to_names):
+        name, kind = getattr(collector, "_name", None), getattr(collector, "_type", None)
+        if name is None or not name.startswith("bundle_"):
+            continue  # prometheus_client's own process collectors (not served in multiprocess mode)
+        shown = name + "_total" if kind == "counter" else name
+        mode = getattr(collector, "_multiprocess_mode", "")
+        if kind == "gauge" and mode:
+            kind = f"gauge ({mode})"
+        rows[shown] = (kind, tuple(collector._labelnames), collector._documentation)
+    for name, (kind, labels, documentation) in _scrape_time_families().items():
+        rows.setdefault(name, (f"{kind} (at scrape time)", labels, documentation))
+    return [(name, *rows[name]) for name in sorted(rows)]
+
+
+def metrics_block():
+    lines = [
+        "Generated by `python -m devtools.reference` from the metrics the code declares "
+        "(`app/`, prometheus_client's registry and the `on_scrape` collectors): do not edit by hand.",
+        "",
+        "| Metric | Type | Labels | Meaning |",
+        "|---|---|---|---|",
+    ]
+    for name, kind, labels, documentation in metric_rows():
+        lines.append(_row(f"`{name}`", kind, ", ".join(f"`{label}`" for label in labels) or "(none)", documentation))
     return "\n".join(lines)
 
 
@@ -316,10 +400,10 @@ def blocks(service):
     return {"routes": routes_block(service), "variables": variables_block(service)}
 
 
-def rewritten(text, generated):
+def rewritten(text, generated, sections=SECTIONS):
     """`text` with each section's marked block replaced by `generated[section]`;
     ValueError when a page lacks a section's markers, or has them out of order."""
-    for section in SECTIONS:
+    for section in sections:
         start, stop = text.find(begin(section)), text.find(end(section))
         if start < 0 or stop < start or text.count(begin(section)) != 1 or text.count(end(section)) != 1:
             raise ValueError(f"it needs one `{begin(section)}` line and, after it, one `{end(section)}` line")
@@ -327,28 +411,40 @@ def rewritten(text, generated):
     return text
 
 
-def run(check, docs_dir=DOCS_DIR):
-    """Rewrite (or with `check`, compare) every service's page; the problems found, one
-    line each (empty: all pages are up to date)."""
+def _update(page, generate, sections, check):
+    """Rewrite (or with `check`, compare) the marked sections of `page`; its problem, or None."""
+    name = page.relative_to(ROOT).as_posix() if page.is_relative_to(ROOT) else str(page)
+    if not page.exists():
+        return f"{name}: missing"
+    text = page.read_text(encoding="utf-8")
+    try:
+        new = rewritten(text, generate(), sections)
+    except ValueError as exc:
+        return f"{name}: {exc}"
+    if new != text:
+        if check:
+            return f"{name}: differs from the code (run `python -m devtools.reference`)"
+        page.write_text(new, encoding="utf-8")
+        print(f"wrote {name}")
+    return None
+
+
+@functools.cache
+def _metrics_blocks():
+    return {"metrics": metrics_block()}
+
+
+def run(check, docs_dir=DOCS_DIR, metrics_page=METRICS_PAGE):
+    """Rewrite (or with `check`, compare) every service's page and the metrics page;
+    the problems found, one line each (empty: all pages are up to date)."""
     problems = []
     for service in services():
-        page = Path(docs_dir) / f"{service}.md"
-        name = page.relative_to(ROOT).as_posix() if page.is_relative_to(ROOT) else str(page)
-        if not page.exists():
-            problems.append(f"{name}: missing")
-            continue
-        text = page.read_text(encoding="utf-8")
-        try:
-            new = rewritten(text, blocks(service))
-        except ValueError as exc:
-            problems.append(f"{name}: {exc}")
-            continue
-        if new != text:
-            if check:
-                problems.append(f"{name}: differs from the code (run `python -m devtools.reference`)")
-            else:
-                page.write_text(new, encoding="utf-8")
-                print(f"wrote {name}")
+        problem = _update(Path(docs_dir) / f"{service}.md", functools.partial(blocks, service), SECTIONS, check)
+        if problem:
+            problems.append(problem)
+    problem = _update(Path(metrics_page), _metrics_blocks, ("metrics",), check)
+    if problem:
+        problems.append(problem)
     problems += [
         f"{where}: reads {variable}, which no settings declaration names" for variable, where in undeclared_reads()
     ]

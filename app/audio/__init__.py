@@ -16,13 +16,15 @@ error_body = error_with_field  # {"error": message, "field"?: name}
 def init_app(app):
     from app.audio import api, middleware
     from app.audio.limits import SpeechLimits
-    from app.audio.service import build_providers
+    from app.audio.service import build_providers, probe_states
     from app.audio.settings import AudioSettings
-    from app.common import readiness
+    from app.common import metrics, readiness
 
     settings = AudioSettings.from_env(app.config["DATA_DIR"])
     app.config["AUDIO"] = settings
     app.extensions["audio"] = build_providers(settings)
+    probe_states.providers = app.extensions["audio"]
+    metrics.on_scrape(probe_states)  # each provider's probe state, read at each scrape
     app.extensions["audio_limits"] = SpeechLimits(settings.speech_per_minute, settings.speech_per_address)
     middleware.register(app)  # the request rules of every route, /readyz's too
     readiness.register(app, redis=True)

@@ -53,6 +53,14 @@ class Probe:
             return result
         return self._inflight.get()
 
+    def latest(self):
+        """The latest result without waiting (None before the first probe ended); past
+        its interval a refresh starts, for the next caller."""
+        result = self._result
+        if result is None or self.expires_in(result) <= 0:
+            self.refresh()
+        return result
+
     def expires_in(self, result):
         """Seconds until `result` is past its interval (0 or less once it is)."""
         return self.interval - (self._clock() - result.checked_at)

@@ -1,6 +1,9 @@
-"""The providers chosen by configuration, each with its readiness probe."""
+"""The providers chosen by configuration, each with its readiness probe, and the
+probes' states as /metrics shows them."""
 
 from dataclasses import dataclass
+
+from prometheus_client.core import GaugeMetricFamily
 
 from app.audio.edge import EdgeSpeech
 from app.audio.espeak import EspeakSpeech
@@ -37,3 +40,35 @@ def _probe(role, provider, settings):
     return SharedProbe(
         provider.probe, settings.probe_interval, settings.probe_timeout, client, f"{role}:{provider.name}"
     )
+
+
+class ProbeStates:
+    """A prometheus_client collector (app.common.metrics.on_scrape) of the providers'
+    probes: `bundle_audio_provider_up{role, provider}` is 1 while the provider's latest
+    probe found it usable, 0 otherwise. It never waits for a probe: a result past its
+    interval is shown while the refresh it starts runs (so it may be one interval behind),
+    and a provider not yet probed has no series."""
+
+    def __init__(self):
+        self.providers = None  # the app's Providers (the latest app's, in a test process)
+
+    def collect(self):
+        providers = self.providers
+        if providers is None:
+            return
+        up = GaugeMetricFamily(
+            "bundle_audio_provider_up",
+            "1 while the provider's latest readiness probe found it usable, else 0; role: speech or soundlib",
+            labels=["role", "provider"],
+        )
+        for role, provider, probe in (
+            ("speech", providers.speech, providers.speech_probe),
+            ("soundlib", providers.soundlib, providers.soundlib_probe),
+        ):
+            result = probe.latest()
+            if result is not None:
+                up.add_metric([role, provider.name], 1 if result.available else 0)
+        yield up
+
+
+probe_states = ProbeStates()

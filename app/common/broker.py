@@ -41,9 +41,10 @@ from gevent.event import Event
 from gevent.greenlet import Greenlet
 from gevent.lock import Semaphore
 from greenlet import greenlet
+from prometheus_client import Counter
 from redis.connection import ConnectionInterface
 
-from app.common import lifecycle, redis_client
+from app.common import lifecycle, metrics, redis_client
 
 log = logging.getLogger("bundle.broker")
 
@@ -53,6 +54,24 @@ LAGGING = "lagging: the client fell too far behind"
 # made once per so many messages, never per message.
 SCAN_AT_LEAST = 16
 _NOTHING: Any = object()
+PUBLISHES = Counter(
+    "bundle_broker_publishes_total",
+    "Messages published on the live-events broker (backend: local, in the process; redis)",
+    ["service", "backend"],
+)
+PUBLISH_FAILURES = Counter(
+    "bundle_broker_publish_failures_total", "Publishes that Redis did not take (logged; streams resync)", ["service"]
+)
+DELIVERIES = Counter(
+    "bundle_broker_deliveries_total",
+    "Messages handed to this process's subscribers (one per subscriber and message)",
+    ["service"],
+)
+LAGGING_ENDED = Counter(
+    "bundle_broker_subscribers_lagging_total",
+    "Subscriptions ended for falling too far behind (their streams end; clients reconnect and resync)",
+    ["service"],
+)
 # A message: a small JSON value (a dict, mostly), shared by every subscriber of a
 # process and never changed after it is published.
 Message = Any
@@ -251,6 +270,7 @@ class _LocalTopics:
             self._trim(topic)
         topic.log.append(message)
         topic.published += 1
+        metrics.of_service(DELIVERIES).inc(len(topic.subs))
         if topic.sleepers:
             sleepers, topic.sleepers = topic.sleepers, {}
             gevent.get_hub().loop.run_callback(_wake_all, sleepers)
@@ -264,6 +284,7 @@ class _LocalTopics:
             unread = topic.published - sub._cursor
             if unread >= self.max_pending:
                 sub._end(LAGGING)
+                metrics.of_service(LAGGING_ENDED).inc()
             else:
                 behind = max(behind, unread)
         for _ in range(len(topic.log) - behind):
@@ -303,6 +324,7 @@ class LocalBroker:
         return sub
 
     def publish(self, topic: str, message: Message) -> None:
+        PUBLISHES.labels(metrics.service(), "local").inc()
         self._local.deliver(topic, message)
 
     def subscriber_count(self, topic: str) -> int:
@@ -382,9 +404,11 @@ class RedisBroker:
 
     def publish(self, topic: str, message: Message) -> None:
         payload = json.dumps(message, separators=(",", ":"), ensure_ascii=False)
+        PUBLISHES.labels(metrics.service(), "redis").inc()
         try:
             self._client.publish(self._prefix + topic, payload)
         except redis.RedisError as exc:
+            metrics.of_service(PUBLISH_FAILURES).inc()
             # The change it announces is stored; streams resync when they reconnect.
             log.warning("live events: a message on %s was not published: %s", topic, redis_client.describe(exc))
 

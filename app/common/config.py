@@ -293,6 +293,31 @@ LOG_FORMAT = SHARED.add(
         "method, route, status and duration_ms on a request's line), gunicorn's own records too.",
     )
 )
+METRICS = SHARED.add(
+    Flag(
+        name="METRICS",
+        default=True,
+        doc="Prometheus metrics: `/metrics` on the loopback port, request metrics, and the workers' files in "
+        "PROMETHEUS_MULTIPROC_DIR (gunicorn.conf.py reads it too). `0`: none of it (a bench's comparison).",
+    )
+)
+PROMETHEUS_MULTIPROC_DIR = SHARED.add(
+    Variable(
+        name="PROMETHEUS_MULTIPROC_DIR",
+        shown_default="`$RUNTIME_DIRECTORY/metrics`, else a temporary folder",
+        values="path",
+        doc="The folder of the workers' metrics files (prometheus_client's multiprocess mode), set by "
+        "gunicorn.conf.py; emptied of them when the master starts. Unset in a command: its own registry.",
+    )
+)
+RUNTIME_DIRECTORY = SHARED.add(
+    Variable(
+        name="RUNTIME_DIRECTORY",
+        values="path",
+        doc="Set by systemd (RuntimeDirectory=, /run/bundle-<service>): gunicorn's state file and the "
+        "metrics folder go there.",
+    )
+)
 
 # What a service that calls an outside provider over HTTPS also reads (app.common.provider_http).
 OUTBOUND = Variables("services that call providers")

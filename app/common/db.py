@@ -15,6 +15,7 @@ registers itself as a live process of its release (bind_to_requests).
 import json
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
@@ -22,8 +23,10 @@ from typing import Any, Protocol
 
 from peewee import Database, DatabaseProxy, InterfaceError, OperationalError, SqliteDatabase, TextField
 from playhouse.db_url import connect
+from playhouse.pool import MaxConnectionsExceeded, PooledDatabase
+from prometheus_client import Counter, Gauge, Histogram
 
-from app.common import live_processes
+from app.common import live_processes, metrics
 from app.common.config import ConfigError
 from app.common.failures import Unavailable
 from app.common.migrations import LOCK_WAIT_SECONDS, History, bring_up_to_date
@@ -40,6 +43,25 @@ POOL_WAIT_SECONDS = 10
 IDLE_IN_TRANSACTION_SECONDS = 20
 # Between two tries of the switch to WAL that another process's switch held off.
 WAL_RETRY_SECONDS = 0.02
+
+
+POOL_IN_USE = Gauge(
+    "bundle_db_pool_connections_in_use",
+    "Database connections checked out of the workers' pools",
+    ["service"],
+    multiprocess_mode="livesum",
+)
+POOL_WAITS = Counter(
+    "bundle_db_pool_waits_total",
+    "Checkouts that found every connection of the pool in use (they waited, or failed at once on SQLite)",
+    ["service"],
+)
+POOL_WAIT_TIME = Histogram(
+    "bundle_db_pool_wait_seconds",
+    "How long those checkouts waited for a connection (to one, or to the time-out)",
+    ["service"],
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+)
 
 
 class _App(Protocol):
@@ -77,25 +99,71 @@ def _open(url: str, service: str, pool: bool) -> Database:
         # (with its pragmas) per request would cost more than the request's queries.
         pragmas = {"foreign_keys": 1, "busy_timeout": 10000, "synchronous": "normal"}
         if pool:
-            db = connect(
-                "sqlite+pool://" + url[len("sqlite://") :], max_connections=64, stale_timeout=300, pragmas=pragmas
+            db = _measured(
+                connect(
+                    "sqlite+pool://" + url[len("sqlite://") :], max_connections=64, stale_timeout=300, pragmas=pragmas
+                )
             )
         else:
             db = connect(url, pragmas=pragmas)
     elif url.startswith(("postgresql://", "postgres://")):
         # Each checkout pings the connection (peewee's pool), so connections cut by a
         # server restart are dropped, not handed to a request.
-        db = connect(
-            "psycopg3+pool://" + url.split("://", 1)[1],
-            max_connections=POSTGRES_POOL_SIZE,
-            stale_timeout=300,
-            timeout=POOL_WAIT_SECONDS,
-            application_name=live_processes.application_name(service),
-            options=f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_SECONDS}s",
+        db = _measured(
+            connect(
+                "psycopg3+pool://" + url.split("://", 1)[1],
+                max_connections=POSTGRES_POOL_SIZE,
+                stale_timeout=300,
+                timeout=POOL_WAIT_SECONDS,
+                application_name=live_processes.application_name(service),
+                options=f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_SECONDS}s",
+            )
         )
     else:
         # The URL may carry a password: only its scheme is shown.
         raise ConfigError(f"DATABASE_URL must be sqlite:///<path> or postgresql://..., got {url.split(':', 1)[0]}:...")
+    return db
+
+
+class _MeasuredPool(PooledDatabase):  # type: ignore[misc]  # peewee is untyped
+    """Put in front of a peewee pooled database's class (`_measured`): its connections in
+    use (`bundle_db_pool_connections_in_use`, this worker's count at each checkout and
+    check-in) and the checkouts that found the pool exhausted, with their wait."""
+
+    _exhausted = threading.local()  # greenlet-local in a patched worker
+
+    def connect(self, reuse_if_open: bool = False) -> bool:
+        started, self._exhausted.seen = time.monotonic(), False
+        try:
+            return bool(super().connect(reuse_if_open))
+        finally:
+            if self._exhausted.seen:
+                metrics.of_service(POOL_WAITS).inc()
+                metrics.of_service(POOL_WAIT_TIME).observe(time.monotonic() - started)
+
+    def _connect(self) -> Any:
+        try:
+            connection = super()._connect()
+        except MaxConnectionsExceeded:
+            self._exhausted.seen = True
+            raise
+        metrics.of_service(POOL_IN_USE).set(len(self._in_use))
+        return connection
+
+    def _close(self, conn: Any, close_conn: bool = False) -> None:
+        super()._close(conn, close_conn)
+        metrics.of_service(POOL_IN_USE).set(len(self._in_use))
+
+
+_MEASURED: dict[type, type] = {}
+
+
+def _measured(db: Database) -> Database:
+    """`db`, a pooled database of playhouse.db_url, made a `_MeasuredPool` of its class."""
+    cls = type(db)
+    if cls not in _MEASURED:
+        _MEASURED[cls] = type(f"Measured{cls.__name__}", (_MeasuredPool, cls), {})
+    db.__class__ = _MEASURED[cls]
     return db
 
 

@@ -22,8 +22,9 @@ from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any, Protocol
 
 from flask import Response, request
+from prometheus_client import Gauge
 
-from app.common import ticker
+from app.common import metrics, ticker
 from app.common.broker import Message, SubscriptionClosed
 
 # A message's sequence number (None: it has none), for the stream's `id:` lines.
@@ -44,6 +45,9 @@ class Subscription(Protocol):
 
 KEEPALIVE_SECONDS = 25.0
 log = logging.getLogger("bundle.sse")
+STREAMS_OPEN = Gauge(
+    "bundle_sse_streams_open", "Server-Sent Events streams open", ["service"], multiprocess_mode="livesum"
+)
 
 
 def format_record(data: Any, record_id: int | str | None = None, event: str | None = None) -> bytes:
@@ -116,6 +120,8 @@ def _records(
     # The process's one ticker interrupts the wait when a keepalive is due (fixed
     # schedule), so waiting for a message arms no timer of its own.
     alarm = ticker.every(keepalive, subscription.interrupt)
+    streams = metrics.of_service(STREAMS_OPEN)
+    streams.inc()
     try:
         yield comment("stream open")
         last_seq = yield from _replayed(replay, seq_of, after)
@@ -140,6 +146,7 @@ def _records(
             # The broker's one object for every stream: rendered once per process.
             yield record(message, seq)
     finally:
+        streams.dec()
         alarm.cancel()
         subscription.close()
         log.info("stream %s ended after %.1fs: %s", path, time.monotonic() - opened, ending)

@@ -23,6 +23,7 @@ import os
 import gevent
 from gevent.event import Event
 from gevent.lock import Semaphore
+from prometheus_client import Gauge
 
 from app.common import lifecycle
 from app.common.broker import LocalBroker
@@ -38,6 +39,13 @@ log = logging.getLogger("bundle.decks.feed")
 # changes nothing here. Closed, like the shared broker, when the worker stops.
 broker = LocalBroker()
 lifecycle.on_stop(broker.close_all)
+
+# One per session with a live feed in a worker: a session that streams in two workers counts twice.
+LISTENED = Gauge(
+    "bundle_decks_sessions_with_listeners",
+    "Sessions with at least one open live stream, summed over the workers",
+    multiprocess_mode="livesum",
+)
 
 
 def _baseline(path):
@@ -73,6 +81,7 @@ class LiveFeed:
         self._changed = Event()
         self.watch = None  # the inotify watch of the log; None: polling
         self.stopped = False
+        self._counted = False  # in LISTENED
         self.identity, self.offset, self.delivered = None, 0, 0
 
     @property
@@ -80,6 +89,8 @@ class LiveFeed:
         return self.watch is None
 
     def start(self):
+        LISTENED.inc()
+        self._counted = True
         watcher = self._watcher or logwatch.process_watcher()
         try:
             # Watch first, then read the baseline: a change after the read is heard of.
@@ -101,6 +112,9 @@ class LiveFeed:
         if self.stopped:
             return
         self.stopped = True
+        if self._counted:
+            self._counted = False
+            LISTENED.dec()
         if self.watch is not None:
             self.watch.cancel()
         self._changed.set()  # the follower ends

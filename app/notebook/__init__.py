@@ -23,7 +23,7 @@ def error_body(status, message, extra):
 
 
 def init_app(app):
-    from app.common import readiness
+    from app.common import metrics, readiness
     from app.common.db import bind_to_requests
     from app.notebook.core.migrations import HISTORY, open_database
     from app.notebook.core.models import database
@@ -44,6 +44,7 @@ def init_app(app):
         web,
     )
     from app.notebook.settings import NotebookSettings
+    from app.notebook.worker.backlog import backlog
     from app.notebook.worker.jobs import JobQueue
 
     settings = NotebookSettings.from_env(app.config["DATA_DIR"])
@@ -53,6 +54,7 @@ def init_app(app):
     app.config["MAX_FORM_MEMORY_SIZE"] = settings.max_text_bytes
     open_database(settings.database_url)
     app.extensions["notebook_jobs"] = JobQueue(settings)
+    metrics.on_scrape(backlog)  # the job queue's backlog, read from the database at each scrape
     web.register(app, settings)  # /readyz is public (web.PUBLIC_ENDPOINTS)
     readiness.register(app, database, HISTORY, redis=True)  # before bind_to_requests: /readyz goes first
     bind_to_requests(app, database)

@@ -46,6 +46,7 @@ import gevent
 import gevent.lock
 import gevent.monkey
 from PIL import Image
+from prometheus_client import Counter, Histogram
 
 from app.common import openai_chat
 from app.common.config import ConfigError, env_int, env_seconds, env_str
@@ -85,6 +86,36 @@ CONNECT_TIMEOUT = 10.0
 REDIRECTS = 30  # requests' own limit, which the wizard's calls had
 KEY_SHAPE = re.compile(r"[!-~]{1,512}")  # a key goes into a header: printable ASCII only
 
+# Metrics (/metrics). `type`: text or image. A call's outcome: ok, invalid (JSON output still
+# invalid after a repair and a rerun), provider_error (the provider failed or answered
+# something unusable), timeout (the call's deadline passed, in the queue or at the provider),
+# error (anything else: a bug).
+TYPES = ("text", "image")
+OUTCOMES = ("ok", "invalid", "provider_error", "timeout", "error")
+CALLS = Counter(
+    "bundle_wizard_generations_total",
+    "Generation calls by type (text, image) and outcome (ok, invalid, provider_error, timeout, error)",
+    ["type", "outcome"],
+)
+PROVIDER_SECONDS = Histogram(
+    "bundle_wizard_provider_request_duration_seconds",
+    "Time of each request to the AI provider (an attempt of a text call, an image call's request and download)",
+    ["type"],
+    buckets=(0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0),
+)
+REPAIRS = Counter(
+    "bundle_wizard_json_repairs_total",
+    "Local repairs of a model's invalid JSON output, by result (repaired, still_invalid)",
+    ["result"],
+)
+RERUNS = Counter("bundle_wizard_json_reruns_total", "Generations run again because their JSON output stayed invalid")
+for _type in TYPES:  # every series from the start, at 0
+    PROVIDER_SECONDS.labels(_type)
+    for _outcome in OUTCOMES:
+        CALLS.labels(_type, _outcome)
+for _result in ("repaired", "still_invalid"):
+    REPAIRS.labels(_result)
+
 
 class GenerationUnavailable(Exception):
     """No provider (or no model of that role) is configured."""
@@ -94,9 +125,11 @@ class GenerationFailed(ProviderFailed):
     """The generation failed: `status` 502 (provider or output failure) or 504 (time-out),
     `message` safe to show, `timing` the JSON-mode timing dict (None for other calls)."""
 
-    def __init__(self, status, message, timing=None):
+    def __init__(self, status, message, timing=None, outcome=None):
         super().__init__(status, message)
         self.timing = timing
+        # For the metrics: "invalid" (the output), else a 504 is a time-out, a 502 the provider's.
+        self.outcome = outcome or ("timeout" if status == 504 else "provider_error")
 
 
 class _Wording(Wording):
@@ -238,7 +271,7 @@ class Generator:
         }
         clock = Deadline(self.timeout)
         try:
-            with _Guard(clock, self._words), self._slot(clock, timing, phase):
+            with _Counted("text"), _Guard(clock, self._words), self._slot(clock, timing, phase):
                 if json_mode:
                     content = self._json_attempts(body, kind, clock, timing, phase, on_chunk, on_reasoning)
                 else:
@@ -261,6 +294,7 @@ class Generator:
         """The first generation and at most one rerun; the accepted JSON, serialized."""
         for attempt in (1, 2):
             if attempt == 2:
+                RERUNS.inc()
                 phase("retrying", {"attempt": 2})
             answer = self._attempt(body, clock, timing, phase, on_chunk, on_reasoning)
             value = self._accept(answer.content, kind, clock, timing, phase)
@@ -271,6 +305,7 @@ class Generator:
             "the model's output was not valid JSON"
             + (" with 5 or 6 ideas" if kind == "ideas" else "")
             + " after a local repair and one rerun",
+            outcome="invalid",
         )
 
     def _accept(self, content, kind, clock, timing, phase):
@@ -283,11 +318,14 @@ class Generator:
         phase("repairing", {"attempt": timing["attempts"]})
         started = time.monotonic()
         try:
-            return _checked(blocking(json_output.repair, content), kind)
+            value = _checked(blocking(json_output.repair, content), kind)
         except _InvalidOutput:
+            REPAIRS.labels("still_invalid").inc()
             return None
         finally:
             timing["repairMs"] += _ms(time.monotonic() - started)
+        REPAIRS.labels("repaired").inc()
+        return value
 
     def _attempt(self, body, clock, timing, phase, on_chunk, on_reasoning):
         """One chat completion, counted in `timing`, streaming when a callback wants chunks."""
@@ -300,7 +338,9 @@ class Generator:
             else:
                 answer = self._stream(body, clock, _Relay(on_chunk), _Relay(on_reasoning))
         finally:
-            timing["attemptMs"] += _ms(time.monotonic() - started)
+            took = time.monotonic() - started
+            timing["attemptMs"] += _ms(took)
+            PROVIDER_SECONDS.labels("text").observe(took)
         # The final attempt's report decides; an answer without a model says nothing.
         timing["resolvedModel"] = answer.model or UNKNOWN_MODEL
         return answer
@@ -352,9 +392,13 @@ class Generator:
         clock = Deadline(self.timeout)
         timing = {"queueMs": 0}
         try:
-            with _Guard(clock, self._words), self._slot(clock, timing, phase):
+            with _Counted("image"), _Guard(clock, self._words), self._slot(clock, timing, phase):
                 phase("started", {"queueMs": timing["queueMs"]})
-                raw = self._image_bytes(body, clock)
+                started = time.monotonic()
+                try:
+                    raw = self._image_bytes(body, clock)
+                finally:
+                    PROVIDER_SECONDS.labels("image").observe(time.monotonic() - started)
                 phase("converting", {"bytes": len(raw)})
                 webp = blocking(_to_webp, raw)
         except GenerationFailed as exc:
@@ -431,6 +475,26 @@ class _Guard:
             self.timer.close()
         if (exc is not None and exc is self.timer) or isinstance(exc, DeadlinePassed):
             raise self.words.too_late(self.clock) from None
+        return False
+
+
+class _Counted:
+    """Counts a call in CALLS by its outcome (outside _Guard: a time-out is a GenerationFailed here)."""
+
+    def __init__(self, call_type):
+        self.call_type = call_type
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc is None:
+            outcome = "ok"
+        elif isinstance(exc, GenerationFailed):
+            outcome = exc.outcome
+        else:
+            outcome = "error"
+        CALLS.labels(self.call_type, outcome).inc()
         return False
 
 

@@ -15,6 +15,7 @@ SMOKE_ARGUMENTS = {
     "audio": ["--quick"],
     "decks": ["--quick"],
     "fanout": ["--quick"],
+    "metrics": ["--quick"],
     "notebook": ["--quick", "--sources", "20", "--queries", "20"],
     "notebook_ask": ["--streams", "10", "--rounds", "1"],
     "refresh": ["--quick"],

@@ -6,8 +6,9 @@ from flask import make_response, request
 
 from app.common.failures import Forbidden, Unauthenticated
 
-# Routes anyone may read: the health and readiness checks and the documentation.
-PUBLIC_ENDPOINTS = {"health", "healthz", "readyz", "docs_page", "openapi_document", "docs_vendor", "static"}
+# Routes anyone may read: the health and readiness checks, the metrics (loopback only:
+# nginx never serves them) and the documentation.
+PUBLIC_ENDPOINTS = {"health", "healthz", "readyz", "metrics", "docs_page", "openapi_document", "docs_vendor", "static"}
 ALLOWED_HEADERS = "Authorization, Content-Type, X-Password, X-Request-Id"
 ALLOWED_METHODS = "GET, POST, PUT, DELETE, OPTIONS"
 

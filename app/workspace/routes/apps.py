@@ -418,8 +418,9 @@ def _splice_upgrade(app):
         raise UpstreamFailed("The workspace app did not accept the upgrade.", detail=str(exc)) from None
     sock.settimeout(None)
     try:
-        sock.sendall(head)
-        splice(stream, sock)
+        with websocket.counted("app"):
+            sock.sendall(head)
+            splice(stream, sock)
     except (StreamClosed, TimeoutError, OSError):
         pass
     finally:

@@ -123,7 +123,7 @@ def relay():
         raise
     database.close()
     return websocket.accept(
-        lambda transport: _serve(key, role, transport, idle, invite), max_message_size=MESSAGE_LIMIT
+        lambda transport: _serve(key, role, transport, idle, invite), "relay", max_message_size=MESSAGE_LIMIT
     )
 
 
@@ -160,7 +160,7 @@ def _relay_elsewhere(pairing, key, role, idle):
         peer.close()
         raise Invalid("This is the relay's websocket: send a websocket upgrade request.")
     database.close()
-    return websocket.accept(lambda transport: _carry(transport, peer), max_message_size=MESSAGE_LIMIT)
+    return websocket.accept(lambda transport: _carry(transport, peer), "relay", max_message_size=MESSAGE_LIMIT)
 
 
 def _carry(transport, peer):

@@ -91,7 +91,9 @@ def agent_pty(agent_id):
         raise Invalid("This is a terminal's websocket: send a websocket upgrade request.")
     database.close()  # the terminal lasts long: no pooled database connection held
     stream = agents.open_stream(agent.id, {"kind": "pty", "reconnect": reconnect, "rows": rows, "cols": cols})
-    return websocket.accept(lambda transport: _serve(transport, stream), max_message_size=INPUT_MESSAGE_LIMIT)
+    return websocket.accept(
+        lambda transport: _serve(transport, stream), "terminal", max_message_size=INPUT_MESSAGE_LIMIT
+    )
 
 
 def _serve(transport, stream):

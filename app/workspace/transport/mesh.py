@@ -41,6 +41,7 @@ import gevent
 import redis
 from gevent.lock import Semaphore
 from gevent.server import StreamServer
+from prometheus_client import Counter
 
 from app.common import redis_client
 from app.common.failures import Unavailable
@@ -59,6 +60,30 @@ NONCE_BYTES = 16
 ACCEPTED, REFUSED = b"+", b"-"
 
 log = logging.getLogger("bundle.workspace.mesh")
+
+# Requests (link streams) carried between workers, by the kind the handlers serve
+# (agent, invite, disconnect, relay; `other` for a kind no handler serves).
+KINDS = ("agent", "invite", "disconnect", "relay")
+SENT = Counter(
+    "bundle_workspace_mesh_requests_sent_total",
+    "Requests this worker carried to the worker holding an agent or a relay, by kind and outcome (ok, unreachable)",
+    ["kind", "outcome"],
+)
+SERVED = Counter(
+    "bundle_workspace_mesh_requests_served_total",
+    "Requests this worker served for another worker, by kind and outcome (ok, failed, refused: no such kind)",
+    ["kind", "outcome"],
+)
+for _kind in KINDS:  # every series from the start, at 0
+    for _outcome in ("ok", "unreachable"):
+        SENT.labels(_kind, _outcome)
+    for _outcome in ("ok", "failed"):
+        SERVED.labels(_kind, _outcome)
+
+
+def _kind_label(kind):
+    return kind if kind in KINDS else "other"
+
 
 # Each a Lua script, so that the test and the change are one step.
 _REFRESH = """
@@ -223,10 +248,16 @@ class Mesh:
     def open(self, address, meta, data=b""):
         """A stream to the worker at `address`, served there by the handler of
         meta["kind"]; its first `data` goes with the OPEN. Raises Unreachable."""
+        kind = _kind_label(meta.get("kind"))
         try:
-            return self._link(address).open(meta, data)
-        except StreamClosed as exc:
+            stream = self._link(address).open(meta, data)
+        except (StreamClosed, Unreachable) as exc:
+            SENT.labels(kind, "unreachable").inc()
+            if isinstance(exc, Unreachable):
+                raise
             raise Unreachable(str(exc)) from None
+        SENT.labels(kind, "ok").inc()
+        return stream
 
     def call(self, address, meta):
         """Open a stream, send nothing, and return the whole answer (`answer` at the far end)."""
@@ -352,9 +383,18 @@ class Mesh:
         kind = stream.meta.get("kind")
         handler = self._handlers.get(kind)
         if handler is None:
+            SERVED.labels("other", "refused").inc()
             stream.close(f"this worker serves no {str(kind)[:40]!r} streams")
             return
-        handler(stream)
+        outcome = "failed"
+        try:
+            handler(stream)
+            outcome = "ok"
+        except StreamClosed:  # the requester went: the request was served as far as it wanted
+            outcome = "ok"
+            raise
+        finally:
+            SERVED.labels(_kind_label(kind), outcome).inc()
 
     def _proof(self, nonce):
         return hmac.new(self._secret, nonce, hashlib.sha256).digest()

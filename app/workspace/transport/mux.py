@@ -10,6 +10,7 @@ import time
 
 import gevent
 from gevent.event import Event
+from prometheus_client import Counter
 from simple_websocket import ConnectionClosed
 
 from workspace_protocol.mux import (
@@ -32,6 +33,15 @@ from workspace_protocol.mux import (
 )
 
 log = logging.getLogger("bundle.workspace.mux")
+
+# The streams' bytes on agents' connections (a Mux made with tunnel=True), not the
+# mesh's between workers nor the protocol's own frames.
+TUNNEL_BYTES = Counter(
+    "bundle_workspace_tunnel_bytes_total",
+    "Bytes of the streams carried on agents' connections, by direction (to_agent, from_agent)",
+    ["direction"],
+)
+_TO_AGENT, _FROM_AGENT = TUNNEL_BYTES.labels("to_agent"), TUNNEL_BYTES.labels("from_agent")
 
 
 class Stream(StreamState):
@@ -58,12 +68,16 @@ class Stream(StreamState):
                 return None
         chunk, grant = self.take()
         self.mux.send_quietly(grant)
+        if self.mux.counts_bytes:
+            _FROM_AGENT.inc(len(chunk))
         return chunk
 
     def take_buffered(self):
         """What has arrived and not been read yet (b"" if nothing), without waiting."""
         data, grant = self.take_all()
         self.mux.send_quietly(grant)
+        if self.mux.counts_bytes and data:
+            _FROM_AGENT.inc(len(data))
         return data
 
     # -- writing
@@ -78,6 +92,8 @@ class Stream(StreamState):
                 raise StreamClosed(self.closed_reason)
             count = self.reserve(len(view))
             self.mux.send_data(self.id, view[:count])
+            if self.mux.counts_bytes:
+                _TO_AGENT.inc(count)
             view = view[count:]
 
     def write_eof(self):
@@ -104,14 +120,16 @@ class Stream(StreamState):
 class Mux:
     """The multiplexer on one transport (websocket.Transport or FrameTransport).
     `on_open(stream)` runs in a greenlet of its own for each stream the peer opens;
-    `on_hello(dict)` for HELLO, `on_relay(dict)` for RELAY (it must not block)."""
+    `on_hello(dict)` for HELLO, `on_relay(dict)` for RELAY (it must not block).
+    `tunnel`: an agent's connection, whose streams' bytes count in TUNNEL_BYTES."""
 
-    def __init__(self, transport, opens, on_open=None, on_hello=None, on_pong=None, on_relay=None):
+    def __init__(self, transport, opens, on_open=None, on_hello=None, on_pong=None, on_relay=None, tunnel=False):
         self.transport = transport
         self.protocol = Connection(
             opens, accepts=on_open is not None, new_stream=lambda stream_id, meta: Stream(self, stream_id, meta)
         )
         self.on_open, self.on_hello, self.on_pong, self.on_relay = on_open, on_hello, on_pong, on_relay
+        self.counts_bytes = tunnel
         self.closed_reason = None
         self.last_received = time.monotonic()
         self._send_parts = getattr(transport, "send_parts", None)
@@ -158,6 +176,8 @@ class Mux:
         stream, frames, rest = self.protocol.open(meta, data)
         try:
             self._send_batch(frames)
+            if self.counts_bytes:
+                _TO_AGENT.inc(len(data) - len(rest))
             if rest:
                 stream.write(rest)
         except (ConnectionClosed, OSError) as exc:

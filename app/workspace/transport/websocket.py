@@ -28,6 +28,7 @@ import socket
 import numpy
 from flask import Response, request
 from gevent.lock import Semaphore
+from prometheus_client import Gauge
 from simple_websocket import ConnectionClosed, Server
 from wsproto.events import BytesMessage, TextMessage
 
@@ -35,6 +36,25 @@ import workspace_protocol.websocket as wire
 from app.common.failures import Invalid
 
 RECEIVE_BYTES = wire.RECEIVE_BYTES
+
+# Open websockets by what they carry: `agent` (an agent's connection), `terminal`, `relay`
+# (a relay peer), `app` (a workspace app's upgrade, spliced through its agent).
+KINDS = ("agent", "terminal", "relay", "app")
+OPEN = Gauge(
+    "bundle_websockets_open",
+    "Websockets open, summed over the workers, by kind (agent, terminal, relay, app: a workspace app's upgrade)",
+    ["service", "kind"],
+    multiprocess_mode="livesum",
+)
+for _kind in KINDS:
+    OPEN.labels("workspace", _kind)  # every kind's series, at 0 before its first websocket
+
+
+def counted(kind):
+    """A context manager that counts one open websocket of `kind` (one of KINDS) while it runs."""
+    if kind not in KINDS:
+        raise ValueError(f"not a kind of websocket: {kind!r}")
+    return OPEN.labels("workspace", kind).track_inprogress()
 
 
 def route(bp, rule, **options):
@@ -72,12 +92,13 @@ def taken_over():
     return _AlreadyAnswered(status=101)
 
 
-def accept(handler, max_message_size=None):
+def accept(handler, kind, max_message_size=None):
     """Upgrade this request to a websocket and run `handler(transport)` until it
-    returns; then close the websocket."""
-    return _serve(
-        handler, Transport(Server(request.environ, receive_bytes=RECEIVE_BYTES, max_message_size=max_message_size))
-    )
+    returns; then close the websocket. `kind`: what it carries (one of KINDS)."""
+    with counted(kind):
+        return _serve(
+            handler, Transport(Server(request.environ, receive_bytes=RECEIVE_BYTES, max_message_size=max_message_size))
+        )
 
 
 def _serve(handler, transport):
@@ -274,22 +295,25 @@ class FrameTransport:
             pass
 
 
-def accept_frames(handler, max_message_size=None):
+def accept_frames(handler, kind, max_message_size=None):
     """Like accept(), with FrameTransport on gunicorn's raw socket (simple-websocket's
     Transport where there is none, as under a test client). A client that asks for
     unmasked frames (wire.UNMASKED_HEADER: the agent) is answered yes."""
     environ = request.environ
     sock = environ.get("gunicorn.socket")
     if sock is None:
-        return accept(handler, max_message_size)
+        return accept(handler, kind, max_message_size)
     key = environ.get("HTTP_SEC_WEBSOCKET_KEY", "")
     if environ.get("HTTP_SEC_WEBSOCKET_VERSION") != "13" or len(key) > 64 or not key:
         raise Invalid("A websocket upgrade needs Sec-WebSocket-Key and Sec-WebSocket-Version: 13.")
     sock.settimeout(None)
     name, value = wire.UNMASKED_HEADER
     unmasked = request.headers.get(name, "").strip().lower() == value
-    sock.sendall(wire.upgrade_answer(key, [wire.UNMASKED_HEADER] if unmasked else []))
-    return _serve(
-        handler,
-        FrameTransport(sock, client=False, max_message_size=max_message_size, masking="agreed" if unmasked else True),
-    )
+    with counted(kind):
+        sock.sendall(wire.upgrade_answer(key, [wire.UNMASKED_HEADER] if unmasked else []))
+        return _serve(
+            handler,
+            FrameTransport(
+                sock, client=False, max_message_size=max_message_size, masking="agreed" if unmasked else True
+            ),
+        )

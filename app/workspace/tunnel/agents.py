@@ -22,6 +22,7 @@ from datetime import timedelta
 
 import gevent
 from flask import Blueprint, current_app, request
+from prometheus_client import Gauge
 
 from app.common import lifecycle
 from app.common.broker import broker
@@ -41,6 +42,12 @@ log = logging.getLogger("bundle.workspace.agents")
 
 # agent id (str) -> AgentConnection, in this worker process
 connections: dict[str, "AgentConnection"] = {}
+# The agents' connections held: those of `connections` (a connection being replaced, for a moment, too).
+CONNECTED = Gauge(
+    "bundle_workspace_agents_connected",
+    "Agents' connections held by the workers, summed over them",
+    multiprocess_mode="livesum",
+)
 # Set when the worker is told to stop: it still serves requests on open connections
 # meanwhile, and an agent reconnecting then would hold it until gunicorn's time-out.
 stopping = False
@@ -327,7 +334,7 @@ def agent_rpc():
     database.close()  # the connection lasts hours: it must not hold a pooled database connection
     app = current_app._get_current_object()
     return websocket.accept_frames(
-        lambda transport: _serve_agent(app, agent.id, owner_id, transport), max_message_size=MESSAGE_LIMIT
+        lambda transport: _serve_agent(app, agent.id, owner_id, transport), "agent", max_message_size=MESSAGE_LIMIT
     )
 
 
@@ -345,7 +352,9 @@ def _serve_agent(app, agent_id, owner_id, transport):
             _record_apps(agent_id, info)
         mux.hello({"ping_seconds": settings.agent_ping_seconds, "agent_id": key})
 
-    mux = Mux(transport, opens=True, on_hello=hello, on_pong=lambda: _update(agent_id, last_connected_at=now()))
+    mux = Mux(
+        transport, opens=True, on_hello=hello, on_pong=lambda: _update(agent_id, last_connected_at=now()), tunnel=True
+    )
     try:
         holding = mesh.hold(key, on_lost=lambda: mux.close("replaced by a newer connection of the agent"))
     except Failure as exc:
@@ -355,7 +364,7 @@ def _serve_agent(app, agent_id, owner_id, transport):
     previous, connections[key] = connections.get(key), connection
     if previous is not None:
         previous.mux.close("replaced by a new connection of the agent")
-    with app.app_context():
+    with app.app_context(), CONNECTED.track_inprogress():
         _connected(agent_id, owner_id)
         pinger = gevent.spawn(mux.keepalive, settings.agent_ping_seconds)
         try:
