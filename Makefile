@@ -44,6 +44,7 @@ bench: setup
 	$(PY) -m bench.notebook
 	$(PY) -m bench.notebook_ask
 	$(PY) -m bench.scale
+	$(PY) -m bench.metrics
 
 # Everything the whole suite and the benches need.
 setup: test-deps $(VENV)/.installed $(VENV)/.embeddings browser-assets
