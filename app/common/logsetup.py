@@ -16,9 +16,17 @@ Two forms, chosen by LOG_FORMAT (app.common.config):
   every character outside printable ASCII as an escape, the same unsafe ones as the
   text form and all others: a line holds one object whatever a client sent.
 
-The module imports the standard library only: gunicorn.conf.py loads this file by its
-path (never `import app`, which the gevent worker must import after patching) to
-write gunicorn's own records in the same JSON (`gunicorn_logconfig`).
+Two writers that would bypass logging go through it (configure_logging): gevent's hub,
+which prints a greenlet's uncaught error as a multi-line traceback on stderr (a record
+of logger `bundle.gevent` instead, at ERROR, its traceback in it), and `warnings`
+(logging.captureWarnings: records of logger `py.warnings`). Either is then a record
+like any other: one object in JSON, an escaped line (a traceback's lines after it) in
+text.
+
+The module imports the standard library only (gevent inside configure_logging, which
+runs in the app's processes): gunicorn.conf.py loads this file by its path (never
+`import app`, which the gevent worker must import after patching) to write gunicorn's
+own records in the same JSON (`gunicorn_logconfig`).
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import re
 import sys
 import time
 from collections.abc import Mapping
+from types import TracebackType
 from typing import Any
 
 # C0 and DEL, C1, zero-width and direction marks, line/paragraph separators, bidi
@@ -121,9 +130,47 @@ def bundle_handler() -> logging.Handler | None:
     return next((h for h in logging.getLogger().handlers if getattr(h, "_bundle", False)), None)
 
 
+# The logger of the errors gevent's hub reports: a greenlet that raised, a failed callback.
+GEVENT_LOGGER = "bundle.gevent"
+
+
+def _described(context: object) -> str:
+    """What failed, as gevent's own line names it less the arguments (a greenlet's
+    repr shows its arguments' reprs, which may hold a credential): the type, and the
+    function a greenlet runs."""
+    function = getattr(context, "_run", None)  # gevent.Greenlet's callable, while it runs
+    name = getattr(function, "__qualname__", None)
+    return f"{type(context).__name__} {name}" if isinstance(name, str) else type(context).__name__
+
+
+def _log_hub_error(
+    hub: object, context: object, kind: type[BaseException], value: BaseException | None, tb: TracebackType | None
+) -> None:
+    """gevent.hub.Hub.print_exception as a record: gevent calls it for every error it
+    reports (Hub.handle_error, with the exception normalised; not for GreenletExit or
+    SystemExit), then goes on as before (a system error still reaches the main greenlet)."""
+    logging.getLogger(GEVENT_LOGGER).error(
+        "%s failed with %s",
+        "the event loop" if context is None else _described(context),
+        getattr(kind, "__name__", "an exception"),
+        exc_info=None if value is None else (kind, value, tb or value.__traceback__),
+    )
+
+
+def route_gevent_errors() -> None:
+    """gevent's hub reports through logging (GEVENT_LOGGER) instead of printing to
+    stderr, in every hub of the process (its threads' too)."""
+    try:
+        from gevent.hub import Hub
+    except ImportError:  # pragma: no cover - gevent is a dependency of every service
+        return
+    Hub.print_exception = _log_hub_error  # type: ignore[assignment,method-assign]
+
+
 def configure_logging(service: str | None = None) -> None:
     """Records of every logger to stderr at INFO and above, in the form LOG_FORMAT
-    names; a bad LOG_FORMAT raises ConfigError (the start stops with its one line).
+    names, warnings and gevent's hub errors among them (the module's text); a bad
+    LOG_FORMAT raises ConfigError (the start stops with its one line).
     `service`: the `service` of a JSON line (service_of_process() when not given).
     Called again, it keeps its one handler and sets its form anew."""
     from app.common.config import LOG_FORMAT  # here: gunicorn.conf.py loads this file without the app
@@ -137,6 +184,8 @@ def configure_logging(service: str | None = None) -> None:
         root.addHandler(handler)
     handler.setFormatter(chosen)
     root.setLevel(logging.INFO)
+    logging.captureWarnings(True)  # `warnings` as records of `py.warnings`, not plain stderr
+    route_gevent_errors()
 
 
 def gunicorn_logconfig(service: str) -> dict[str, Any]:

@@ -69,28 +69,18 @@ def shown_path(path: str, rule: str | None, arguments: Mapping[str, object] | No
     return _VARIABLE.sub(filled, rule)
 
 
-def _matched(method: str, path: str) -> tuple[str | None, Mapping[str, object] | None]:
-    """(rule, arguments) of `path` in the current app's URL map, for a request answered
-    before Flask routes it (the workspace's apps front); (None, None) when none matches."""
+def _lookup(method: str, path: str) -> tuple[bool, str | None, Mapping[str, object] | None]:
+    """(whether `path` matched a rule as it is, rule, arguments) in the current app's URL
+    map. When it did not: the rule it would match with another method (a 405) or once
+    redirected (a missing slash), whose secret variables the text line masks all the
+    same; else (False, None, None)."""
     if not has_app_context():
-        return None, None
-    try:
-        rule, arguments = current_app.url_map.bind("localhost").match(path, method, return_rule=True)
-    except HTTPException:  # no rule (404, 405), or a redirect to one (a missing slash)
-        return None, None
-    return rule.rule, arguments
-
-
-def _nearest(method: str, path: str) -> tuple[str | None, Mapping[str, object] | None]:
-    """(rule, arguments) of the rule `path` would match with another method (a 405) or
-    once redirected (a missing slash): a secret in its path is masked all the same."""
-    if not has_app_context():
-        return None, None
+        return False, None, None
     adapter = current_app.url_map.bind("localhost")
-    for _attempt in range(3):
+    for attempt in range(3):
         try:
             rule, arguments = adapter.match(path, method, return_rule=True)
-            return rule.rule, arguments
+            return attempt == 0, rule.rule, arguments
         except MethodNotAllowed as exc:
             if not exc.valid_methods:
                 break
@@ -99,40 +89,41 @@ def _nearest(method: str, path: str) -> tuple[str | None, Mapping[str, object] |
             path = unquote(urlsplit(exc.new_url).path)
         except HTTPException:
             break
-    return None, None
+    return False, None, None
+
+
+def shown_request_path() -> str:
+    """The current request's path as the text line shows it (shown_path of its rule, or
+    of the rule it nearly matched)."""
+    rule = request.url_rule
+    if rule is not None:
+        return shown_path(request.path, rule.rule, request.view_args)
+    return shown_path(request.path, *_lookup(request.method, request.path)[1:])
 
 
 def log_line(method: str, path: str, status: int, started: float, identifier: str) -> None:
     """The line of a request answered before Flask routes it (the workspace's apps
     front): its rule is looked up in the app's URL map. `started` is its
     time.monotonic() at arrival, `identifier` its request_id()."""
-    rule, arguments = _matched(method, path)
-    _write(method, path, status, started, identifier, rule, arguments)
+    matched, rule, arguments = _lookup(method, path)
+    _write(method, shown_path(path, rule, arguments), rule if matched else None, status, started, identifier)
 
 
-def _write(
-    method: str,
-    path: str,
-    status: int,
-    started: float,
-    identifier: str,
-    rule: str | None,
-    arguments: Mapping[str, object] | None,
-) -> None:
-    """The line; `rule` and `arguments`: the matched rule's template and the view's
-    arguments (None when no rule matched)."""
+def _write(method: str, shown: str, route: str | None, status: int, started: float, identifier: str) -> None:
+    """The line; `shown`: the path as the text line shows it (shown_path), `route`: the
+    matched rule's template (None when no rule matched)."""
     milliseconds = (time.monotonic() - started) * 1000
     fields = {
-        "message": f"{method} {rule or '-'} {status} {milliseconds:.1f}ms",
+        "message": f"{method} {route or '-'} {status} {milliseconds:.1f}ms",
         "method": method,
-        "route": rule,
+        "route": route,
         "status": status,
         "duration_ms": round(milliseconds, 1),
     }
     log.info(
         "%s %s %s %.1fms id=%s",
         method,
-        shown_path(path, *((rule, arguments) if rule is not None else _nearest(method, path))),
+        shown,
         status,
         milliseconds,
         identifier,
@@ -168,11 +159,10 @@ def register(app: Flask) -> None:
         rule = request.url_rule
         _write(
             request.method,
-            request.path,
+            shown_request_path(),
+            None if rule is None else rule.rule,
             response.status_code,
             g.get("request_started", time.monotonic()),
             identifier,
-            None if rule is None else rule.rule,
-            request.view_args,
         )
         return response

@@ -21,11 +21,12 @@ import time
 from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any, Protocol
 
-from flask import Response, request
+from flask import Response, g, request
 from prometheus_client import Gauge
 
-from app.common import metrics, ticker
+from app.common import metrics, requestlog, ticker
 from app.common.broker import Message, SubscriptionClosed
+from app.common.logsetup import FIELDS, REQUEST_ID
 
 # A message's sequence number (None: it has none), for the stream's `id:` lines.
 SeqOf = Callable[[Message], "int | None"]
@@ -114,7 +115,12 @@ def _records(
     after: int | None,
     keepalive: float,
     path: str,
+    route: str | None = None,
+    request_id: str | None = None,
 ) -> Iterator[bytes]:
+    """The stream's records. `path`, `route`, `request_id`: the request's, for the line
+    of the stream's end, written after the request's context is gone (`path` as the
+    request line shows it: requestlog.shown_request_path)."""
     opened = time.monotonic()
     ending = "client gone"  # unless the loop below ends it otherwise
     # The process's one ticker interrupts the wait when a keepalive is due (fixed
@@ -149,7 +155,22 @@ def _records(
         streams.dec()
         alarm.cancel()
         subscription.close()
-        log.info("stream %s ended after %.1fs: %s", path, time.monotonic() - opened, ending)
+        seconds = time.monotonic() - opened
+        log.info(
+            "stream %s ended after %.1fs: %s",
+            path,
+            seconds,
+            ending,
+            extra={
+                FIELDS: {
+                    "message": f"stream {route or '-'} ended after {seconds:.1f}s: {ending}",
+                    "route": route,
+                    "duration_ms": round(seconds * 1000, 1),
+                    "ending": ending,
+                },
+                REQUEST_ID: request_id,
+            },
+        )
 
 
 def stream_response(
@@ -162,9 +183,18 @@ def stream_response(
     """`after`: the client's cursor; records at or below it are never sent.
     `subscription`: a broker subscription, or anything with its `get()` (None when
     interrupted), `interrupt()` and `close()`."""
-    response = Response(
-        _records(replay, subscription, seq_of, after, keepalive, request.path), mimetype="text/event-stream"
+    rule = request.url_rule
+    records = _records(
+        replay,
+        subscription,
+        seq_of,
+        after,
+        keepalive,
+        requestlog.shown_request_path(),
+        None if rule is None else rule.rule,
+        g.get("request_id"),
     )
+    response = Response(records, mimetype="text/event-stream")
     # The records are bytes already: the server iterates the generator itself, without
     # werkzeug's encoding and closing layers around each record (the server closes it).
     response.direct_passthrough = True

@@ -4,7 +4,8 @@ password or token header, and the workspace's passwords and session tokens, leav
 trace of it; each JSON line parses, has the fields an admin queries, and the request
 line names the route's template, never the path. (No route of the five services has a
 secret in its path: a variable named for one is masked in the text line, tested in
-tests/unit/common/test_logsetup.py.)"""
+tests/unit/common/test_logsetup.py.) What would bypass logging, a greenlet's uncaught
+error and a warning, comes through it too."""
 
 import json
 import uuid
@@ -12,6 +13,8 @@ import uuid
 import pytest
 import requests
 
+from devtools import services
+from devtools.waiting import wait_for
 from tests.support.wizard import TEST_IDENTITY
 from tests.support.workspace import AGENT_ENV, TOKEN_HEADER, Workspace, create_workspace, wait_status
 
@@ -183,3 +186,58 @@ def test_a_proxied_app_request_logs_its_route_in_json(start_service, start_agent
     entries = [json.loads(line) for line in text.splitlines()]
     (line,) = [entry for entry in entries if entry.get("request_id") == "front-1"]
     assert (line["route"], line["status"]) == ("/@<user>/<target>/apps/<slug>/<path:path>", 200)
+
+
+# The deck service's real entry point (wsgi.py, in its worker), then a greenlet that
+# raises in that worker and a warning: what a bug in any service's code would do.
+FAILING_WSGI = """
+import runpy
+import warnings
+
+import gevent
+
+app = runpy.run_path({wsgi!r})["app"]
+
+
+def holds_a_credential(secret):
+    raise RuntimeError("a greenlet failed on purpose\\nFAKE-LINE")
+
+
+gevent.spawn_later(0.2, holds_a_credential, {secret!r})
+warnings.warn("a warning on purpose\\nFAKE-LINE", UserWarning, stacklevel=1)
+"""
+
+
+@pytest.mark.parametrize("log_format", ["json", "text"])
+def test_a_greenlet_s_error_and_a_warning_in_a_worker_are_records_of_the_log(start_service, tmp_path, log_format):
+    """gevent's hub prints a greenlet's uncaught error, and `warnings` its warnings,
+    straight to stderr; in a real gunicorn worker both come through logging instead:
+    one JSON object each (the traceback in it), or the text form's lines (a traceback
+    after its record's line). The greenlet's arguments (gevent's own line shows their
+    reprs) are not written."""
+    secret = f"Sekret-{uuid.uuid4().hex}"
+    root = tmp_path / "root"  # the checkout's gunicorn.conf.py, and a wsgi.py that runs the real one
+    root.mkdir()
+    (root / "gunicorn.conf.py").symlink_to(services.ROOT / "gunicorn.conf.py")
+    (root / "wsgi.py").write_text(FAILING_WSGI.format(wsgi=str(services.ROOT / "wsgi.py"), secret=secret))
+    log_path = tmp_path / "stderr"
+    env = {"LOG_FORMAT": log_format, "PYTHONPATH": str(services.ROOT)}
+    with open(log_path, "wb") as log_file:
+        service = start_service("decks", env=env, stderr=log_file, root=root)
+    wait_for(lambda: "holds_a_credential failed" in log_path.read_text(), "the greenlet's error", timeout=20)
+    assert requests.get(service.base_url + "/healthz", timeout=10).status_code == 200  # the worker lives on
+    service.stop()
+    text = log_path.read_text()
+    assert secret not in text
+    if log_format == "text":  # a traceback keeps its lines there (app.common.logsetup), a warning is one
+        assert " ERROR bundle.gevent Greenlet holds_a_credential failed with RuntimeError\nTraceback" in text
+        assert " WARNING py.warnings " in text and "UserWarning: a warning on purpose\\nFAKE-LINE" in text
+        return
+    entries = [json.loads(line) for line in text.splitlines()]  # every line is one object
+    assert all(FIELDS <= entry.keys() and entry["service"] == "decks" for entry in entries), text
+    (failed,) = [entry for entry in entries if entry["logger"] == "bundle.gevent"]
+    assert failed["level"] == "ERROR" and failed["message"] == "Greenlet holds_a_credential failed with RuntimeError"
+    assert failed["exception"].endswith("RuntimeError: a greenlet failed on purpose\nFAKE-LINE")
+    assert failed["pid"] in {entry["pid"] for entry in entries if entry["logger"] == "py.warnings"}
+    (warned,) = [entry for entry in entries if entry["logger"] == "py.warnings"]
+    assert warned["level"] == "WARNING" and "UserWarning: a warning on purpose\nFAKE-LINE" in warned["message"]

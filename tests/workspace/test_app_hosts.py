@@ -405,6 +405,7 @@ def test_unknown_apps_and_hosts_are_one_404(hosted):
         app_host(hosted, "echo"),
         f"a--b{APPS}",
         f"x--main--dev--owner--more{APPS}",
+        f"a.b{APPS}",  # several labels: nginx's wildcard serves them too (tests/proxy/test_apps_host_proxy.py)
     ):
         answer = _direct(hosted.port, host, "/hello", {TOKEN_HEADER: hosted.other, **JSON})
         assert answer.status_code == 404 and answer.json() == NOT_FOUND, host
@@ -549,3 +550,22 @@ def test_a_wildcard_with_a_port_gives_app_urls_with_it(monkeypatch, tmp_path):
     settings = WorkspaceSettings.from_env(str(tmp_path))
     assert app_url(settings, "code", "main", "dev", "Alice") == "https://code--main--dev--alice.apps.example.org:8443/"
     assert app_url(settings, "my--app", "main", "dev", "alice") is None  # its label would be ambiguous
+
+
+def test_every_name_under_the_apps_domain_but_the_platform_s_is_an_app_host(monkeypatch, tmp_path):
+    from app.workspace.access.app_hosts import app_host_of
+    from app.workspace.settings import WorkspaceSettings
+
+    monkeypatch.setenv("WORKSPACE_ACCESS_URL", "https://ws.corp.example.org")
+    monkeypatch.setenv("WORKSPACE_WILDCARD_ACCESS_URL", "*.example.org")
+    settings = WorkspaceSettings.from_env(str(tmp_path))
+
+    def of(host):
+        return app_host_of({"HTTP_HOST": host}, settings)
+
+    assert of("ws.corp.example.org") == (False, None) and of("WS.Corp.Example.org.:443") == (False, None)
+    assert of("example.org") == (False, None) and of("other.org") == (False, None)
+    on_app_host, app_host = of("code--main--dev--alice.example.org:443")
+    assert on_app_host and app_host.path_prefix == "/@alice/dev.main/apps/code"
+    for host in ("a.b.example.org", "x.code--main--dev--alice.example.org", "corp.example.org", "nope.example.org"):
+        assert of(host) == (True, None), host

@@ -28,6 +28,7 @@ secret made once in DATA_DIR/app-token-secret (0600).
 """
 
 import base64
+import functools
 import hashlib
 import hmac
 import json
@@ -97,18 +98,30 @@ def app_url(settings, slug: str, agent: str, workspace: str, user: str) -> str |
 
 
 def app_host_of(environ: dict, settings) -> tuple[bool, AppHost | None]:
-    """(whether the request's Host is an app host, the AppHost it names or None)."""
+    """(whether the request's Host is an app host, the AppHost it names or None).
+
+    Every name under the apps' suffix but the platform's own is an app host, however
+    many labels it has: nginx's `*.apps.example.org` serves `a.b.apps.example.org` too,
+    and such a host must get the 404 of an unknown app, never the platform's routes
+    (its API, its `/metrics`). Only a one-label name of four parts names an app."""
     if not settings.app_hosts_enabled:
         return False, None
     hostname = environ.get("HTTP_HOST", "").partition(":")[0].lower().rstrip(".")  # app hosts are names
     suffix = settings.app_host_suffix
-    label = hostname[: -len(suffix)] if hostname.endswith(suffix) else ""
-    if not label or "." in label:
+    if not hostname.endswith(suffix) or hostname == _platform_hostname(settings.access_url):
         return False, None
+    label = hostname[: -len(suffix)]
     names = label.split(SEPARATOR)
-    if len(names) != 4 or not all(names):
+    if "." in label or len(names) != 4 or not all(names):
         return True, None
     return True, AppHost(hostname, *names)
+
+
+@functools.lru_cache(maxsize=4)
+def _platform_hostname(access_url: str) -> str:
+    """WORKSPACE_ACCESS_URL's host name: it may lie under the apps' suffix with more than
+    one label (`ws.corp.example.org` beside `*.example.org`: the settings refuse one label)."""
+    return (urlsplit(access_url).hostname or "").lower().rstrip(".")
 
 
 def enter(environ: dict, app_host: AppHost | None):

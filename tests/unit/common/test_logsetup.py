@@ -2,7 +2,8 @@
 in process: the JSON object's fields, a traceback inside it on one line, every unsafe
 character escaped in both forms, LOG_FORMAT's values, and what a request line never
 holds (the query string, headers, the value of a URL variable named for a secret;
-the path in JSON). The same against every service under gunicorn:
+the path in JSON), and what would bypass logging (a greenlet's uncaught error, a
+warning) as records. The same against every service under gunicorn:
 tests/common/test_request_logs.py."""
 
 import io
@@ -15,7 +16,8 @@ from datetime import UTC, datetime
 import pytest
 from flask import Flask
 
-from app.common import logsetup, requestlog
+from app.common import logsetup, requestlog, sse
+from app.common.broker import SubscriptionClosed
 from app.common.cli import CommandLine
 from app.common.config import ConfigError
 
@@ -109,6 +111,37 @@ def test_log_format_chooses_the_form_and_a_bad_value_stops_with_one_line(bundle_
     monkeypatch.setenv("LOG_FORMAT", "xml")
     with pytest.raises(ConfigError, match=r"^LOG_FORMAT must be one of text, json, got 'xml'$"):
         logsetup.configure_logging()
+
+
+def test_a_greenlet_s_uncaught_error_is_a_record_not_the_hub_s_print(bundle_log, monkeypatch):
+    import gevent
+
+    def fails(secret):
+        raise ValueError("broken\nFAKE line")
+
+    monkeypatch.setenv("LOG_FORMAT", "json")
+    logsetup.configure_logging("notebook")
+    gevent.spawn(fails, SECRET).join()
+    gevent.spawn(lambda: gevent.getcurrent().kill()).join()  # GreenletExit: not an error, no record
+    (entry,) = [json.loads(line) for line in bundle_log.getvalue().splitlines()]
+    assert (entry["logger"], entry["level"], entry["service"]) == ("bundle.gevent", "ERROR", "notebook")
+    assert entry["message"].startswith("Greenlet test_a_greenlet_s_")
+    assert entry["message"].endswith(".<locals>.fails failed with ValueError")
+    assert entry["exception"].endswith("ValueError: broken\nFAKE line") and SECRET not in json.dumps(entry)
+
+
+def test_a_warning_is_a_record(bundle_log, monkeypatch):
+    import warnings
+
+    monkeypatch.setenv("LOG_FORMAT", "json")
+    with warnings.catch_warnings():  # pytest's own showwarning, which records warnings, comes back after
+        warnings.simplefilter("always")
+        logging.captureWarnings(False)  # forget an earlier capture: configure_logging's is the one tested
+        logsetup.configure_logging("audio")
+        warnings.warn("mind the gap\nFAKE line", UserWarning, stacklevel=1)
+    (entry,) = [json.loads(line) for line in bundle_log.getvalue().splitlines()]
+    assert (entry["logger"], entry["level"], entry["service"]) == ("py.warnings", "WARNING", "audio")
+    assert "UserWarning: mind the gap\nFAKE line" in entry["message"]
 
 
 def test_a_command_with_a_bad_log_format_exits_2_with_one_line(monkeypatch):
@@ -213,9 +246,52 @@ def test_a_line_written_before_routing_finds_its_rule(bundle_log, app, monkeypat
     with app.app_context():
         requestlog.log_line("GET", f"/share/{SECRET}", 200, time.monotonic(), "front-1")
         requestlog.log_line("GET", "/notes/7", 200, time.monotonic(), "front-2")
-    share, note = request_lines(bundle_log)
+        requestlog.log_line("POST", f"/share/{SECRET}", 405, time.monotonic(), "front-3")  # a rule by GET
+        requestlog.log_line("GET", f"/folder/{SECRET}", 308, time.monotonic(), "front-4")  # once redirected
+    share, note, refused, redirected = request_lines(bundle_log)
     assert SECRET not in bundle_log.getvalue()
     if form == "text":
         assert " GET /share/<token> 200 " in share and " GET /notes/7 200 " in note
+        assert " POST /share/<token> 405 " in refused and " GET /folder/<token>/ 308 " in redirected
     else:
-        assert [json.loads(line)["route"] for line in (share, note)] == ["/share/<token>", "/notes/<int:note_id>"]
+        routes = [json.loads(line)["route"] for line in (share, note, refused, redirected)]
+        assert routes == ["/share/<token>", "/notes/<int:note_id>", None, None]  # the route only when matched
+
+
+class EndedSubscription:
+    """A subscription that ends at once, as a broker's does when the service stops."""
+
+    def get(self):
+        raise SubscriptionClosed("stopping")
+
+    def interrupt(self):
+        pass
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("form", ["text", "json"])
+def test_a_stream_s_end_line_masks_a_secret_and_names_its_route(bundle_log, app, monkeypatch, form):
+    """The stream logs its end after the request's context is gone: the line shows the
+    path as the request line does (a secret variable by its name) and, in JSON, the route
+    and the request's id."""
+    monkeypatch.setenv("LOG_FORMAT", form)
+    logsetup.configure_logging("decks")
+
+    @app.get("/share/<token>/events")
+    def events(token):
+        return sse.stream_response([{"n": 1}], EndedSubscription())
+
+    answer = app.test_client().get(f"/share/{SECRET}/events?token={SECRET}", headers=CARRIED)
+    assert b"closed: stopping" in answer.get_data()
+    answer.close()
+    (ended,) = [line for line in bundle_log.getvalue().splitlines() if "bundle.sse" in line]
+    assert SECRET not in bundle_log.getvalue()
+    if form == "text":
+        assert " bundle.sse stream /share/<token>/events ended after " in ended and ended.endswith(": stopping")
+        return
+    entry = json.loads(ended)
+    assert (entry["route"], entry["request_id"], entry["ending"]) == ("/share/<token>/events", "req-1", "stopping")
+    assert entry["message"].startswith("stream /share/<token>/events ended after ")
+    assert isinstance(entry["duration_ms"], float)
