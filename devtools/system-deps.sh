@@ -3,7 +3,8 @@
 #   system-deps.sh run    what running the bundle needs (`make run`): python3-venv, nginx,
 #                         espeak-ng (the audio service's speech engine)
 #   system-deps.sh test   that and the test laboratory (`make test`): Chromium, debootstrap,
-#                         systemd-nspawn, PostgreSQL, Redis, LemonLDAP::NG, pebble, sshd, wrk ...
+#                         systemd-nspawn, PostgreSQL, Redis, LemonLDAP::NG, pebble, sshd, wrk,
+#                         promtool (Debian's prometheus: the alert rules' checks) ...
 # Needs root for apt-get; as another user it prints the `sudo apt-get install` line to run
 # and stops (nothing is needed when every package is present).
 set -euo pipefail
@@ -15,7 +16,7 @@ case "$layer" in
   test)
     PACKAGES+=([openssl]=openssl [chromium]=chromium [debootstrap]=debootstrap [systemd-nspawn]=systemd-container
                [systemd-analyze]=systemd [node]=nodejs [redis-server]=redis-server [wrk]=wrk [nft]=nftables
-               [ip]=iproute2 [pebble]=pebble [sshd]=openssh-server [ssh]=openssh-client) ;;
+               [ip]=iproute2 [pebble]=pebble [sshd]=openssh-server [ssh]=openssh-client [promtool]=prometheus) ;;
   *) echo "usage: $0 run|test" >&2; exit 2 ;;
 esac
 missing=()
@@ -43,7 +44,21 @@ fi
 echo "installing Debian packages: ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
+# prometheus is here for its promtool only: its daemon (port 9090, and the node exporter
+# it recommends) must not start on a test machine, now or at the next boot.
+policy=/usr/sbin/policy-rc.d
+if [[ " ${missing[*]} " == *" prometheus "* ]] && [ ! -e "$policy" ]; then
+  printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 0755 "$policy"
+  trap 'rm -f "$policy"' EXIT
+fi
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+if [[ " ${missing[*]} " == *" prometheus "* ]]; then
+  if [ -d /run/systemd/system ]; then
+    systemctl disable --now prometheus.service >/dev/null 2>&1 || true
+  else
+    systemctl disable prometheus.service >/dev/null 2>&1 || true
+  fi
+fi
 # The apps bench runs an sshd of its own on a private loopback port; the system-wide one
 # that installing openssh-server just started is not wanted on a test machine.
 if [[ " ${missing[*]} " == *" openssh-server "* ]] && [ -d /run/systemd/system ]; then

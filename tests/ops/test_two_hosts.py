@@ -3,7 +3,7 @@
 (ansible-pull), behind a front nginx that balances TCP across the application
 hosts (its stream module: `upstream` with passive health checks).
 
-    data    PostgreSQL and Redis (the data role)
+    data    PostgreSQL and Redis (the data role); Prometheus, Alertmanager (the monitoring role)
     app-a   every service, WEB_CONCURRENCY=2, on data's servers, its workspace mesh on its address
     app-b   the same
     front   nginx: :443 -> app-a:443, app-b:443 (decks: app-a, app-b its backup)
@@ -14,7 +14,9 @@ The hosts share one secrets file (made by the data host's first pull) and one
 certificate. The hosts are first provisioned with the previous release (0.2.0, commit
 PREVIOUS_RELEASE) and the first tests upgrade them, one host at a time, to the working
 tree. Tests run in file order on one deployment (module scope); the last but one powers
-an application host off.
+an application host off. Every host runs the exporters of the monitoring role; the
+data host takes the monitoring role itself once the application hosts are upgraded
+(0.2.0 has none), and its Alertmanager sends to a webhook the test listens on.
 """
 
 import contextlib
@@ -26,6 +28,7 @@ import sys
 import threading
 import time
 import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -50,12 +53,21 @@ USER, PASSWORD = "alice", "staging-" + uuid.uuid4().hex
 # The platform's Owner, created by the playbook (its password: the shared secrets file's).
 OWNER = {"email": "owner@staging.test", "username": "owner"}
 GROUP_VARS = group_vars()
+MONITORING = yaml.safe_load((ROOT / "ops/roles/monitoring/defaults/main.yml").read_text())
 # Release 0.2.0, the one before this: the deployment starts on it, the rolling upgrade
 # brings it to the working tree.
 PREVIOUS_RELEASE = "bacec1fa5897d73fbf3973bf5c1cf8533ddf94ba"
 # The services whose schema has a contract step since 0.2.0.
 CONTRACTED = ("wizard",)
 urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+# The monitoring role's intervals on the staging hosts: seconds, not minutes.
+MONITORING_INTERVALS = {
+    "monitoring_scrape_interval": "2s",
+    "monitoring_evaluation_interval": "2s",
+    "monitoring_target_down_for": "6s",
+    "monitoring_alert_group_wait": "1s",
+    "monitoring_alert_group_interval": "2s",
+}
 
 FRONT_CONF = """
 load_module /usr/lib/nginx/modules/ngx_stream_module.so;
@@ -199,6 +211,9 @@ def _application_vars(host, data, idp, ai):
         "bundle_data_host": data.address,
         "services_web_concurrency": 2,
         "services_mesh_address": host.address,
+        # The exporters and the services' /metrics on the private address, for the data host's Prometheus.
+        "monitoring_listen_address": host.address,
+        "monitoring_allowed_addresses": [data.address],
         "services_workspace_owner_username": OWNER["username"],
         "services_workspace_owner_email": OWNER["email"],
         "nginx_http_redirect_port": "",
@@ -336,6 +351,55 @@ def _stop(process):
         process.wait()
 
 
+class AlertWebhook:
+    """The admin's receiver of the alerts: an HTTP server on the private network's
+    gateway that keeps the alerts of each notification Alertmanager posts (its webhook
+    JSON: {"alerts": [{"status": "firing" | "resolved", "labels": {...}}, ...]})."""
+
+    def __init__(self, host):
+        self.alerts = []
+        received = self.alerts
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                received.extend(json.loads(body).get("alerts", []))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer((host, 0), Handler)
+        self.url = f"http://{host}:{self.server.server_address[1]}/alerts"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def received(self, status, **labels):
+        """The alerts received with `status` whose labels include `labels`."""
+        return [
+            alert
+            for alert in list(self.alerts)
+            if alert.get("status") == status and labels.items() <= alert.get("labels", {}).items()
+        ]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _probes_reach_the_front(box, front, certificate):
+    """The public names lead `box` (the data host, whose blackbox exporter probes them)
+    to the front, and it trusts the deployment's certificate."""
+    names = " ".join(f"{s}.{DOMAIN}" for s in SERVICES)
+    box.run("sh", "-c", f"echo '{front.address} {names}' >> /etc/hosts")
+    box.run("sh", "-c", "cat > /usr/local/share/ca-certificates/staging-bundle.crt", input=certificate.read_text())
+    box.run("update-ca-certificates", timeout=120)
+
+
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory):
     reason = staging.nspawn_unavailable() or private_network.unavailable()
@@ -353,6 +417,7 @@ def deployment(tmp_path_factory):
         hosts = {name: lan.add(name) for name in ("data", "app-a", "app-b", "front", "idp")}
         hosts["client"] = lan.add("client", hosts={f"{s}.{DOMAIN}": hosts["front"].address for s in SERVICES})
         ai = stack.enter_context(FakeProviders(host=lan.gateway))
+        webhook = stack.enter_context(AlertWebhook(lan.gateway))
         boxes, pulls = {}, {}
         for name in ("data", "app-a", "app-b"):
             # apt's cache of packages for the data host only: the application hosts pull
@@ -362,15 +427,26 @@ def deployment(tmp_path_factory):
                 staging.Box.boot(root, binds=[cache], ro_binds=[(repo, "/srv/bundle.git")], netns=hosts[name].netns)
             )
             boxes[name].trust_host_certificates()
+        _probes_reach_the_front(boxes["data"], hosts["front"], crt)
         started = time.monotonic()
         app_hosts = [hosts["app-a"].address, hosts["app-b"].address]
         pulls["data"] = _pull(
             boxes["data"],
             {
-                "bundle_roles": ["data"],
+                "bundle_roles": ["data", "monitoring"],
                 "data_listen_addresses": ["127.0.0.1", hosts["data"].address],
                 "data_allowed_networks": ["127.0.0.1/32", *(f"{a}/32" for a in app_hosts)],
                 "data_postgresql_max_connections": 400,
+                # The monitoring role: 0.2.0 has none; the data host takes it in
+                # test_monitoring_sees_every_host_and_alerts_at_the_webhook.
+                "bundle_domain": DOMAIN,
+                "monitoring_listen_address": hosts["data"].address,
+                "monitoring_application_hosts": app_hosts,
+                "monitoring_data_hosts": [hosts["data"].address],
+                "monitoring_alert_webhook_url": webhook.url,
+                # Until the data role's pg_hba.conf reads monitoring_postgresql_hba itself.
+                "data_postgresql_hba_extra": GROUP_VARS["monitoring_postgresql_hba"],
+                **MONITORING_INTERVALS,
             },
             bootstrap,
         )
@@ -403,7 +479,9 @@ def deployment(tmp_path_factory):
         print(f"two hosts: every pull done after {time.monotonic() - started:.0f} s", file=sys.stderr)
         front = _start_front(lan, hosts["front"], [hosts["app-a"], hosts["app-b"]], work)
         stack.callback(_stop, front)
-        yield Deployment(lan, hosts, boxes, crt, pulls, json.loads(secrets_text), repo, work)
+        deployment = Deployment(lan, hosts, boxes, crt, pulls, json.loads(secrets_text), repo, work)
+        deployment.webhook = webhook
+        yield deployment
 
 
 # --------------------------------------------------------------------------- the deployment
@@ -531,6 +609,110 @@ def test_a_rolling_upgrade_to_the_next_release_fails_no_request(deployment, agen
     commit = staging.snapshot_commit(message="the next release (staging)")
     loop, _ = _rolling_upgrade(deployment, agent, commit, "working tree -> next release")
     assert loop.failures() == {}, loop.summary()
+
+
+# --------------------------------------------------------------------------- monitoring
+
+
+def _prometheus(deployment):
+    return f"http://{deployment.hosts['data'].address}:{MONITORING['monitoring_prometheus_port']}"
+
+
+def _query(deployment, promql):
+    """The result of `promql` at the data host's Prometheus: {instance: value}."""
+    http = requests.Session()
+    http.trust_env = False
+    answer = http.get(_prometheus(deployment) + "/api/v1/query", params={"query": promql}, timeout=10)
+    answer.raise_for_status()
+    return {item["metric"].get("instance", ""): float(item["value"][1]) for item in answer.json()["data"]["result"]}
+
+
+def _targets(deployment):
+    http = requests.Session()
+    http.trust_env = False
+    answer = http.get(_prometheus(deployment) + "/api/v1/targets", timeout=10)
+    answer.raise_for_status()
+    return answer.json()["data"]["activeTargets"]
+
+
+def test_monitoring_sees_every_host_and_alerts_at_the_webhook(deployment):
+    """The data host takes the monitoring role (its pull of the release the application
+    hosts run): Prometheus scrapes every host's exporters and every service of both
+    application hosts, probes the public hosts through the front; requests made through
+    the front count on both hosts; a service stopped on app-a fires its alert at the
+    webhook, which hears it resolved once the service is back."""
+    data, hosts = deployment.boxes["data"], deployment.hosts
+    started = time.monotonic()
+    pulled = data.run("bash", "/root/bootstrap.sh", timeout=1200).stdout
+    assert recap(pulled)["failed"] == "0", pulled[-4000:]
+    print(
+        f"two hosts: the data host's pull with the monitoring role {time.monotonic() - started:.0f} s", file=sys.stderr
+    )
+    app_hosts = [hosts["app-a"].address, hosts["app-b"].address]
+    jobs = {"node", "nginx", "postgresql", "redis", "prometheus", "alertmanager", "blackbox"}
+    jobs |= {f"bundle_{s}" for s in SERVICES}
+
+    def every_target_up():
+        with contextlib.suppress(requests.RequestException):
+            targets = _targets(deployment)
+            probes = _query(deployment, "probe_success")
+            databases = _query(deployment, "pg_up or redis_up")
+            return (
+                {t["labels"]["job"] for t in targets} == jobs
+                and all(t["health"] == "up" for t in targets)
+                and len(probes) == len(SERVICES)
+                and set(probes.values()) == {1.0}
+                and list(databases.values()) == [1.0, 1.0]
+            )
+        return False
+
+    try:
+        wait_for(every_target_up, "every target up at Prometheus", timeout=120)
+    except TimeoutError:
+        down = [(t["labels"]["job"], t["labels"]["instance"], t["lastError"]) for t in _targets(deployment)]
+        raise AssertionError(
+            f"targets: {[d for d in down if d[2]]}; probes: {_query(deployment, 'probe_success')}"
+            f"; databases: {_query(deployment, 'pg_up or redis_up')}"
+        ) from None
+    per_host = {a: f"{a}:{MONITORING['monitoring_services_port']}" for a in app_hosts}
+    assert {t["labels"]["instance"] for t in _targets(deployment) if t["labels"]["job"] == "bundle_wizard"} == set(
+        per_host.values()
+    )
+
+    # Requests through the front (a new connection each: the front balances connections)
+    # count on both application hosts, as `unmatched` routes of the audio service.
+    counted = 'sum by (instance) (bundle_http_requests_total{job="bundle_audio", route="unmatched"})'
+    before = _query(deployment, counted)
+    for _ in range(12):
+        http = deployment.client("audio")
+        assert http.get(http.base + "/api/audio/no-such-route", timeout=30).status_code == 404
+        http.close()
+    wait_for(
+        lambda: all(_query(deployment, counted).get(i, 0) > before.get(i, 0) for i in per_host.values()),
+        "the requests through the front counted on both application hosts",
+        timeout=60,
+    )
+
+    # The wizard stopped on app-a (its socket too: a scrape would start it again).
+    wizard_a = {"alertname": "TargetDown", "job": "bundle_wizard", "instance": per_host[hosts["app-a"].address]}
+    app_a = deployment.boxes["app-a"]
+    stopped = time.monotonic()
+    app_a.run("systemctl", "stop", "bundle@wizard.socket")
+    try:
+        wait_for(lambda: deployment.webhook.received("firing", **wizard_a), "the alert at the webhook", timeout=120)
+        fired = time.monotonic()
+    finally:
+        app_a.run("systemctl", "start", "bundle@wizard.socket", "bundle@wizard.service")
+    wait_for(lambda: deployment.webhook.received("resolved", **wizard_a), "the alert resolved", timeout=120)
+    print(
+        f"two hosts: the alert at the webhook {fired - stopped:.1f} s after the stop, resolved"
+        f" {time.monotonic() - fired:.1f} s after the start",
+        file=sys.stderr,
+    )
+    assert not deployment.webhook.received(
+        "firing", alertname="TargetDown", job="bundle_wizard", instance=per_host[hosts["app-b"].address]
+    )
+    wait_for(lambda: _ready(deployment, "app-a"), "app-a ready again", timeout=60)
 
 
 def test_the_data_host_serves_postgresql_and_redis_to_the_application_hosts_only(deployment):
