@@ -133,11 +133,19 @@ def test_pg_hba_admits_each_service_to_its_own_database_with_scram_only():
     text = _render("pg_hba.conf.j2", data_allowed_networks=["127.0.0.1/32", "10.0.0.0/24"])
     rules = [line.split() for line in text.splitlines() if line and not line.startswith("#")]
     assert rules[0] == ["local", "all", "postgres", "peer"]
+    exporter = ("host", "postgres", "bundle_monitoring", "127.0.0.1/32", "scram-sha-256")
     assert sorted(map(tuple, rules[1:])) == sorted(
-        ("host", f"bundle_{s}", f"bundle_{s}", network, "scram-sha-256")
-        for s in DATABASE_SERVICES
-        for network in ("127.0.0.1/32", "10.0.0.0/24")
+        [
+            *(
+                ("host", f"bundle_{s}", f"bundle_{s}", network, "scram-sha-256")
+                for s in DATABASE_SERVICES
+                for network in ("127.0.0.1/32", "10.0.0.0/24")
+            ),
+            exporter,  # the monitoring role's postgres exporter, from loopback to `postgres` only
+        ]
     )
+    without = _render("pg_hba.conf.j2", monitoring_enabled=False)
+    assert "bundle_monitoring" not in without
     settings = _render("postgresql.conf.j2", data_listen_addresses=["127.0.0.1", "10.0.0.5"])
     assert "password_encryption = 'scram-sha-256'" in settings.splitlines()
     assert "listen_addresses = '127.0.0.1,10.0.0.5'" in settings.splitlines()

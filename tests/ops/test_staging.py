@@ -109,6 +109,12 @@ def _vars(port, service_ports, idp_port, ai_base_url, acme):
         "bundle_https_port": port,
         "bundle_ports": service_ports,
         "nginx_listen_addresses": ["127.0.0.1"],
+        # The box shares this machine's network: its exporters take free ports, not the
+        # fixed ones another box or a real exporter here could hold.
+        **{
+            f"monitoring_{name}_port": free_port()
+            for name in ("node_exporter", "nginx_exporter", "services", "stub_status")
+        },
         # Certificates from pebble on this machine, whose http-01 checks come to this port.
         "nginx_http_redirect_port": acme.http_port,
         "nginx_acme_email": f"admin@{DOMAIN}",

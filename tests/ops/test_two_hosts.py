@@ -444,8 +444,6 @@ def deployment(tmp_path_factory):
                 "monitoring_application_hosts": app_hosts,
                 "monitoring_data_hosts": [hosts["data"].address],
                 "monitoring_alert_webhook_url": webhook.url,
-                # Until the data role's pg_hba.conf reads monitoring_postgresql_hba itself.
-                "data_postgresql_hba_extra": GROUP_VARS["monitoring_postgresql_hba"],
                 **MONITORING_INTERVALS,
             },
             bootstrap,

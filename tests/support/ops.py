@@ -28,7 +28,7 @@ def venv_tool(name):
 
 
 def ansible_like(search_path):
-    """Jinja2 as Ansible's template module has it, with the two filters the ops templates use."""
+    """Jinja2 as Ansible's template module has it, with the filters the ops templates use."""
     environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(search_path)),
         undefined=jinja2.StrictUndefined,
@@ -36,7 +36,15 @@ def ansible_like(search_path):
         keep_trailing_newline=True,
     )
     environment.filters["to_json"] = json.dumps
+    environment.filters["bool"] = _ansible_bool
     return environment
+
+
+def _ansible_bool(value):
+    """Ansible's `bool` filter: a YAML boolean as it is, a string by its word."""
+    if isinstance(value, bool):
+        return value
+    return str(value).strip().lower() in ("yes", "on", "1", "true", "y", "t")
 
 
 class ServerName(requests.adapters.HTTPAdapter):
