@@ -66,18 +66,32 @@ control_socket_disable = True  # no runtime control socket: systemd is the contr
 # writing its values to files in PROMETHEUS_MULTIPROC_DIR, which must be set before a
 # worker imports prometheus_client: here, in the master, whose environment the workers
 # inherit. Under systemd: $RUNTIME_DIRECTORY/metrics (/run/bundle-<service>/metrics,
-# tmpfs); elsewhere a temporary folder of this master's own, removed at its exit. A
-# value set already (this file is read again on a reload) is kept. METRICS=off: none.
+# tmpfs); a folder the admin names: its subfolder <service> (two services given the
+# same folder never empty nor read each other's files); else a temporary folder of this
+# master's own (on_starting: never in a reload's preflight, which reads this file too),
+# removed at its exit. The folder chosen is made here: on a HUP the master reads this
+# file again but runs no on_starting. METRICS=off: none.
 _METRICS_OFF = os.environ.get("METRICS", "").strip().lower() in ("0", "false", "no", "off")
 _METRICS_TEMP_PREFIX = f"bundle-{_service}-metrics-"
+# The folder this master chose, kept in its environment: a HUP keeps it as it is.
+_METRICS_CHOSEN = "BUNDLE_METRICS_DIR"
+
+
+def _use_metrics_folder(folder):
+    os.makedirs(folder, mode=0o750, exist_ok=True)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = os.environ[_METRICS_CHOSEN] = folder
+
+
+_runtime = os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0]
+_runtime_metrics = os.path.join(_runtime, "metrics") if _runtime else None
+_metrics_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
 if _METRICS_OFF:
     os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
-elif not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-    _runtime = os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0]
-    if _runtime:
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = os.path.join(_runtime, "metrics")
-    else:
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix=_METRICS_TEMP_PREFIX)
+    os.environ.pop(_METRICS_CHOSEN, None)
+elif _metrics_dir and _metrics_dir not in (os.environ.get(_METRICS_CHOSEN), _runtime_metrics):
+    _use_metrics_folder(os.path.join(_metrics_dir, _service))  # the admin's folder
+elif _metrics_dir or _runtime_metrics:
+    _use_metrics_folder(_metrics_dir or _runtime_metrics)
 
 
 def _metrics_files(pattern):
@@ -87,12 +101,12 @@ def _metrics_files(pattern):
 
 def on_starting(server):
     """The master's start: an empty metrics folder (the files of an earlier run would
-    add their counts to this one's), then gunicorn_systemd's hook."""
-    folder = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
-    if folder:
-        os.makedirs(folder, mode=0o750, exist_ok=True)
-        # Only the files metrics write there: the folder may be one an admin named.
-        for path in _metrics_files("*.db") + _metrics_files("*.partial") + _metrics_files("metrics.lock"):
+    add their counts to this one's), or a temporary one, then gunicorn_systemd's hook."""
+    if not _METRICS_OFF and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        _use_metrics_folder(tempfile.mkdtemp(prefix=_METRICS_TEMP_PREFIX))
+    # Only the files metrics write there: the folder may be one an admin named.
+    for pattern in ("*.db", "*.partial", "*.folding", "metrics.lock"):
+        for path in _metrics_files(pattern):
             os.remove(path)
     gunicorn_systemd.on_starting(server)
 

@@ -324,7 +324,7 @@ class LocalBroker:
         return sub
 
     def publish(self, topic: str, message: Message) -> None:
-        PUBLISHES.labels(metrics.service(), "local").inc()
+        metrics.of_service(PUBLISHES, "local").inc()
         self._local.deliver(topic, message)
 
     def subscriber_count(self, topic: str) -> int:
@@ -404,7 +404,7 @@ class RedisBroker:
 
     def publish(self, topic: str, message: Message) -> None:
         payload = json.dumps(message, separators=(",", ":"), ensure_ascii=False)
-        PUBLISHES.labels(metrics.service(), "redis").inc()
+        metrics.of_service(PUBLISHES, "redis").inc()
         try:
             self._client.publish(self._prefix + topic, payload)
         except redis.RedisError as exc:

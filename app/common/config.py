@@ -307,7 +307,8 @@ PROMETHEUS_MULTIPROC_DIR = SHARED.add(
         shown_default="`$RUNTIME_DIRECTORY/metrics`, else a temporary folder",
         values="path",
         doc="The folder of the workers' metrics files (prometheus_client's multiprocess mode), set by "
-        "gunicorn.conf.py; emptied of them when the master starts. Unset in a command: its own registry.",
+        "gunicorn.conf.py; emptied of them when the master starts. A folder the admin names gets a subfolder "
+        "per service. Unset in a command: its own registry.",
     )
 )
 RUNTIME_DIRECTORY = SHARED.add(

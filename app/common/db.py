@@ -43,6 +43,10 @@ POOL_WAIT_SECONDS = 10
 IDLE_IN_TRANSACTION_SECONDS = 20
 # Between two tries of the switch to WAL that another process's switch held off.
 WAL_RETRY_SECONDS = 0.02
+# The endpoints whose requests take no connection of their own (bind_to_requests).
+NO_CONNECTION_ENDPOINTS = frozenset({"metrics"})
+# How long a `bounded_read` may wait for a pooled connection, a lock, or its statements.
+BOUNDED_READ_SECONDS = 2.0
 
 
 POOL_IN_USE = Gauge(
@@ -69,6 +73,8 @@ class _App(Protocol):
     use this module)."""
 
     def before_request(self, f: Callable[[], None]) -> object: ...
+
+    def url_value_preprocessor(self, f: Callable[[str | None, dict[str, Any] | None], None]) -> object: ...
 
     def teardown_request(self, f: Callable[[BaseException | None], None]) -> object: ...
 
@@ -188,7 +194,10 @@ def switch_to_wal(path: str) -> None:
 
 
 def bind_to_requests(app: _App, proxy: DatabaseProxy) -> None:
-    """Each request takes a connection (from the pool) and gives it back at its end.
+    """Each request takes a connection (from the pool) and gives it back at its end,
+    but for the endpoints of NO_CONNECTION_ENDPOINTS (`/metrics`: a scrape must answer
+    while the pool is exhausted or the database down; a collector that reads the
+    database takes a connection itself, `bounded_read`).
     In a gevent web worker (gunicorn's, patched) the worker also registers itself as a
     live process of its release (app.common.live_processes) until it exits; an app
     made in an unpatched process (a test's client) does not."""
@@ -197,9 +206,18 @@ def bind_to_requests(app: _App, proxy: DatabaseProxy) -> None:
     if monkey.is_module_patched("threading"):
         live_processes.register(proxy.obj, "web worker")
 
+    # The request's endpoint, as Flask hands it to the URL value preprocessors (which run
+    # before every before_request hook): this module imports no Flask.
+    endpoint = threading.local()  # greenlet-local in a patched worker
+
+    @app.url_value_preprocessor
+    def note_endpoint(name: str | None, values: dict[str, Any] | None) -> None:
+        endpoint.name = name
+
     @app.before_request
     def connect_for_request() -> None:
-        proxy.connect(reuse_if_open=True)
+        if getattr(endpoint, "name", None) not in NO_CONNECTION_ENDPOINTS:
+            proxy.connect(reuse_if_open=True)
 
     @app.teardown_request
     def release_after_request(exc: BaseException | None) -> None:
@@ -217,6 +235,46 @@ def connection_for_block(proxy: DatabaseProxy) -> Iterator[None]:
         return
     with proxy.connection_context():
         yield
+
+
+@contextmanager
+def bounded_read(proxy: DatabaseProxy, seconds: float = BOUNDED_READ_SECONDS) -> Iterator[None]:
+    """A read that gives up after about `seconds` (TimeoutError, or the database's
+    error) rather than waiting on the database: for a scrape's collector, which must
+    answer within Prometheus' scrape time-out. A connection of its own, taken from the
+    pool with at most `seconds` of wait (an exhausted SQLite pool refuses at once) and
+    given back after the block, or the caller's if one is open; in one transaction whose
+    statements and locks wait `seconds` at most (PostgreSQL's statement_timeout and
+    lock_timeout, SQLite's busy_timeout, put back after)."""
+    import gevent
+
+    opened = proxy.is_closed()  # else the caller's connection, left open after
+    if opened:
+        with gevent.Timeout(seconds, TimeoutError(f"no database connection free within {seconds:g} s")):
+            proxy.connect()
+    try:
+        milliseconds = int(seconds * 1000)
+        if isinstance(proxy.obj, SqliteDatabase):
+            with _busy_timeout(proxy.obj, milliseconds), proxy.atomic():
+                yield
+        else:
+            with proxy.atomic():
+                proxy.execute_sql(f"SET LOCAL statement_timeout = {milliseconds}")
+                proxy.execute_sql(f"SET LOCAL lock_timeout = {milliseconds}")
+                yield
+    finally:
+        if opened:
+            proxy.close()
+
+
+@contextmanager
+def _busy_timeout(db: Database, milliseconds: int) -> Iterator[None]:
+    before = db.execute_sql("PRAGMA busy_timeout").fetchone()[0]
+    db.execute_sql(f"PRAGMA busy_timeout = {milliseconds}")
+    try:
+        yield
+    finally:
+        db.execute_sql(f"PRAGMA busy_timeout = {int(before)}")
 
 
 def run_sql(proxy: DatabaseProxy, sql: str, params: Sequence[Any] = ()) -> Any:

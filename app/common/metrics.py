@@ -31,14 +31,15 @@ no longer run into one archive file per type (`counter_archive.db`...), key by k
 a key is a whole sample with its labels (a histogram's buckets are stored per bucket,
 not cumulated), so a sum per key keeps every count exact. Folding and reading happen
 under one exclusive `flock` on `metrics.lock` in the folder: two workers scraping at
-once never see a file vanish between listing and reading it. So the folder holds, at
+once never see a file vanish between listing and reading it. A dead worker's file is
+renamed `*.folding` before it is read, and its pid checked again: a new worker that
+took that pid meanwhile gets the file back. So the folder holds, at
 any scrape, the files of the running workers plus one archive per type, however many
 workers came and went.
 """
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import glob
 import os
@@ -47,7 +48,6 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any, Protocol, TypeVar, cast
 
 from gevent import monkey
@@ -57,6 +57,7 @@ from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from app.common import config, offload
+from gunicorn_systemd import alive
 
 # time.sleep as it was before gevent's patch: `locked` waits in a real thread.
 _thread_sleep = monkey.get_original("time", "sleep")
@@ -65,6 +66,8 @@ MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 # The file types whose values a dead worker leaves for good (gauges are all live).
 ARCHIVED_TYPES = ("counter", "histogram", "summary")
 LOCK_FILE = "metrics.lock"
+# A dead process's file while it is being folded (`_claim`): never read as a `*.db`.
+FOLDING = ".folding"
 ARCHIVE = "archive"
 # The flock is tried without blocking, then again after this pause (a greenlet
 # waiting never blocks its worker's loop), for at most LOCK_WAIT_SECONDS.
@@ -112,16 +115,17 @@ def service() -> str:
 
 
 _M = TypeVar("_M", Counter, Gauge, Histogram)
-_CHILDREN: dict[tuple[int, str], Any] = {}
+_CHILDREN: dict[tuple[int, str, tuple[str, ...]], Any] = {}
 
 
-def of_service(metric: _M) -> _M:
-    """`metric.labels(service())`, found once per metric and service: a hot path (a pool
-    checkout, a publish) pays a dict lookup instead of labels()' own work."""
-    key = (id(metric), _service)
+def of_service(metric: _M, *labels: str) -> _M:
+    """`metric.labels(service(), *labels)`, found once per metric, service and labels: a
+    hot path (a pool checkout, a publish) pays a dict lookup instead of labels()' own
+    work. `labels`: the values of the labels after `service`, from a closed set."""
+    key = (id(metric), _service, labels)
     child = _CHILDREN.get(key)
     if child is None:
-        child = _CHILDREN[key] = metric.labels(_service)
+        child = _CHILDREN[key] = metric.labels(_service, *labels)
     return cast(_M, child)
 
 
@@ -222,17 +226,27 @@ def compact(folder: str) -> int:
     files (a few system calls) would a process killed outright leave their values
     counted twice."""
     dead_by_type: dict[str, list[str]] = defaultdict(list)
+    for path in glob.glob(os.path.join(folder, f"*{FOLDING}")):
+        # Claimed by a scrape that died before folding it: its process is gone.
+        kind = os.path.basename(path).split("_", 1)[0]
+        if kind in ARCHIVED_TYPES:
+            dead_by_type[kind].append(path)
+        else:
+            os.remove(path)  # a live gauge's
     for path in glob.glob(os.path.join(folder, "*.db")):
         name = os.path.basename(path)
         match = _WORKER_FILE.match(name)
         if match and match["type"] in ARCHIVED_TYPES and not running(int(match["pid"])):
-            dead_by_type[match["type"]].append(path)
+            claimed = _claim(path, int(match["pid"]))
+            if claimed is not None:
+                dead_by_type[match["type"]].append(claimed)
         live = _LIVE_GAUGE_FILE.match(name)
         if live and not running(int(live["pid"])):
             # No worker the master reaped (then child_exit removed it): the process of
             # a reload's preflight (gunicorn_systemd.py), or a worker of a master that died.
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(path)
+            claimed = _claim(path, int(live["pid"]))
+            if claimed is not None:
+                os.remove(claimed)
     for kind, dead in dead_by_type.items():
         archive = os.path.join(folder, f"{kind}_{ARCHIVE}.db")
         totals: dict[str, float] = defaultdict(float)
@@ -256,10 +270,27 @@ def compact(folder: str) -> int:
     return sum(len(dead) for dead in dead_by_type.values())
 
 
-def running(pid: int) -> bool:
-    """Whether `pid` runs (a zombie, dead but not yet reaped, does not)."""
+def _claim(path: str, pid: int) -> str | None:
+    """The file `path` of a process `pid` found dead, renamed to `*.folding` (which no
+    process opens) and so the caller's to fold or remove; None when it is not: gone
+    already, or `pid` runs again (a new worker took the pid between the check and the
+    rename, and may have opened the file: it is put back, and that worker carries its
+    values on)."""
+    claimed = path[: -len(".db")] + FOLDING
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+        os.rename(path, claimed)
+    except FileNotFoundError:
+        return None
+    if not running(pid):
+        return claimed
+    try:
+        os.link(claimed, path)  # never over a file the new process made after the rename
+    except FileExistsError:
+        return claimed  # the new process has a file of its own: this one is the dead one's
+    os.remove(claimed)
+    return None
+
+
+# Whether a pid runs (a zombie, dead but not yet reaped, does not): gunicorn_systemd's,
+# which imports the standard library only.
+running = alive

@@ -6,29 +6,22 @@ again; nothing at all with METRICS=off. The deck service: cheap to start."""
 import json
 import os
 import signal
+import subprocess
 
 import requests
-from prometheus_client.parser import text_string_to_metric_families
 
 from devtools.waiting import wait_for
+from gunicorn_systemd import PREFLIGHT
+from tests.support.metrics import scrape
+from tests.support.shared import ROOT
 
 WORKERS = 4
 RESTART_ROUNDS = 8  # 32 workers replaced
-HEALTHZ = (("method", "GET"), ("route", "/healthz"), ("service", "decks"), ("status", "2xx"))
-
-
-def scrape(service):
-    response = requests.get(f"{service.base_url}/metrics", timeout=10)
-    assert response.status_code == 200, response.text
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(response.text)
-        for sample in family.samples
-    }
+HEALTHZ = {"method": "GET", "route": "/healthz", "service": "decks", "status": "2xx"}
 
 
 def healthz_count(service):
-    return scrape(service).get(("bundle_http_requests_total", HEALTHZ), 0.0)
+    return scrape(service).value("bundle_http_requests_total", **HEALTHZ) or 0.0
 
 
 def get_healthz(service, count):
@@ -39,21 +32,38 @@ def get_healthz(service, count):
         assert response.status_code == 200
 
 
+def get_healthz_on_each_worker(service, count):
+    """`count` requests answered by each worker in turn: the others stopped (SIGSTOP)
+    meanwhile, so only that one accepts (which worker the kernel wakes is its choice)."""
+    pids = service.worker_pids()
+    for pid in pids:
+        others = [other for other in pids if other != pid]
+        for other in others:
+            os.kill(other, signal.SIGSTOP)
+        try:
+            get_healthz(service, count)
+        finally:
+            for other in others:
+                os.kill(other, signal.SIGCONT)
+    return pids
+
+
 def metrics_files(service):
     return sorted(os.listdir(service.runtime_dir / "metrics"))
 
 
 def test_a_counter_reads_the_sum_over_four_workers(start_service):
     service = start_service("decks", workers=WORKERS)
-    get_healthz(service, 200)
-    assert healthz_count(service) == 200
-    # Each worker that answered has its own file: the sum is not one worker's count.
-    assert len([name for name in metrics_files(service) if name.startswith("counter_")]) >= 2
+    pids = get_healthz_on_each_worker(service, 50)
+    assert len(pids) == WORKERS
+    assert healthz_count(service) == 50 * WORKERS
+    # Each worker has its own file: the sum is not one worker's count.
+    assert {f"counter_{pid}.db" for pid in pids} <= set(metrics_files(service))
     samples = scrape(service)
-    count = ("bundle_http_request_duration_seconds_count", HEALTHZ[:3])
-    assert samples[count] == 200
-    build = [key for key in samples if key[0] == "bundle_build_info"]
-    assert len(build) == 1 and samples[build[0]] == 1  # one, not one per worker
+    duration = {key: HEALTHZ[key] for key in ("method", "route", "service")}
+    assert samples.value("bundle_http_request_duration_seconds_count", **duration) == 50 * WORKERS
+    assert len(samples.labels_of("bundle_build_info")) == 1  # one, not one per worker
+    assert samples.value("bundle_build_info") == 1
 
 
 def replace_every_worker(service, how):
@@ -106,3 +116,43 @@ def test_metrics_off_serves_none_and_writes_no_file(start_service):
     get_healthz(service, 5)
     assert requests.get(f"{service.base_url}/metrics", timeout=10).status_code == 404
     assert not (service.runtime_dir / "metrics").exists()
+
+
+def test_a_reload_makes_the_metrics_folder_if_it_is_missing(start_service):
+    """A master started by a release without metrics has no folder, and on a HUP reads
+    gunicorn.conf.py again but runs no on_starting: the folder is made where it is set."""
+    service = start_service("decks", workers=2)
+    get_healthz(service, 5)
+    for name in metrics_files(service):
+        os.remove(service.runtime_dir / "metrics" / name)
+    os.rmdir(service.runtime_dir / "metrics")
+    service.reload()
+    get_healthz(service, 5)
+    assert healthz_count(service) == 5
+
+
+def test_a_preflight_leaves_no_temporary_folder(tmp_path):
+    """Without RUNTIME_DIRECTORY (no systemd) the master makes a temporary folder at its
+    start; the preflight of a reload, which reads gunicorn.conf.py too, makes none."""
+    env = {key: value for key, value in os.environ.items() if key not in ("RUNTIME_DIRECTORY", "METRICS")}
+    env.update(SERVICE="decks", DATA_DIR=str(tmp_path / "data"), TMPDIR=str(tmp_path))
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    done = subprocess.run(
+        [str(ROOT / ".venv/bin/python"), "-c", PREFLIGHT], cwd=ROOT, env=env, capture_output=True, timeout=60
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not list(tmp_path.glob("bundle-decks-metrics-*"))
+
+
+def test_two_services_given_one_folder_keep_their_files_apart(start_service, tmp_path):
+    shared = tmp_path / "metrics"
+    decks = start_service("decks", env={"PROMETHEUS_MULTIPROC_DIR": str(shared)})
+    audio = start_service("audio", env={"PROMETHEUS_MULTIPROC_DIR": str(shared)})
+    get_healthz(decks, 3)
+    for _ in range(2):
+        assert requests.get(f"{audio.base_url}/api/audio/health", timeout=30).status_code == 200
+    assert sorted(os.listdir(shared)) == ["audio", "decks"]
+    decks.restart()  # a master's start empties its own subfolder only
+    assert [labels["service"] for labels in scrape(decks).labels_of("bundle_build_info")] == ["decks"]
+    audio_requests = scrape(audio).value("bundle_http_requests_total", route="/api/audio/health", service="audio")
+    assert audio_requests == 2

@@ -1,5 +1,6 @@
-"""Reading a running service's `/metrics`: the samples of one scrape, parsed with
-prometheus_client's own parser, and the value of one series in them."""
+"""Reading a service's `/metrics` (a running one, or an app through Flask's test
+client): the samples of one scrape, parsed with prometheus_client's own parser, and
+the value of one series in them."""
 
 import requests
 from prometheus_client.parser import text_string_to_metric_families
@@ -30,5 +31,13 @@ def scrape(service):
     """One scrape of the service's `/metrics` (on its loopback port, as Prometheus reads it)."""
     response = requests.get(f"{service.base_url}/metrics", timeout=10)
     response.raise_for_status()
-    assert response.headers["Content-Type"].startswith("text/plain"), response.headers["Content-Type"]
+    assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4"), response.headers["Content-Type"]
     return Scrape(response.text)
+
+
+def scrape_client(client):
+    """One scrape of `/metrics` through a Flask test client (an app in this process)."""
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4"), response.headers["Content-Type"]
+    return Scrape(response.get_data(as_text=True))

@@ -38,7 +38,10 @@ def test_generation_calls_latency_repairs_and_reruns(ai_server, alice):
     # One request per attempt: the invalid output's rerun is a second one.
     assert moved(LATENCY, type="text") == 6
     assert moved(LATENCY, type="image") == 1
-    assert moved("bundle_wizard_provider_request_duration_seconds_bucket", type="text", le="0.5") <= 5
+    # The timed-out attempt took over 0.5 s (WIZ_AI_TIMEOUT is 1 s); the quick answers under it.
+    bucket = "bundle_wizard_provider_request_duration_seconds_bucket"
+    assert 1 <= moved(bucket, type="text", le="0.5") <= 5
+    assert moved(bucket, type="text", le="+Inf") - moved(bucket, type="text", le="0.5") >= 1
     assert moved(REPAIRS, result="repaired") == 1
     assert moved(REPAIRS, result="still_invalid") == 2
     assert moved(RERUNS) == 1

@@ -29,6 +29,10 @@ OPEN = "bundle_websockets_open"
 TUNNEL = "bundle_workspace_tunnel_bytes_total"
 SENT = "bundle_workspace_mesh_requests_sent_total"
 SERVED = "bundle_workspace_mesh_requests_served_total"
+REQUESTS = "bundle_http_requests_total"
+DURATION = "bundle_http_request_duration_seconds_count"
+APP_PATH = "/@<user>/<target>/apps/<slug>/<path:path>"
+PTY = "/api/v2/workspaceagents/<agent_id>/pty"
 
 
 @pytest.fixture
@@ -92,6 +96,14 @@ def test_agents_websockets_tunnel_bytes_and_mesh_requests(platform, tmp_path):
             echo.close()
             terminal.close()
         wait_for(lambda: open_websockets(scrape(service)) == {"agent": 1, "terminal": 0, "relay": 0, "app": 0})
+        # The app's GET (answered by the apps front, before Flask) is counted and timed;
+        # each websocket is counted as a 101, never timed: its 101 ends when the socket does.
+        counted = wait_for(lambda: ended_websockets(m := scrape(service), idle) == 2 and m, "two 101s")
+        assert moved(counted, idle, REQUESTS, method="GET", route=APP_PATH, status="2xx") == 1
+        assert moved(counted, idle, REQUESTS, method="GET", route=APP_PATH, status="1xx") == 1
+        assert moved(counted, idle, DURATION, method="GET", route=APP_PATH) == 1
+        assert moved(counted, idle, REQUESTS, route=PTY, status="1xx") == 1
+        assert moved(counted, idle, DURATION, route=PTY) == 0
 
         after = scrape(service)
         assert after.value(TUNNEL, direction="to_agent") >= 300_000
@@ -105,6 +117,16 @@ def test_agents_websockets_tunnel_bytes_and_mesh_requests(platform, tmp_path):
     wait_status(ws, ws.owner, ws.agent_id, "disconnected")
     gone = wait_for(lambda: (m := scrape(service)).value("bundle_workspace_agents_connected") == 0 and m, "no agent")
     assert open_websockets(gone)["agent"] == 0
+
+
+def ended_websockets(after, before):
+    return moved(after, before, REQUESTS, route=PTY, status="1xx") + moved(
+        after, before, REQUESTS, route=APP_PATH, status="1xx"
+    )
+
+
+def moved(after, before, name, **labels):
+    return (after.value(name, **labels) or 0) - (before.value(name, **labels) or 0)
 
 
 def holder_pid(ws):

@@ -6,14 +6,17 @@ storage huey queues it on.
     bundle_notebook_jobs{state="queued"|"running"|"failed"}   commands in that state now
     bundle_notebook_oldest_queued_job_age_seconds              age of the oldest queued one (0: none)
 
-A scrape while the database does not answer shows neither (logged), rather than
-failing the whole scrape."""
+A scrape takes no connection of its own (app.common.db.bind_to_requests): this
+collector takes one, and gives up after app.common.db.BOUNDED_READ_SECONDS (an
+exhausted pool, a migration's lock, a database that does not answer), when the scrape
+shows neither (logged) and everything else it holds."""
 
 import logging
 
 from peewee import fn
 from prometheus_client.core import GaugeMetricFamily
 
+from app.common.db import bounded_read
 from app.notebook.core.models import Command, database, now
 
 log = logging.getLogger("bundle.notebook")
@@ -25,7 +28,7 @@ STATES = {"queued": "new", "running": "running", "failed": "failed"}
 def read_backlog():
     """({status: count} of the commands in STATES, the oldest queued command's creation
     time or None)."""
-    with database.connection_context():
+    with bounded_read(database):
         counts = dict(
             Command.select(Command.status, fn.COUNT(Command.id))
             .where(Command.status.in_(list(STATES.values())))

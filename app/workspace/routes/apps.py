@@ -49,7 +49,7 @@ from urllib.parse import urlencode
 from flask import Blueprint, Response, current_app, g, redirect, render_template, request
 from peewee import JOIN
 
-from app.common import requestlog
+from app.common import metrics_http, requestlog
 from app.common.db import BuiltOnce
 from app.common.failures import Failure, Forbidden, Invalid, NotFound, Unauthenticated, UpstreamFailed
 from app.common.headers import APP_PROXY  # on an answer that is the app's own: no headers of ours
@@ -86,6 +86,9 @@ METHODS = [
 FRONT_FAILURE = "bundle.workspace.app_failure"
 FRONT_PATH = re.compile(r"/@([^/]+)/([^/]+)/apps/([^/]+)/")
 FRONT_METHODS = ("GET", "HEAD")
+# The route templates the request metrics name a front answer by: app_route's rules.
+APP_ROOT_RULE = "/@<user>/<target>/apps/<slug>/"
+APP_PATH_RULE = "/@<user>/<target>/apps/<slug>/<path:path>"
 APP_NOT_FOUND = "Workspace app not found."
 AGENT_NOT_FOUND = "Workspace agent not found."
 SEVERAL_AGENTS = "This workspace has several agents: name one, as <workspace>.<agent>."
@@ -362,10 +365,8 @@ def app_without_slash(user, target, slug):
     return redirect(request.path + "/" + (f"?{query}" if query else ""), 307)
 
 
-@websocket.route(
-    bp, "/@<user>/<target>/apps/<slug>/", defaults={"path": ""}, methods=METHODS, provide_automatic_options=False
-)
-@websocket.route(bp, "/@<user>/<target>/apps/<slug>/<path:path>", methods=METHODS, provide_automatic_options=False)
+@websocket.route(bp, APP_ROOT_RULE, defaults={"path": ""}, methods=METHODS, provide_automatic_options=False)
+@websocket.route(bp, APP_PATH_RULE, methods=METHODS, provide_automatic_options=False)
 def app_route(user, target, slug, path):
     """A workspace app: any method (and websocket upgrades) passed through the agent's connection to the app's local
     URL."""
@@ -483,7 +484,13 @@ def _front_answer(environ, path, username, target, slug):
     environ[APP_PROXY] = True
     request_id = requestlog.request_id(environ.get("HTTP_X_REQUEST_ID", ""))
     answer.headers.append(("X-Request-Id", request_id))
-    requestlog.log_line(environ["REQUEST_METHOD"], path, int(answer.status[:3]), started, request_id)
+    status = int(answer.status[:3])
+    requestlog.log_line(environ["REQUEST_METHOD"], path, status, started, request_id)
+    # Counted as the route's answer would be (Flask's hooks never see this one).
+    record = metrics_http.recorder(current_app._get_current_object())
+    if record is not None:
+        rule = APP_ROOT_RULE if FRONT_PATH.fullmatch(path) else APP_PATH_RULE
+        record(environ["REQUEST_METHOD"], rule, status, time.monotonic() - started)
     return answer
 
 
