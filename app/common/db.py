@@ -18,7 +18,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import closing, contextmanager
+from contextlib import closing, contextmanager, nullcontext
 from typing import Any, Protocol
 
 from peewee import Database, DatabaseProxy, InterfaceError, OperationalError, SqliteDatabase, TextField
@@ -242,29 +242,65 @@ def bounded_read(proxy: DatabaseProxy, seconds: float = BOUNDED_READ_SECONDS) ->
     """A read that gives up after about `seconds` (TimeoutError, or the database's
     error) rather than waiting on the database: for a scrape's collector, which must
     answer within Prometheus' scrape time-out. A connection of its own, taken from the
-    pool with at most `seconds` of wait (an exhausted SQLite pool refuses at once) and
-    given back after the block, or the caller's if one is open; in one transaction whose
-    statements and locks wait `seconds` at most (PostgreSQL's statement_timeout and
-    lock_timeout, SQLite's busy_timeout, put back after)."""
+    pool (an exhausted SQLite pool refuses at once) and given back after the block, or
+    the caller's if one is open; in a transaction of its own whose statements and locks
+    wait `seconds` at most (PostgreSQL's statement_timeout and lock_timeout, SQLite's
+    busy_timeout, put back after). Refused inside a transaction of the caller's, which
+    those settings would outlast.
+
+    The whole of it (the checkout, its ping, the statements, the commit) runs under a
+    gevent time-out too: a database host that stops answering (powered off, cut off)
+    enforces no statement_timeout, and TCP would wait minutes. A connection that timed
+    out is mid-command: it is closed, never given back to the pool (nor left to the
+    caller, whose next query opens a new one)."""
     import gevent
 
+    if proxy.in_transaction():
+        raise RuntimeError("bounded_read runs in a transaction of its own, not inside the caller's")
     opened = proxy.is_closed()  # else the caller's connection, left open after
-    if opened:
-        with gevent.Timeout(seconds, TimeoutError(f"no database connection free within {seconds:g} s")):
-            proxy.connect()
+    milliseconds = int(seconds * 1000)
+    timer = gevent.Timeout(seconds)  # a BaseException: no driver's `except Exception` takes it
+    timer.start()
     try:
-        milliseconds = int(seconds * 1000)
-        if isinstance(proxy.obj, SqliteDatabase):
-            with _busy_timeout(proxy.obj, milliseconds), proxy.atomic():
+        if opened:
+            proxy.connect()
+        with _busy_timeout(proxy.obj, milliseconds) if isinstance(proxy.obj, SqliteDatabase) else nullcontext():
+            proxy.begin()
+            try:
+                if not isinstance(proxy.obj, SqliteDatabase):
+                    proxy.execute_sql(f"SET LOCAL statement_timeout = {milliseconds}")
+                    proxy.execute_sql(f"SET LOCAL lock_timeout = {milliseconds}")
                 yield
-        else:
-            with proxy.atomic():
-                proxy.execute_sql(f"SET LOCAL statement_timeout = {milliseconds}")
-                proxy.execute_sql(f"SET LOCAL lock_timeout = {milliseconds}")
-                yield
-    finally:
+            except BaseException:
+                if timer.pending:  # else the connection is mid-command: discarded below
+                    proxy.rollback()
+                raise
+            proxy.commit()
         if opened:
             proxy.close()
+    except BaseException as exc:
+        expired = not timer.pending
+        timer.close()
+        if expired:
+            _discard(proxy)
+            raise TimeoutError(f"no free connection or no answer from the database within {seconds:g} s") from (
+                None if exc is timer else exc
+            )
+        if opened and not proxy.is_closed():
+            proxy.close()
+        raise
+    finally:
+        timer.close()
+
+
+def _discard(proxy: DatabaseProxy) -> None:
+    """Close the connection open on `proxy` without giving it back to its pool."""
+    if proxy.is_closed():
+        return
+    if isinstance(proxy.obj, PooledDatabase):
+        proxy.obj.manual_close()
+    else:
+        proxy.close()
 
 
 @contextmanager

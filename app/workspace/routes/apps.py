@@ -482,15 +482,26 @@ def _front_answer(environ, path, username, target, slug):
         environ[FRONT_FAILURE] = exc  # the route answers it, as a page of the platform's own
         return None
     environ[APP_PROXY] = True
-    request_id = requestlog.request_id(environ.get("HTTP_X_REQUEST_ID", ""))
-    answer.headers.append(("X-Request-Id", request_id))
-    status = int(answer.status[:3])
-    requestlog.log_line(environ["REQUEST_METHOD"], path, status, started, request_id)
-    # Counted as the route's answer would be (Flask's hooks never see this one).
-    record = metrics_http.recorder(current_app._get_current_object())
-    if record is not None:
-        rule = APP_ROOT_RULE if FRONT_PATH.fullmatch(path) else APP_PATH_RULE
-        record(environ["REQUEST_METHOD"], rule, status, time.monotonic() - started)
+    try:
+        request_id = requestlog.request_id(environ.get("HTTP_X_REQUEST_ID", ""))
+        answer.headers.append(("X-Request-Id", request_id))
+        status = int(answer.status[:3])
+    except BaseException:
+        answer.close()  # the front then lets the route answer: this one must not stay open
+        raise
+    # The app has answered: a failure to log or count it must not send its request again.
+    try:
+        requestlog.log_line(environ["REQUEST_METHOD"], path, status, started, request_id)
+        # Counted as the route's answer would be (Flask's hooks never see this one).
+        record = metrics_http.recorder(current_app._get_current_object())
+        if record is not None:
+            rule = APP_ROOT_RULE if FRONT_PATH.fullmatch(path) else APP_PATH_RULE
+            record(environ["REQUEST_METHOD"], rule, status, time.monotonic() - started)
+    except Exception:
+        log.exception("the apps front could not log or count its answer to %s", path)
+    except BaseException:
+        answer.close()
+        raise
     return answer
 
 

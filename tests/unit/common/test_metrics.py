@@ -399,3 +399,22 @@ def test_a_bounded_read_gives_up_on_a_lock_held_elsewhere(engine, tmp_path, requ
     with db.bounded_read(proxy, 0.3):
         assert proxy.execute_sql("SELECT count(*) FROM t").fetchone()[0] == 0
     database.close_all()
+
+
+def test_a_bounded_read_refuses_a_transaction_of_the_callers(tmp_path):
+    """Its limits (SET LOCAL on PostgreSQL) would outlast the block inside the caller's
+    transaction, and a connection that timed out is dropped with it: refused, and the
+    caller's transaction is left as it was."""
+    database = connect(f"sqlite+pool:///{tmp_path / 'x.db'}", max_connections=4)
+    proxy = DatabaseProxy()
+    proxy.initialize(database)
+    proxy.execute_sql("CREATE TABLE t (n INTEGER)")
+    with proxy.atomic():
+        proxy.execute_sql("INSERT INTO t VALUES (1)")
+        with pytest.raises(RuntimeError, match="transaction of its own"), db.bounded_read(proxy):
+            pass
+        assert proxy.in_transaction()
+    with db.bounded_read(proxy):  # the caller's open connection, outside a transaction
+        assert proxy.execute_sql("SELECT count(*) FROM t").fetchone()[0] == 1
+    assert not proxy.is_closed()  # left to the caller
+    database.close_all()
