@@ -7,6 +7,7 @@ firing and not firing. Its nginx server is checked by `nginx -t`. The role appli
 ansible-pull, with a real alert delivered to a webhook, is checked by
 tests/ops/test_two_hosts.py. Fast: no box, no daemon."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -29,6 +30,8 @@ TEMPLATES = {
     "alertmanager.yml": "etc/prometheus/alertmanager.yml.j2",
     "blackbox.yml": "etc/prometheus/blackbox.yml.j2",
     "monitoring.conf": "etc/nginx/conf.d/monitoring.conf.j2",
+    "prometheus-redis-exporter": "etc/default/prometheus-redis-exporter.j2",
+    "prometheus-postgres-exporter": "etc/default/prometheus-postgres-exporter.j2",
 }
 # A monitoring host with everything, its application hosts elsewhere.
 HOST_VARS = {
@@ -40,6 +43,16 @@ HOST_VARS = {
     "monitoring_application_hosts": ["10.0.0.11", "10.0.0.12"],
     "monitoring_data_hosts": ["10.0.0.5"],
     "monitoring_alert_webhook_url": "http://10.0.0.1:5001/alerts",
+    "base_secret_values": {"postgresql_monitoring_password": "pg-s3cret", "redis_password": "redis-s3cret"},
+}
+# The data host's exporters scraped from another host; email with an SMTP login.
+ELSEWHERE = {
+    "bundle_roles": ["data", "nginx"],
+    "monitoring_data_hosts": ["10.0.0.5"],
+    "monitoring_alert_email_to": "admin@example.org",
+    "monitoring_smtp_smarthost": "smtp.example.org:587",
+    "monitoring_smtp_auth_username": "alerts",
+    "base_secret_values": {**HOST_VARS["base_secret_values"], "monitoring_smtp_auth_password": "smtp-s3cret"},
 }
 # A test deployment's (tests/ops/test_two_hosts.py): seconds, not minutes.
 SHORT = {
@@ -106,7 +119,7 @@ def _render(folder, variants):
 
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory):
-    return _render(tmp_path_factory.mktemp("monitoring"), {"production": {}, "short": SHORT})
+    return _render(tmp_path_factory.mktemp("monitoring"), {"production": {}, "short": SHORT, "elsewhere": ELSEWHERE})
 
 
 def _promtool(*argv, cwd=None):
@@ -127,7 +140,11 @@ def test_every_host_and_service_is_scraped_and_every_public_host_probed(rendered
     assert config["global"] == {"scrape_interval": "30s", "evaluation_interval": "30s"}
     assert targets["node"] == ["10.0.0.11:9100", "10.0.0.12:9100", "10.0.0.5:9100"]
     assert targets["nginx"] == ["10.0.0.11:9113", "10.0.0.12:9113"]
-    assert targets["postgresql"] == ["10.0.0.5:9187"] and targets["redis"] == ["10.0.0.5:9121"]
+    # The data exporters of the monitoring host itself listen on loopback, named by its address.
+    for job, port in (("postgresql", 9187), ("redis", 9121)):
+        assert jobs[job]["static_configs"] == [
+            {"targets": [f"127.0.0.1:{port}"], "labels": {"instance": f"10.0.0.5:{port}"}}
+        ]
     for service in ("workspace", "decks", "notebook", "audio", "wizard"):
         assert jobs[f"bundle_{service}"]["metrics_path"] == f"/{service}/metrics"
         assert targets[f"bundle_{service}"] == ["10.0.0.11:9180", "10.0.0.12:9180"]
@@ -138,7 +155,12 @@ def test_every_host_and_service_is_scraped_and_every_public_host_probed(rendered
         "https://audio.example.org/api/audio/health",
         "https://wizard.example.org/healthz",
     ]
+    assert targets["blackbox_exporter"] == ["127.0.0.1:9115"] and "metrics_path" not in jobs["blackbox_exporter"]
     assert config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == ["10.0.0.5:9093"]
+    elsewhere = yaml.safe_load((rendered["elsewhere"] / "prometheus.yml").read_text())
+    jobs = {job["job_name"]: job for job in elsewhere["scrape_configs"]}
+    assert jobs["postgresql"]["static_configs"] == [{"targets": ["10.0.0.5:9187"]}]
+    assert jobs["redis"]["static_configs"] == [{"targets": ["10.0.0.5:9121"]}]
     short = yaml.safe_load((rendered["short"] / "prometheus.yml").read_text())
     assert short["global"] == {"scrape_interval": "2s", "evaluation_interval": "2s"}
 
@@ -149,6 +171,59 @@ def test_alertmanager_sends_every_alert_and_its_resolution_to_the_receiver(rende
     (receiver,) = config["receivers"]
     assert receiver["webhook_configs"] == [{"url": "http://10.0.0.1:5001/alerts", "send_resolved": True}]
     assert "email_configs" not in receiver
+    # A label missing on both sides counts as equal: `service` keeps a service's critical
+    # alert from silencing another service's warnings.
+    (inhibit,) = config["inhibit_rules"]
+    assert inhibit["equal"] == ["job", "instance", "service"]
+
+
+def test_the_smtp_password_comes_from_the_secrets_file(rendered, tmp_path):
+    config = yaml.safe_load((rendered["elsewhere"] / "alertmanager.yml").read_text())
+    assert config["global"]["smtp_auth_username"] == "alerts"
+    assert config["global"]["smtp_auth_password"] == "smtp-s3cret"
+    task = role_task("monitoring", "Check that the SMTP password is in the secrets file", "server.yml")
+    email = {k: v for k, v in ELSEWHERE.items() if k.startswith("monitoring_")}
+    missing = run_play(tmp_path, [task], {**email, "base_secret_values": {}}, roles=("base", "monitoring"))
+    assert missing.returncode != 0 and "not a playbook variable" in missing.stdout, missing.stdout[-3000:]
+    as_variable = {**email, "monitoring_smtp_auth_password": "x", "base_secret_values": ELSEWHERE["base_secret_values"]}
+    assert run_play(tmp_path, [task], as_variable, roles=("base", "monitoring")).returncode != 0
+    given = run_play(
+        tmp_path, [task], {**email, "base_secret_values": ELSEWHERE["base_secret_values"]}, roles=("base", "monitoring")
+    )
+    assert given.returncode == 0, given.stdout[-3000:]
+
+
+def test_the_data_exporters_listen_on_loopback_beside_prometheus_and_redis_has_no_password_in_its_environment(
+    rendered,
+):
+    beside = (rendered["production"] / "prometheus-redis-exporter").read_text()
+    assert "-web.listen-address=127.0.0.1:9121" in beside
+    assert "-redis.password-file=/etc/prometheus/redis-exporter-passwords.json" in beside
+    assert "\nREDIS_PASSWORD=" not in beside and "redis-s3cret" not in beside
+    assert (
+        "--web.listen-address=127.0.0.1:9187" in (rendered["production"] / "prometheus-postgres-exporter").read_text()
+    )
+    elsewhere = (rendered["elsewhere"] / "prometheus-redis-exporter").read_text()
+    assert "-web.listen-address=10.0.0.5:9121" in elsewhere and "redis-s3cret" not in elsewhere
+    assert "--web.listen-address=10.0.0.5:9187" in (rendered["elsewhere"] / "prometheus-postgres-exporter").read_text()
+
+
+def test_the_redis_exporters_password_file_names_its_own_redis_only(tmp_path):
+    task = role_task("monitoring", "Write Redis's password for the redis exporter (its own Redis only)", "data.yml")
+    assert (task["ansible.builtin.copy"]["group"], task["ansible.builtin.copy"]["mode"]) == ("prometheus", "0640")
+    task["ansible.builtin.copy"] = {
+        "content": task["ansible.builtin.copy"]["content"],
+        "dest": str(tmp_path / "pw.json"),
+    }
+    played = run_play(
+        tmp_path,
+        [task],
+        {"bundle_redis_port": 6380, "base_secret_values": {"redis_password": "redis-s3cret"}},
+        roles=("base", "monitoring"),
+    )
+    assert played.returncode == 0, played.stdout[-3000:]
+    assert json.loads((tmp_path / "pw.json").read_text()) == {"redis://127.0.0.1:6380": "redis-s3cret"}
+    assert "redis-s3cret" not in played.stdout
 
 
 def test_the_play_stops_where_alerts_would_go_nowhere(tmp_path):
@@ -157,6 +232,40 @@ def test_the_play_stops_where_alerts_would_go_nowhere(tmp_path):
     assert stopped.returncode != 0 and "alerts would go nowhere" in stopped.stdout, stopped.stdout[-3000:]
     given = run_play(tmp_path, [task], {"monitoring_alert_email_to": "admin@example.org"}, roles=("monitoring",))
     assert given.returncode == 0, given.stdout[-3000:]
+
+
+def test_a_daemon_that_restarts_gets_no_reload_behind_it(tmp_path):
+    """One signal per daemon: a restart (its /etc/default changed) skips the reload that
+    its configuration asked for in the same run; a daemon that does not restart reloads."""
+    handlers = yaml.safe_load((ROLE / "handlers/main.yml").read_text())
+    units = {f"{package}.service" for package in DEFAULTS["monitoring_server_packages"]}
+    reloads = [
+        h
+        for h in handlers
+        if h.get("ansible.builtin.systemd_service", {}).get("state") == "reloaded"
+        and h["ansible.builtin.systemd_service"]["name"] in units
+    ]
+    assert len(reloads) == len(units)
+    written = [
+        {"item": package, "changed": package == "prometheus"} for package in DEFAULTS["monitoring_server_packages"]
+    ]
+    tasks = [
+        {"name": "Written", "ansible.builtin.set_fact": {"monitoring_server_defaults": {"results": written}}},
+        role_task("monitoring", "Note the daemons that restart (their reload is skipped)", "server.yml"),
+        *(
+            {
+                "name": handler["name"],
+                "when": handler.get("when", True),
+                "ansible.builtin.debug": {"msg": "RELOAD " + handler["ansible.builtin.systemd_service"]["name"]},
+            }
+            for handler in reloads
+        ),
+    ]
+    played = run_play(tmp_path, tasks, {}, roles=("monitoring",))
+    assert played.returncode == 0, played.stdout[-3000:]
+    assert "RELOAD prometheus.service" not in played.stdout
+    assert "RELOAD prometheus-alertmanager.service" in played.stdout
+    assert "RELOAD prometheus-blackbox-exporter.service" in played.stdout
 
 
 def test_nginx_serves_each_services_metrics_to_the_monitoring_hosts_only(rendered, tmp_path):
@@ -213,26 +322,48 @@ REDIS = {"job": "redis", "instance": "10.0.0.5:9121"}
 NODE_A = {"job": "node", "instance": "10.0.0.11:9100"}
 
 
-def _requests(service, status, values):
-    return _series(
-        METRICS["requests"], {"service": service, "method": "GET", "route": "/api/x", "status": status}, values
-    )
+def _requests(service, status, values, route="/api/x", method="GET"):
+    labels = {"service": service, "method": method, "route": route, "status": status}
+    return _series(METRICS["requests"], labels, values)
 
 
-def _bucket(service, le, values):
-    labels = {"service": service, "method": "GET", "route": "/api/x", "le": le}
+def _bucket(service, le, values, route="/api/x", method="GET"):
+    labels = {"service": service, "method": method, "route": route, "le": le}
     return _series(METRICS["duration"] + "_bucket", labels, values)
 
 
+# The routes monitoring_routes_not_alerted leaves out by default: a user's app behind the
+# workspace's apps front (app/workspace/routes/apps.py) and the wizard's model calls.
+APP_ROUTES = ("/@<user>/<target>/apps/<slug>/", "/@<user>/<target>/apps/<slug>/<path:path>")
+MODEL_ROUTES = ("/api/ai/text", "/api/ai/image")
+NOTEBOOK_A = {"job": "bundle_notebook", "instance": "10.0.0.11:9180"}
+NOTEBOOK_B = {"job": "bundle_notebook", "instance": "10.0.0.12:9180"}
+BLACKBOX_EXPORTER = {"job": "blackbox_exporter", "instance": "127.0.0.1:9115"}
+
+
 RULE_TESTS = [
-    # A target down for 5 minutes; the one beside it up.
+    # A target down for 5 minutes; the one beside it up; a probe's `up` (the blackbox
+    # exporter's answer for a public URL) is no target of its own.
     _case(
         "TargetDown",
-        [_series("up", WIZARD_A, "0x15"), _series("up", NODE_A, "1x15")],
+        [_series("up", WIZARD_A, "0x15"), _series("up", NODE_A, "1x15"), _series("up", PROBE, "0x15")],
         "3m",
         "10m",
         {**WIZARD_A, "severity": "critical"},
         "bundle_wizard on 10.0.0.11:9180 does not answer",
+    ),
+    # The blackbox exporter down: one TargetDown (its own job), none per probe.
+    _case(
+        "TargetDown",
+        [
+            _series("up", BLACKBOX_EXPORTER, "0x15"),
+            _series("up", PROBE, "0x15"),
+            _series("up", OTHER_PROBE, "0x15"),
+        ],
+        "3m",
+        "10m",
+        {**BLACKBOX_EXPORTER, "severity": "critical"},
+        "blackbox_exporter on 127.0.0.1:9115 does not answer",
     ),
     _case(
         "PublicHostDown",
@@ -242,7 +373,8 @@ RULE_TESTS = [
         {**PROBE, "severity": "critical"},
         "https://wizard.example.org/healthz fails its probe",
     ),
-    # 10 % of the wizard's requests are 5xx; 1 % of the deck service's.
+    # 10 % of the wizard's requests are 5xx; 1 % of the deck service's. The workspace's
+    # users' apps and the wizard's model calls fail half the time: not the platform's.
     _case(
         "ServiceErrors",
         [
@@ -250,6 +382,10 @@ RULE_TESTS = [
             _requests("wizard", "2xx", "0+90x30"),
             _requests("decks", "5xx", "0+1x30"),
             _requests("decks", "2xx", "0+99x30"),
+            *(_requests("wizard", "5xx", "0+100x30", route, "POST") for route in MODEL_ROUTES),
+            *(_requests("workspace", "5xx", "0+50x30", route) for route in APP_ROUTES),
+            *(_requests("workspace", "2xx", "0+50x30", route) for route in APP_ROUTES),
+            _requests("workspace", "2xx", "0+100x30"),
         ],
         "3m",
         "20m",
@@ -257,12 +393,18 @@ RULE_TESTS = [
         "wizard answers 10% of its requests with 5xx",
     ),
     # Every wizard request takes 0.3-0.5 s (p95 0.49 s); every deck request under 0.1 s.
+    # The workspace's users' apps and the wizard's model calls take seconds: left out.
     _case(
         "ServiceSlow",
         [
             *(_bucket("wizard", le, "0x30") for le in ("0.1", "0.3")),
             *(_bucket("wizard", le, "0+10x30") for le in ("0.5", "+Inf")),
             *(_bucket("decks", le, "0+10x30") for le in ("0.1", "0.3", "0.5", "+Inf")),
+            *(_bucket("wizard", le, "0x30", route, "POST") for route in MODEL_ROUTES for le in ("0.1", "0.3", "0.5")),
+            *(_bucket("wizard", "+Inf", "0+100x30", route, "POST") for route in MODEL_ROUTES),
+            *(_bucket("workspace", le, "0+10x30") for le in ("0.1", "0.3", "0.5", "+Inf")),
+            *(_bucket("workspace", le, "0x30", route) for route in APP_ROUTES for le in ("0.1", "0.3", "0.5")),
+            *(_bucket("workspace", "+Inf", "0+100x30", route) for route in APP_ROUTES),
         ],
         "3m",
         "20m",
@@ -299,20 +441,18 @@ RULE_TESTS = [
         "the certificate of https://wizard.example.org/healthz expires in 13d 0h 0m 0s",
         interval="1h",
     ),
-    # The oldest queued job's age grows a minute a minute: 5 then 15 minutes old.
+    # The oldest queued job's age grows a minute a minute: 5 then 15 minutes old. The
+    # figure has no label of its own (docs/reference/metrics.md): the scrape's job and
+    # instance only. Both application hosts see the one queue: one alert.
     _case(
         "NotebookJobsWaiting",
         [
-            _series(
-                METRICS["notebook_oldest_queued"], {"service": "notebook", "instance": "10.0.0.11:9180"}, "0+60x20"
-            ),
-            _series(
-                METRICS["notebook_oldest_queued"], {"service": "notebook", "instance": "10.0.0.12:9180"}, "0+60x20"
-            ),
+            _series(METRICS["notebook_oldest_queued"], NOTEBOOK_A, "0+60x20"),
+            _series(METRICS["notebook_oldest_queued"], NOTEBOOK_B, "0+60x20"),
         ],
         "5m",
         "15m",
-        {"service": "notebook", "severity": "warning"},
+        {"job": "bundle_notebook", "severity": "warning"},
         "the notebook's oldest queued job has waited 15m 0s",
     ),
     # The last backup succeeded at the epoch: 25 hours later fine, 27 hours later not.

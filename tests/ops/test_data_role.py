@@ -22,7 +22,7 @@ import yaml
 from app import registry
 from devtools.pg_server import PostgresServer
 from devtools.services import free_port
-from tests.support.ops import REGISTRY, ansible_like, group_vars, registry_vars, venv_tool
+from tests.support.ops import REGISTRY, ansible_like, group_vars, registry_vars, role_task, run_play, venv_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 OPS = ROOT / "ops"
@@ -262,6 +262,57 @@ def test_roles_and_databases_log_in_with_scram_and_nowhere_else(configured_postg
     _login(server, "wizard", passwords["postgresql_wizard_password"]).close()
     with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
         _login(server, "wizard", old)
+
+
+def test_the_postgres_exporters_role_reads_statistics_and_has_no_database(configured_postgres, tmp_path):
+    """--monitor (the monitoring role): a login role of pg_monitor, the same password
+    logic as the services' roles, no database of its own."""
+    server, secrets_file = configured_postgres, tmp_path / "secrets.json"
+    password = "mon-" + os.urandom(8).hex()
+    secrets_file.write_text(json.dumps({"postgresql_monitoring_password": password}))
+    argv = [sys.executable, str(PG_ROLES), str(secrets_file), "--port", str(server.port), "--monitor"]
+    env = {**os.environ, "PGHOST": "127.0.0.1", "PGUSER": "postgres"}
+
+    def run():
+        done = subprocess.run(
+            [*argv, "bundle_monitoring=postgresql_monitoring_password"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert run() == "changed\n"
+    assert run() == ""
+    with psycopg.connect(
+        host="127.0.0.1", port=server.port, user="bundle_monitoring", password=password, dbname="postgres"
+    ) as conn:
+        assert conn.execute("SELECT pg_has_role('pg_monitor', 'MEMBER')").fetchone()[0] is True
+    with psycopg.connect(server.url(), autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_database WHERE datname = 'bundle_monitoring'").fetchone()[0] == 0
+        conn.execute("REVOKE pg_monitor FROM bundle_monitoring")
+    assert run() == "changed\n"  # membership restored
+
+
+@pytest.mark.parametrize("monitoring", [True, False])
+def test_the_base_role_makes_the_exporters_password_on_a_data_host_with_monitoring(tmp_path, monitoring):
+    """postgresql_monitoring_password is one of the base role's secrets where the data role
+    runs with monitoring on (the monitoring role reads it from base_secret_values)."""
+    task = role_task("base", "Generate the missing secrets (kept across runs, never printed)")
+    secrets_file = tmp_path / "secrets.json"
+    variables = {
+        "bundle_roles": ["data"],
+        "monitoring_enabled": monitoring,
+        "base_secrets_file": str(secrets_file),
+        "role_path": str(OPS / "roles/base"),
+    }
+    played = run_play(tmp_path, [task], variables)
+    assert played.returncode == 0, played.stdout[-3000:]
+    stored = json.loads(secrets_file.read_text())
+    assert "redis_password" in stored
+    assert ("postgresql_monitoring_password" in stored) is monitoring
 
 
 def test_the_role_maker_never_puts_a_password_on_a_command_line(tmp_path):

@@ -647,7 +647,7 @@ def test_monitoring_sees_every_host_and_alerts_at_the_webhook(deployment):
         f"two hosts: the data host's pull with the monitoring role {time.monotonic() - started:.0f} s", file=sys.stderr
     )
     app_hosts = [hosts["app-a"].address, hosts["app-b"].address]
-    jobs = {"node", "nginx", "postgresql", "redis", "prometheus", "alertmanager", "blackbox"}
+    jobs = {"node", "nginx", "postgresql", "redis", "prometheus", "alertmanager", "blackbox", "blackbox_exporter"}
     jobs |= {f"bundle_{s}" for s in SERVICES}
 
     def every_target_up():

@@ -1,11 +1,14 @@
 """Makes PostgreSQL's login roles and databases of the bundle match the secrets file.
 
-    python3 bundle_pg_roles.py SECRETS_FILE [--run-as postgres] [--port N] NAME=SECRET ...
+    python3 bundle_pg_roles.py SECRETS_FILE [--run-as postgres] [--port N] [--monitor] NAME=SECRET ...
 
 For each NAME=SECRET: a login role NAME whose password is the secrets file's SECRET,
 and a database NAME owned by it that no one else may connect to (CONNECT and TEMP
 revoked from PUBLIC; pg_hba.conf names each database's role only). A role whose
 stored SCRAM verifier does not match the secret gets a new one (the secret changed).
+With --monitor (the monitoring role's postgres exporter): each NAME is a login role
+member of pg_monitor (it reads the statistics views, no table of the services) with no
+database of its own.
 
 The password never reaches the server, its logs or a command line: the SCRAM-SHA-256
 verifier is computed here (RFC 5802/7677, as PostgreSQL stores it) and handed to
@@ -86,16 +89,30 @@ class Psql:
         return [line.split("|") for line in done.stdout.splitlines() if line]
 
 
-def ensure(psql, name, password):
-    """Brings one role and its database in line; returns whether it changed anything."""
-    changed = False
+def ensure_login(psql, name, password):
+    """Brings one login role and its password in line; returns whether it changed anything."""
     rows = psql(f"SELECT rolcanlogin, coalesce(rolpassword, '') FROM pg_authid WHERE rolname = '{name}'")
     if not rows:
         psql(f"CREATE ROLE {name} LOGIN PASSWORD '{scram_verifier(password)}'")
-        changed = True
-    elif rows[0][0] != "t" or not verifier_matches(rows[0][1], password):
+        return True
+    if rows[0][0] != "t" or not verifier_matches(rows[0][1], password):
         psql(f"ALTER ROLE {name} LOGIN PASSWORD '{scram_verifier(password)}'")
+        return True
+    return False
+
+
+def ensure_monitor(psql, name, password):
+    """Brings one login role of pg_monitor in line (no database); returns whether it changed anything."""
+    changed = ensure_login(psql, name, password)
+    if psql(f"SELECT pg_has_role('{name}', 'pg_monitor', 'MEMBER')") != [["t"]]:
+        psql(f"GRANT pg_monitor TO {name}")
         changed = True
+    return changed
+
+
+def ensure(psql, name, password):
+    """Brings one role and its database in line; returns whether it changed anything."""
+    changed = ensure_login(psql, name, password)
     rows = psql(
         f"SELECT pg_get_userbyid(datdba), has_database_privilege('public', datname, 'CONNECT'),"
         f" has_database_privilege('public', datname, 'TEMPORARY') FROM pg_database"
@@ -121,6 +138,7 @@ def main(argv=None):
     parser.add_argument("specs", nargs="+", metavar="NAME=SECRET")
     parser.add_argument("--run-as", help="run psql as this user (runuser), e.g. postgres")
     parser.add_argument("--port", type=int, help="the server's port (else PGPORT or psql's default)")
+    parser.add_argument("--monitor", action="store_true", help="login roles of pg_monitor, no database of their own")
     args = parser.parse_args(argv)
     with open(args.secrets_file) as handle:
         stored = json.load(handle)
@@ -133,9 +151,10 @@ def main(argv=None):
             raise SystemExit(f"bundle_pg_roles: {args.secrets_file} has no {secret}")
         wanted.append((name, stored[secret]))
     psql = Psql(args.run_as, args.port)
+    make = ensure_monitor if args.monitor else ensure
     changed = False
     for name, password in wanted:
-        changed = ensure(psql, name, password) or changed
+        changed = make(psql, name, password) or changed
     if changed:
         print("changed")
 
