@@ -8,16 +8,14 @@ ansible-pull, with a real alert delivered to a webhook, is checked by
 tests/ops/test_two_hosts.py. Fast: no box, no daemon."""
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.support.ops import role_task, run_play, venv_tool
+from tests.support.ops import role_task, run_play
 
 ROOT = Path(__file__).resolve().parents[2]
 OPS = ROOT / "ops"
@@ -72,8 +70,6 @@ pytestmark = pytest.mark.skipif(
 def _render(folder, variants):
     """Each variant's templates rendered by ansible-playbook into folder/<variant>/,
     with group_vars/all.yml, the role's defaults and the variant's settings."""
-    (folder / "ops").mkdir()
-    (folder / "services.json").symlink_to(ROOT / "services.json")  # the registry, as in a checkout
     tasks = []
     for variant, settings in variants.items():
         out = folder / variant
@@ -87,32 +83,7 @@ def _render(folder, variants):
                     "vars": {**HOST_VARS, **settings, "monitoring_config_dir": str(out)},
                 }
             )
-    play = [
-        {
-            "name": "The monitoring role's templates",
-            "hosts": "localhost",
-            "connection": "local",
-            "gather_facts": False,
-            "vars_files": [str(OPS / "group_vars/all.yml"), str(ROLE / "defaults/main.yml")],
-            "tasks": tasks,
-        }
-    ]
-    (folder / "ops/play.yml").write_text(yaml.safe_dump(play))
-    result = subprocess.run(
-        [
-            venv_tool("ansible-playbook"),
-            "-i",
-            "localhost,",
-            "-e",
-            f"ansible_python_interpreter={sys.executable}",
-            str(folder / "ops/play.yml"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=folder,
-        env={**os.environ, "ANSIBLE_LOCAL_TEMP": str(folder / "tmp"), "ANSIBLE_NOCOLOR": "1"},
-    )
+    result = run_play(folder, tasks, {}, roles=("monitoring",))
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     return {variant: folder / variant for variant in variants}
 
