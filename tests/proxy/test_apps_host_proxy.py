@@ -8,11 +8,9 @@ import json
 
 import pytest
 
-from devtools import nginx, services
-from tests.support.workspace import AGENT_ENV, TOKEN_HEADER, Workspace
+from tests.support.workspace import APPS_SUFFIX, PLATFORM_HOST, TOKEN_HEADER, platform_behind_nginx
 
-PLATFORM = "workspace.localhost"
-APPS = ".apps.localhost"
+PLATFORM, APPS = PLATFORM_HOST, APPS_SUFFIX
 NOT_FOUND = {"message": "Workspace app not found."}
 # Names under the apps' wildcard that name no app: several labels, an app's label below
 # another, a one-label name that is not an app's.
@@ -34,20 +32,7 @@ PLATFORM_PATHS = (
 @pytest.fixture(scope="module")
 def behind_nginx(start_module_service, tmp_path_factory):
     """(platform, nginx, an owner's session token): app hosts on *.apps.localhost."""
-    with services.held_port() as port:  # until nginx takes it: the platform's settings name it
-        env = {
-            **AGENT_ENV,
-            "WORKSPACE_ACCESS_URL": f"http://{PLATFORM}:{port}",
-            "WORKSPACE_WILDCARD_ACCESS_URL": f"*{APPS}:{port}",
-        }
-        ws = Workspace(start_module_service("workspace", env=env))
-    proxy = nginx.start(
-        tmp_path_factory.mktemp("nginx"),
-        port,
-        upstreams={"workspace": f"127.0.0.1:{ws.service.port}"},
-        hosts={"workspace": PLATFORM},
-        variables={"workspace_apps_host": f"*{APPS}"},
-    )
+    ws, proxy, _port = platform_behind_nginx(start_module_service, tmp_path_factory.mktemp("nginx"))
     yield ws, proxy, ws.first_user()
     proxy.stop()
 

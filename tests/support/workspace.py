@@ -53,6 +53,30 @@ class Workspace:
 # --------------------------------------------------------------------------- workspaces and agents
 
 AGENT_ENV = {"WORKSPACE_AGENT_PING_SECONDS": "1"}  # fast pings: a lost agent shows within seconds
+# The platform's host behind the tests' nginx, and the suffix of its workspace apps' hosts.
+PLATFORM_HOST = "workspace.localhost"
+APPS_SUFFIX = ".apps.localhost"
+
+
+def platform_behind_nginx(start_service, nginx_folder, env=None, wildcard=True):
+    """(Workspace, nginx, port): the platform behind a real nginx at
+    http://workspace.localhost:port, and the app hosts *.apps.localhost:port when
+    `wildcard`; `start_service` is the tests' start_service or start_module_service."""
+    from devtools import nginx, services
+
+    with services.held_port() as port:  # until nginx takes it: the platform's settings name it
+        settings = {**AGENT_ENV, "WORKSPACE_ACCESS_URL": f"http://{PLATFORM_HOST}:{port}", **(env or {})}
+        if wildcard:
+            settings["WORKSPACE_WILDCARD_ACCESS_URL"] = f"*{APPS_SUFFIX}:{port}"
+        ws = Workspace(start_service("workspace", env=settings))
+    proxy = nginx.start(
+        nginx_folder,
+        port,
+        upstreams={"workspace": f"127.0.0.1:{ws.service.port}"},
+        hosts={"workspace": PLATFORM_HOST},
+        variables={"workspace_apps_host": f"*{APPS_SUFFIX}"} if wildcard else {},
+    )
+    return ws, proxy, port
 
 
 def create_workspace(ws, token, name, agents, user="me"):

@@ -15,19 +15,18 @@ import pytest
 import requests
 
 from app.workspace.access.app_hosts import sealer
-from devtools import nginx, services
 from tests.support.proxy import ATTACKER_TOKEN, HostileApp
 from tests.support.workspace import (
-    AGENT_ENV,
+    APPS_SUFFIX,
+    PLATFORM_HOST,
     TOKEN_HEADER,
     AgentProcess,
-    Workspace,
     create_workspace,
+    platform_behind_nginx,
     wait_status,
 )
 
-PLATFORM = "workspace.localhost"
-APPS = ".apps.localhost"
+PLATFORM, APPS = PLATFORM_HOST, APPS_SUFFIX
 SANDBOX = "sandbox allow-scripts allow-forms allow-popups allow-downloads"
 HTML = {"Accept": "text/html,*/*"}
 JSON = {"Accept": "application/json"}
@@ -93,18 +92,7 @@ def _direct(port, host, path, headers=None, method="GET", **kwargs):
 def _platform(start_module_service, tmp_path_factory, env, wildcard):
     """A platform behind nginx at http://workspace.localhost:PORT (and the app hosts
     *.apps.localhost:PORT when `wildcard`), an Owner (an administrator) and `other`."""
-    with services.held_port() as port:  # until nginx takes it: the platform's settings name it
-        env = {**AGENT_ENV, "WORKSPACE_ACCESS_URL": f"http://{PLATFORM}:{port}", **env}
-        if wildcard:
-            env["WORKSPACE_WILDCARD_ACCESS_URL"] = f"*{APPS}:{port}"
-        ws = Workspace(start_module_service("workspace", env=env))
-    proxy = nginx.start(
-        tmp_path_factory.mktemp("nginx"),
-        port,
-        upstreams={"workspace": f"127.0.0.1:{ws.service.port}"},
-        hosts={"workspace": PLATFORM},
-        variables={"workspace_apps_host": f"*{APPS}"} if wildcard else {},
-    )
+    ws, proxy, port = platform_behind_nginx(start_module_service, tmp_path_factory.mktemp("nginx"), env, wildcard)
     setup = SimpleNamespace(ws=ws, proxy=proxy, port=port, owner=ws.first_user())
     requests.post(
         ws.api + "/users",
