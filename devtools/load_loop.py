@@ -58,7 +58,7 @@ class Tally:
     requests: int = 0
     failures: Counter[str] = field(default_factory=Counter)
     examples: list[str] = field(default_factory=list)
-    failed_at: list[float] = field(default_factory=list)  # time.monotonic() of each failure
+    failed_at: list[tuple[str, float]] = field(default_factory=list)  # each failure: (kind, time.monotonic())
     longest: float = 0.0
     acknowledged: list[object] = field(default_factory=list)
 
@@ -67,7 +67,7 @@ class Tally:
         self.longest = max(self.longest, seconds)
         if failure:
             self.failures[failure] += 1
-            self.failed_at.append(time.monotonic())
+            self.failed_at.append((failure, time.monotonic()))
             if len(self.examples) < 5:
                 self.examples.append(f"{failure}: {example}"[:300])
 
