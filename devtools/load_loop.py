@@ -61,6 +61,8 @@ class Tally:
     failed_at: list[tuple[str, float]] = field(default_factory=list)  # each failure: (kind, time.monotonic())
     longest: float = 0.0
     acknowledged: list[object] = field(default_factory=list)
+    # Each acknowledged write: (time.monotonic() when it was sent, seconds to its answer).
+    writes: list[tuple[float, float]] = field(default_factory=list)
 
     def count(self, seconds: float, failure: str | None = None, example: str = "") -> None:
         self.requests += 1
@@ -335,6 +337,7 @@ class LoadLoop:
                 tally.count(time.monotonic() - started)
                 if made is not None:
                     tally.acknowledged.append(made)
+                    tally.writes.append((started, time.monotonic() - started))
             self.stop.wait(CYCLE_SECONDS - (time.monotonic() - cycle))  # pacing, not a wait for a condition
 
     @contextlib.contextmanager
@@ -357,8 +360,10 @@ class LoadLoop:
     def failures(self) -> dict[str, dict[str, int]]:
         return {name: dict(t.failures) for name, t in self.tallies.items() if t.failures}
 
-    def missing_writes(self) -> dict[str, list[object]]:
-        found = {w.service: w.missing(self.tallies[w.service].acknowledged) for w in self.workloads}
+    def missing_writes(self, among: dict[str, list[object]] | None = None) -> dict[str, list[object]]:
+        """The acknowledged writes (or those of `among`, by service) that cannot be found."""
+        wanted = among if among is not None else {name: t.acknowledged for name, t in self.tallies.items()}
+        found = {w.service: w.missing(list(wanted.get(w.service, []))) for w in self.workloads}
         return {name: missing for name, missing in found.items() if missing}
 
     def stream_faults(self, timeout: float = 60.0) -> list[str]:
@@ -385,6 +390,18 @@ class LoadLoop:
         faults = [f"{name}: {item!r} seen {seen.count(item)} times" for item in set(seen) if seen.count(item) > 1]
         faults += [f"{name}: {item!r} never seen" for item in wanted if item not in seen]
         return faults[:20]
+
+    def write_latencies(self, start: float, end: float) -> list[float]:
+        """The seconds of every acknowledged write sent between `start` and `end`
+        (time.monotonic()), all services together, shortest first."""
+        return sorted(s for t in self.tallies.values() for sent, s in t.writes if start <= sent <= end)
+
+    def acknowledged_before(self, moment: float) -> dict[str, list[object]]:
+        """Each service's writes acknowledged before `moment` (time.monotonic())."""
+        return {
+            name: [made for made, (sent, seconds) in zip(t.acknowledged, t.writes) if sent + seconds < moment]
+            for name, t in self.tallies.items()
+        }
 
     def summary(self) -> str:
         lines = [f"load loop: {self.ended - self.started:.1f} s"]

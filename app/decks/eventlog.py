@@ -15,6 +15,11 @@ reusing a sequence number:
   copy) its tail is re-read, and the next seq is one past the larger of the file's
   highest seq and the highest seq this process ever handed out, so a restore never
   makes an append reuse a seq.
+- A log restored from a backup (app.backup, app.decks.backup) has a mark beside it,
+  `restored.json`: the highest seq and the length the log had when the backup copied
+  it. Clients may hold seqs handed out after that copy and lost with the host, so the
+  next seq starts above every seq the log could have reached from there: its room
+  left under the cap, counted in the shortest line an event can take (`seq_floor`).
 - A torn trailing line (a copy taken mid-write, a killed worker) is skipped by
   readers, and the next append starts on a fresh line instead of gluing onto it.
 - Reads start where the log's sparse index (events.idx, app.decks.logindex) says
@@ -42,6 +47,10 @@ from app.decks import logindex
 log = logging.getLogger("bundle.decks.eventlog")
 _TAIL_BLOCK = 64 * 1024
 _FIRST_READ, _MAX_READ = 8 * 1024, 256 * 1024  # a forward read's blocks: growing, overshooting little
+RESTORED_MARK = "restored.json"  # beside a restored log: what it held when it was backed up
+# No event's line is shorter: {"seq":1,"ts":"2026-11-29T00:00:00.000Z"} and its newline take 43 bytes.
+SHORTEST_LINE = 40
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024  # DECKS_MAX_LOG_BYTES' default, for a log opened without a cap
 
 APPENDS = Counter("bundle_decks_appends_total", "Events appended to sessions' logs (stored and fsynced)")
 # A batch of appends (group commit) is fsynced once: one observation per batch.
@@ -261,6 +270,33 @@ def read_events(path, after=0, limit=None):
         os.close(fd)
 
 
+def mark_restored(log_path, highest_seq: int, length: int, snapshot: str) -> None:
+    """Record beside a log restored from a backup what it held when it was copied."""
+    mark = {"highest_seq": highest_seq, "bytes": length, "snapshot": snapshot, "restored": utc_timestamp()}
+    path = os.path.join(os.path.dirname(os.fspath(log_path)), RESTORED_MARK)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(mark, f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def seq_floor(log_path, max_bytes=None) -> int:
+    """The seq every new event of a restored log must pass (0 for a log never restored):
+    above any seq it could have handed out after its backup, which grew it from
+    `bytes` to the cap at most, one shortest line an event."""
+    try:
+        with open(os.path.join(os.path.dirname(os.fspath(log_path)), RESTORED_MARK), "rb") as f:
+            mark = json.load(f)
+        highest, length = int(mark["highest_seq"]), int(mark["bytes"])
+    except FileNotFoundError:
+        return 0
+    except (ValueError, KeyError, TypeError):
+        log.error("%s beside %s is unreadable: its seqs continue from the log alone", RESTORED_MARK, log_path)
+        return 0
+    room = max(0, (max_bytes or DEFAULT_MAX_BYTES) - length)
+    return highest + room // SHORTEST_LINE + 1
+
+
 class SeqState:
     """What this process knows of a log: its identity after our last write and the
     highest seq it has ever seen or handed out."""
@@ -301,7 +337,7 @@ def commit(path, events, state, max_bytes=None):
         else:
             file_seq, complete_end = scan_tail(fd, st.st_size)
             ends_with_newline = complete_end == st.st_size
-            state.high_seq = max(state.high_seq, file_seq)
+            state.high_seq = max(state.high_seq, file_seq, seq_floor(path, max_bytes))
         stored, placed, lines = [], [], [b"\n"] if not ends_with_newline else []
         size = st.st_size + sum(map(len, lines))  # the log's size once these lines are written
         timestamp = utc_timestamp("milliseconds")
