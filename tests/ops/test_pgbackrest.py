@@ -214,6 +214,8 @@ def test_point_in_time_recovery_between_two_acknowledged_writes(archiving_postgr
         "bundle-pg-restore: error: bundle_notebook hold tables: give --replace to overwrite them with the backup"
     ]
     assert _rows(server) == ["A", "B"]
+    assert server.restore("--check").returncode == 1
+    assert server.restore("--check", "--replace").returncode == 0
     bad = server.restore("--replace", "--target-time", "yesterday")
     assert bad.returncode == 2 and "is not 'YYYY-MM-DD HH:MM:SS+00'" in bad.stderr
     assert _rows(server) == ["A", "B"]

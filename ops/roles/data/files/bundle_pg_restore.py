@@ -9,7 +9,8 @@ it are left out), then the server is promoted. Steps: refuse (one line, nothing 
 when a `bundle_*` database holds a table, unless --replace, or when the repository has
 no backup; stop the server; `pgbackrest --delta restore`; start it; wait until it accepts
 writes (recovery over); start a new full backup (with --backup-unit) or say to take one.
---check stops after the refusal check (the bundle-backup wrapper asks it first).
+--check stops after the refusal check on the tables (the bundle-backup wrapper asks it
+before it restores the files, pgBackRest's repository among them).
 
 How the server is stopped and started: --unit (systemctl, on a host) or --pg-ctl with
 --pgdata (a cluster that pg_ctl runs, as the tests do). pgbackrest, psql and pg_ctl run
@@ -158,11 +159,11 @@ def main(argv=None):
                 ) from None
             if holders:
                 raise Refused(f"{', '.join(holders)} hold tables: give --replace to overwrite them with the backup")
+        if args.check:
+            return 0  # the repository may come later (bundle-backup restore brings it back)
         backups = cluster.backups()
         if not backups:
             raise Refused(f"pgBackRest's repository has no backup of stanza {args.stanza}")
-        if args.check:
-            return 0
         cluster.stop()
         cluster.pgbackrest(*restore_argv(args))
         cluster.start()
