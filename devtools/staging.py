@@ -63,7 +63,8 @@ def playbook_packages():
     base = _yaml(ROOT / "ops/roles/base/defaults/main.yml")["base_packages"]
     nginx = _yaml(ROOT / "ops/roles/nginx/defaults/main.yml")
     web = nginx["nginx_packages"] + nginx["nginx_acme_packages"]
-    return sorted(set(base) | set(web) | set(bootstrap_packages()))
+    backup = _yaml(ROOT / "ops/roles/backup/defaults/main.yml")["backup_packages"]
+    return sorted(set(base) | set(web) | set(backup) | set(bootstrap_packages()))
 
 
 def cache_key():

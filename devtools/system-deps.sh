@@ -4,7 +4,8 @@
 #                         espeak-ng (the audio service's speech engine)
 #   system-deps.sh test   that and the test laboratory (`make test`): Chromium, debootstrap,
 #                         systemd-nspawn, PostgreSQL, Redis, LemonLDAP::NG, pebble, sshd, wrk,
-#                         promtool (Debian's prometheus: the alert rules' checks) ...
+#                         promtool (Debian's prometheus: the alert rules' checks), restic and
+#                         pgbackrest (the backups' checks) ...
 # Needs root for apt-get; as another user it prints the `sudo apt-get install` line to run
 # and stops (nothing is needed when every package is present).
 set -euo pipefail
@@ -16,7 +17,8 @@ case "$layer" in
   test)
     PACKAGES+=([openssl]=openssl [chromium]=chromium [debootstrap]=debootstrap [systemd-nspawn]=systemd-container
                [systemd-analyze]=systemd [node]=nodejs [redis-server]=redis-server [wrk]=wrk [nft]=nftables
-               [ip]=iproute2 [pebble]=pebble [sshd]=openssh-server [ssh]=openssh-client [promtool]=prometheus) ;;
+               [ip]=iproute2 [pebble]=pebble [sshd]=openssh-server [ssh]=openssh-client [promtool]=prometheus
+               [restic]=restic [pgbackrest]=pgbackrest) ;;
   *) echo "usage: $0 run|test" >&2; exit 2 ;;
 esac
 missing=()

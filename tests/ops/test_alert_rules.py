@@ -429,11 +429,24 @@ RULE_TESTS = [
     # The last backup succeeded at the epoch: 25 hours later fine, 27 hours later not.
     _case(
         "BackupTooOld",
-        [_series(METRICS["backup_last_success"], NODE_A, "0x1700")],
+        [_series(METRICS["backup_last_success"], {**NODE_A, "store": "files"}, "0x1700")],
         "25h",
         "27h",
-        {"instance": "10.0.0.11:9100", "severity": "critical"},
-        "the last backup on 10.0.0.11:9100 succeeded 1d 3h 0m 0s ago",
+        {"instance": "10.0.0.11:9100", "store": "files", "severity": "critical"},
+        "the last files backup on 10.0.0.11:9100 succeeded 1d 3h 0m 0s ago",
+    ),
+    # Two stores of one host are judged apart: the files' backup succeeds every minute
+    # (its timestamp follows the clock), PostgreSQL's stopped at the epoch: only it fires.
+    _case(
+        "BackupTooOld",
+        [
+            _series(METRICS["backup_last_success"], {**NODE_A, "store": "files"}, "0+60x1700"),
+            _series(METRICS["backup_last_success"], {**NODE_A, "store": "postgresql"}, "0x1700"),
+        ],
+        "25h",
+        "27h",
+        {"instance": "10.0.0.11:9100", "store": "postgresql", "severity": "critical"},
+        "the last postgresql backup on 10.0.0.11:9100 succeeded 1d 3h 0m 0s ago",
     ),
     _case(
         "PostgresqlDown",
