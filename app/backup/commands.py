@@ -27,9 +27,7 @@ RELEASE = (PROJECT_ROOT / "VERSION").read_text().strip()
 
 def restic_of(settings: BackupSettings) -> Restic:
     settings.require_repository()
-    return Restic(
-        settings.restic, settings.repository, settings.password_file, os.path.join(settings.work_dir, "cache")
-    )
+    return Restic(settings.restic, settings.repository, settings.password_file, settings.cache_dir)
 
 
 @contextmanager
@@ -89,11 +87,13 @@ def create(settings: BackupSettings, out: TextIO) -> None:
 
 
 def list_snapshots(settings: BackupSettings, out: TextIO, host: str | None) -> None:
-    found = restic_of(settings).snapshots(host)
-    if not found:
+    found, damaged = restic_of(settings).snapshots(host)
+    if not found and not damaged:
         out.write("no snapshot\n")
     for entry in found:
         out.write(f"{entry.short_id}  {entry.time[:19]}Z  {entry.host}\n")
+    for short_id in damaged:
+        out.write(f"{short_id}  damaged: restic cannot read it\n")
 
 
 def verify(settings: BackupSettings, out: TextIO, chosen: str, host: str | None) -> None:

@@ -71,11 +71,15 @@ class Restic:
 
     def run(self, arguments: Sequence[str], what: str) -> str:
         """restic's standard output; BackupError naming `what` failed and why."""
+        return self.run_whole(arguments, what).stdout
+
+    def run_whole(self, arguments: Sequence[str], what: str) -> subprocess.CompletedProcess[str]:
+        """restic's run (its output and its warnings); BackupError when it failed."""
         if not os.path.isfile(self.password_file):
             raise BackupError(f"no password file at {self.password_file} (BACKUP_PASSWORD_FILE)")
         try:
             done = subprocess.run(
-                [self.program, "--no-lock" if arguments[0] == "snapshots" else "--quiet", *arguments],
+                [self.program, *self._options(arguments[0]), *arguments],
                 env=self._environment(),
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
@@ -86,7 +90,14 @@ class Restic:
             raise BackupError(f"{self.program} is not installed (apt-get install restic)") from None
         if done.returncode != 0:
             raise BackupError(f"{what} failed: {explain(done.stderr)}")
-        return done.stdout
+        return done
+
+    @staticmethod
+    def _options(command: str) -> list[str]:
+        """restic's cache (the index, the trees, the snapshots) speeds up `backup` and
+        `forget`; everything else reads the repository itself, as a new host would."""
+        options = ["--quiet"] if command in ("backup", "forget") else ["--quiet", "--no-cache"]
+        return [*options, "--no-lock"] if command == "snapshots" else options
 
     def initialized(self) -> bool:
         try:
@@ -115,23 +126,32 @@ class Restic:
                 return dict(message)
         raise BackupError("storing the snapshot failed: restic printed no summary")
 
-    def snapshots(self, host: str | None = None) -> list[Snapshot]:
+    def snapshots(self, host: str | None = None) -> tuple[list[Snapshot], list[str]]:
+        """The snapshots of ours (of `host`), oldest first, and the ids of those restic
+        cannot read (a damaged or truncated file: never skipped in silence)."""
         arguments = ["snapshots", "--json", "--tag", TAG]
         if host:
             arguments += ["--host", host]
-        found = json.loads(self.run(arguments, "listing the snapshots") or "[]")
-        return sorted((Snapshot.of(raw) for raw in found), key=lambda s: s.time)
+        done = self.run_whole(arguments, "listing the snapshots")
+        damaged = re.findall(r"could not load snapshot (\w+)", done.stderr)
+        found = json.loads(done.stdout or "[]")
+        return sorted((Snapshot.of(raw) for raw in found), key=lambda s: s.time), damaged
 
     def find(self, chosen: str, host: str | None) -> Snapshot:
         """The snapshot an admin named: an id (or its start), or `latest` of `host`."""
-        if chosen == "latest":
-            mine = self.snapshots(host)
-            if not mine:
-                raise BackupError(f"the repository holds no snapshot of host {host!r} (--host names another)")
-            return mine[-1]
-        if not re.fullmatch(r"[0-9a-f]{4,64}", chosen):
+        if chosen != "latest" and not re.fullmatch(r"[0-9a-f]{4,64}", chosen):
             raise BackupError(f"{chosen!r} is not a snapshot id (see `list`) nor `latest`")
-        matches = [s for s in self.snapshots() if s.id.startswith(chosen)]
+        found, damaged = self.snapshots(host if chosen == "latest" else None)
+        if any(d.startswith(chosen) or chosen.startswith(d) for d in damaged) or (chosen == "latest" and damaged):
+            raise BackupError(
+                f"snapshot {', '.join(damaged)} in the repository is damaged (restic cannot read it): "
+                "`restic check` says more; restore another snapshot by its id"
+            )
+        if chosen == "latest":
+            if not found:
+                raise BackupError(f"the repository holds no snapshot of host {host!r} (--host names another)")
+            return found[-1]
+        matches = [s for s in found if s.id.startswith(chosen)]
         if len(matches) != 1:
             raise BackupError(f"no such snapshot: {chosen}" if not matches else f"{chosen} names several snapshots")
         return matches[0]

@@ -76,6 +76,14 @@ WORK_DIR = VARIABLES.add(
         "scratch folder, and the data a restore replaced (kept, never deleted).",
     )
 )
+CACHE_DIR = VARIABLES.add(
+    Text(
+        name="BACKUP_CACHE_DIR",
+        shown_default="`<work folder>/cache`",
+        values="path",
+        doc="restic's cache of the repository's index (a cache: losing it costs time only).",
+    )
+)
 STATUS_FILE = VARIABLES.add(
     Text(
         name="BACKUP_STATUS_FILE",
@@ -120,6 +128,7 @@ class BackupSettings:
     secrets_file: str
     extra_paths: tuple[str, ...]
     work_dir: str
+    cache_dir: str
     status_file: str
     host_name: str
     keep_daily: int
@@ -133,6 +142,7 @@ class BackupSettings:
     @classmethod
     def from_env(cls) -> BackupSettings:
         data_root = os.path.abspath(DATA_ROOT.read(str(config.PROJECT_ROOT / "var")))
+        work_dir = os.path.abspath(WORK_DIR.read(os.path.join(data_root, ".backup")))
         extra = tuple(p for p in EXTRA_PATHS.read().split(":") if p)
         for path in extra:
             if not os.path.isabs(path):
@@ -144,7 +154,8 @@ class BackupSettings:
             services=_services(SERVICES.read(), data_root),
             secrets_file=SECRETS_FILE.read(),
             extra_paths=tuple(os.path.normpath(p) for p in extra),
-            work_dir=os.path.abspath(WORK_DIR.read(os.path.join(data_root, ".backup"))),
+            work_dir=work_dir,
+            cache_dir=os.path.abspath(CACHE_DIR.read(os.path.join(work_dir, "cache"))),
             status_file=STATUS_FILE.read(),
             host_name=HOST_NAME.read(socket.gethostname()),
             keep_daily=KEEP_DAILY.read(),

@@ -7,8 +7,8 @@
           blocking the service's writers (a reader of a WAL database blocks none), then
           fsynced and checked with `PRAGMA integrity_check`; its -wal, -shm and
           -journal files are left out (the copy holds what they held, committed). A
-          database nobody has open is read in exclusive mode, so that the copy leaves
-          no SQLite file behind in the data folder;
+          database nobody has open is copied byte for byte instead (it is whole in its
+          file), so that no reader's -wal or -shm is left in the data folder;
         - what a service's own hooks copy (app/<service>/backup.py: the deck
           service's event logs up to their last complete line, with their highest seq
           and length; its derived indexes left out);
@@ -166,22 +166,21 @@ def copy_sqlite(source: str, target: str) -> dict[str, Any]:
 
 
 def _copy_idle(source: str, target: str) -> bool:
-    """A database nobody has open (no -wal, no -shm: its last user removed them) is read
-    in exclusive mode, which makes no -shm and leaves no file behind. False when a
-    service opened it meanwhile: the live copy takes over."""
+    """A database nobody has open (no -wal, no -shm: its last user removed them, after
+    checkpointing everything into the file) is copied byte for byte, with no SQLite
+    connection: a reader would make its -wal and -shm files in the data folder. The copy
+    holds if nothing touched the file meanwhile (a writer first makes the -wal); else
+    False, and the live copy takes over."""
     if any(os.path.exists(source + suffix) for suffix in ("-wal", "-shm")):
         return False
-    reader = sqlite3.connect(f"file:{_uri_path(source)}", uri=True, timeout=1.0, isolation_level=None)
-    try:
-        reader.execute("PRAGMA locking_mode = EXCLUSIVE")
-        reader.execute("VACUUM INTO ?", (target,))
-    except sqlite3.OperationalError:
-        if os.path.exists(target):
-            os.unlink(target)
-        return False
-    finally:
-        reader.close()
-    return True
+    before = os.stat(source)
+    shutil.copyfile(source, target)
+    after = os.stat(source)
+    untouched = (before.st_ino, before.st_size, before.st_mtime_ns) == (after.st_ino, after.st_size, after.st_mtime_ns)
+    if untouched and not any(os.path.exists(source + suffix) for suffix in ("-wal", "-shm")):
+        return True
+    os.unlink(target)
+    return False
 
 
 def _copy_live(source: str, target: str) -> None:

@@ -10,8 +10,10 @@ import time
 
 STORE = "files"  # this command's store; the data host's pgBackRest job writes store="postgresql"
 _SUCCESS = "bundle_backup_last_success_timestamp_seconds"
+# No HELP for the success time: the data host's pgBackRest job writes the same metric
+# in a file of its own (store="postgresql"), and the node exporter takes one help text
+# per metric across its files.
 _HELP = {
-    _SUCCESS: "When the last backup that succeeded ended (Unix time).",
     "bundle_backup_last_run_timestamp_seconds": "When the last backup ended, whatever its outcome (Unix time).",
     "bundle_backup_last_run_success": "1 when the last backup succeeded, else 0.",
     "bundle_backup_last_duration_seconds": "How long the last backup took.",
@@ -46,9 +48,13 @@ def record(path: str, succeeded: bool, duration: float, size: int | None) -> Non
     for name, value in values.items():
         if value is None:
             continue
-        lines += [f"# HELP {name} {_HELP[name]}", f"# TYPE {name} gauge", f'{name}{{store="{STORE}"}} {value:.3f}']
+        if name in _HELP:
+            lines.append(f"# HELP {name} {_HELP[name]}")
+        lines += [f"# TYPE {name} gauge", f'{name}{{store="{STORE}"}} {value:.3f}']
     temporary = f"{path}.{os.getpid()}.tmp"
     with open(temporary, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
     os.chmod(temporary, 0o644)
     os.replace(temporary, path)
