@@ -174,8 +174,8 @@ def record_provisioned(data_root: str, services: tuple[str, ...]) -> str:
 
 
 def data_held(data_root: str, checked: Checked) -> list[str]:
-    """What this host holds beyond what its provisioning made, in the folders the
-    snapshot would replace (a few examples, for the refusal's sentence)."""
+    """What this host holds beyond what its provisioning made, in the services' folders
+    the snapshot would replace (for the refusal's sentence)."""
     try:
         with open(os.path.join(data_root, PROVISIONED), encoding="utf-8") as f:
             provisioned = json.load(f)
@@ -193,9 +193,9 @@ def data_held(data_root: str, checked: Checked) -> list[str]:
             held += [
                 f"{service}/{rel} ({table}: {n} rows)" for table, n in counts.items() if n and n != before.get(table)
             ]
-    for part in checked.manifest["extra"]:
-        if os.path.isdir(part["path"]) and os.listdir(part["path"]):
-            held.append(part["path"])
+    # The extra paths are not judged: they hold backup material of the host's own (a data
+    # host's pgBackRest repository, which a fresh host starts anew), and a restore puts
+    # the host's copy aside, never deletes it.
     return held
 
 

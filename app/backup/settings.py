@@ -2,7 +2,7 @@
 
 Each variable is declared once below (name, default, meaning); the reference table
 in docs/backup.md is written from these declarations (devtools.reference). On a
-host the `backup` role writes them into /etc/bundle/backup.env, which
+host the `backup` role writes them into /etc/bundle/backup.conf, which
 `bundle-backup` (and the timer's unit) hand to `python -m app.backup`.
 
 Standard library only: a data host without the services' venv runs the command

@@ -6,6 +6,7 @@ The box shares the host's network namespace; everything in it listens on 127.0.0
 Tests run in file order on one box (module scope): each leaves the box as it found it.
 """
 
+import contextlib
 import json
 import re
 import socket
@@ -15,6 +16,7 @@ import sys
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -125,6 +127,8 @@ def _vars(port, service_ports, idp_port, ai_base_url, acme):
         "bundle_apps_host": APPS_HOST,
         "nginx_acme_dns_auth_hook": f"{DNS_HOOK} set",
         "nginx_acme_dns_cleanup_hook": f"{DNS_HOOK} clear",
+        # Backups into a repository outside the box (a folder of this machine bound into it).
+        "backup_repository": BACKUP_REPOSITORY,
         "identity_provider_backend": "standin",
         "identity_provider_standin_port": idp_port,
         "identity_provider_upstream": f"127.0.0.1:{idp_port}",
@@ -148,6 +152,39 @@ def _vars(port, service_ports, idp_port, ai_base_url, acme):
     }
 
 
+BACKUP_REPOSITORY = "/srv/backup"  # in the box: a folder of this machine, as an off-host disk would be
+
+
+@dataclass
+class Host:
+    """What provisions a box as the staging host: its settings and the servers outside
+    it. A second box (the restore drill's new host) is provisioned the same way."""
+
+    repo: Path
+    bootstrap: str
+    settings: dict
+    acme: AcmeServer
+    binds: list
+    ro_binds: list
+
+    def provision(self, box, secrets=None):
+        """Settings, pebble's CA and DNS hook, then the real bootstrap.sh (ansible-pull);
+        `secrets`: values the secrets file holds before the first pull (imported)."""
+        box.trust_host_certificates()
+        box.run(
+            "sh",
+            "-c",
+            "install -d -m 0755 /etc/bundle && cat > /etc/bundle/vars.yml",
+            input=yaml.safe_dump(self.settings),
+        )
+        if secrets:
+            box.run("sh", "-c", "umask 077 && cat > /etc/bundle/secrets.json", input=json.dumps(secrets))
+        box.run("sh", "-c", f"cat > {ACME_CA}", input=self.acme.tls_ca_file.read_text())
+        box.run("sh", "-c", f"cat > {DNS_HOOK} && chmod 0755 {DNS_HOOK}", input=self.acme.dns_hook())
+        box.run("sh", "-c", "cat > /root/bootstrap.sh", input=self.bootstrap)
+        return box.run("bash", "/root/bootstrap.sh", "--repo", "/srv/bundle.git", "--branch", "staging", timeout=1200)
+
+
 @pytest.fixture(scope="module")
 def stage(tmp_path_factory):
     reason = staging.nspawn_unavailable() or AcmeServer.unavailable()
@@ -161,28 +198,24 @@ def stage(tmp_path_factory):
     service_ports = {name: free_port() for name in registry.NAMES}
     pip_cache = staging.CACHE / "pip"
     pip_cache.mkdir(parents=True, exist_ok=True)
-    binds, ro_binds = [(pip_cache, "/root/.cache/pip")], [(repo, "/srv/bundle.git")]
+    offsite = work / "backup-repository"  # outlives the box: the restore drill's new box finds it
+    offsite.mkdir()
+    binds, ro_binds = [(pip_cache, "/root/.cache/pip"), (offsite, BACKUP_REPOSITORY)], [(repo, "/srv/bundle.git")]
     with (
         FakeProviders(host="127.0.0.1") as ai,
         AcmeServer(free_port(), work / "acme") as acme,
-        staging.Box.boot(root, binds=binds, ro_binds=ro_binds) as box,
+        contextlib.ExitStack() as boxes,
     ):
-        box.trust_host_certificates()
-        box.run(
-            "sh",
-            "-c",
-            "install -d -m 0755 /etc/bundle && cat > /etc/bundle/vars.yml",
-            input=yaml.safe_dump(_vars(port, service_ports, idp_port, ai.base_url(), acme)),
-        )
-        box.run("sh", "-c", f"cat > {ACME_CA}", input=acme.tls_ca_file.read_text())
-        box.run("sh", "-c", f"cat > {DNS_HOOK} && chmod 0755 {DNS_HOOK}", input=acme.dns_hook())
-        box.run("sh", "-c", "cat > /root/bootstrap.sh", input=bootstrap)
-        pulled = box.run("bash", "/root/bootstrap.sh", "--repo", "/srv/bundle.git", "--branch", "staging", timeout=1200)
+        host = Host(repo, bootstrap, _vars(port, service_ports, idp_port, ai.base_url(), acme), acme, binds, ro_binds)
+        box = boxes.enter_context(staging.Box.boot(root, binds=binds, ro_binds=ro_binds))
+        pulled = host.provision(box)
         enabled = box.run("sh", "-c", "ls /etc/bundle/*.env").stdout.split()
         services = sorted(Path(p).stem for p in enabled)
         acme_root = work / "acme-root.pem"
         acme_root.write_text(acme.issuing_root())
-        yield Staging(box, port, idp_port, services, pulled.stdout, acme, acme_root)
+        staged = Staging(box, port, idp_port, services, pulled.stdout, acme, acme_root)
+        staged.host_settings, staged.boxes, staged.root = host, boxes, root
+        yield staged
 
 
 def test_provisioned_services_are_active_and_their_units_verify(stage):
@@ -563,3 +596,86 @@ def test_nginx_sends_the_published_anonymous_view_itself(stage):
     fresh = stage.get("wizard", "/api/collections/blueprints")
     assert made.json()["id"] in {row["id"] for row in fresh.json()}
     assert fresh.headers["ETag"] != published.headers["ETag"]
+
+
+def _p99(seconds):
+    return seconds[min(len(seconds) - 1, int(len(seconds) * 0.99))] if seconds else float("nan")
+
+
+def _serving(stage):
+    """Every service answers its health route through the box's nginx."""
+    try:
+        return all(stage.get(name, registry.BY_NAME[name].health).status_code == 200 for name in stage.services)
+    except requests.RequestException:
+        return False
+
+
+def _notebook(stage):
+    http = stage.client("notebook")
+    http.headers["Authorization"] = f"Bearer {stage.credentials()['notebook_password']}"
+    return http
+
+
+def test_the_restore_drill_loses_no_write_acknowledged_before_the_backup(stage):
+    """The drill an admin repeats (ops/README.md, "Backups"): writes on every service
+    through nginx, the timer's unit backing up while they go on, more writes; the box
+    is lost, a new one provisioned by ansible-pull and restored with one command. Every
+    write acknowledged before the backup began is there; tokens sign in; the notebook's
+    stored key decrypts; the deck session's next seq passes every seq handed out after
+    the backup. Prints the write p99 with and without the backup, its duration and size,
+    and the time from the restore command to every service serving."""
+    assert stage.systemctl("is-enabled", "bundle-backup.timer") == "enabled"
+    key = _notebook(stage).post(
+        stage.base + "/api/credentials", json={"name": "drill", "provider": "openai", "api_key": "sk-drill"}, timeout=30
+    )
+    assert key.status_code == 201, key.text
+    loop = LoadLoop(stage.open_client, stage.credentials())
+    with loop.running():
+        started = time.monotonic()
+        stage.box.run("systemctl", "start", "bundle-backup.service", timeout=900)  # oneshot: returns when done
+        ended = time.monotonic()
+        wait_for(lambda: time.monotonic() >= ended + (ended - started), "a window as long as the backup, without it")
+    assert loop.failures() == {}, loop.summary()
+    during, without = loop.write_latencies(started, ended), loop.write_latencies(ended, ended + (ended - started))
+    created = stage.box.run("journalctl", "-u", "bundle-backup", "-o", "cat", "--no-pager").stdout
+    line = [row for row in created.splitlines() if row.startswith("created snapshot")][-1]
+    status = stage.box.run("cat", "/var/lib/prometheus/node-exporter/bundle_backup.prom").stdout
+    assert 'bundle_backup_last_run_success{store="files"} 1.000' in status, status
+    before = loop.acknowledged_before(started)
+    assert all(before[name] for name in ("decks", "wizard", "notebook", "workspace")), before
+    highest = max(loop.tallies["decks"].acknowledged)
+    password = stage.credentials()["backup_repository_password"]
+    host_name = stage.box.run("hostname").stdout.strip()
+
+    stage.box.poweroff()  # the host is lost: its disk with it
+    settings = stage.host_settings
+    box = stage.boxes.enter_context(staging.Box.boot(stage.root, binds=settings.binds, ro_binds=settings.ro_binds))
+    stage.box = box
+    pulled = settings.provision(box, secrets={"backup_repository_password": password})
+    assert recap(pulled.stdout)["failed"] == "0", pulled.stdout[-3000:]
+    restore_began = time.monotonic()
+    restored = box.run("bundle-backup", "restore", "latest", "--host", host_name, check=False, timeout=1800)
+    assert restored.returncode == 0, restored.stdout[-3000:] + restored.stderr[-3000:]
+    wait_for(lambda: _serving(stage), "every service serving through nginx after the restore", timeout=300)
+    recovery = time.monotonic() - restore_began
+
+    assert loop.missing_writes(among=before) == {}, loop.summary()  # the sign-ins' tokens among them
+    session = next(w for w in loop.workloads if w.service == "decks").session
+    after = stage.client("decks").post(
+        stage.base + f"/api/sessions/{session}/events",
+        json={"type": "note", "slide": 0, "text": "restored"},
+        timeout=30,
+    )
+    assert after.status_code == 201 and after.json()["seq"] > highest, (after.text, highest)
+    credential = _notebook(stage).get(stage.base + f"/api/credentials/{key.json()['id']}", timeout=30).json()
+    assert credential["has_api_key"] and credential["decryption_error"] is None, credential
+    # The new host holds data now: a second restore refuses, and the services serve on.
+    again = box.run("bundle-backup", "restore", "latest", check=False, timeout=600)
+    assert again.returncode == 1 and "error: this host holds data (" in again.stderr, again.stderr
+    wait_for(lambda: _serving(stage), "every service serving again after the refused restore", timeout=120)
+    print(
+        f"\nrestore drill (one host, SQLite): {line}\n"
+        f"  backup took {ended - started:.1f} s; write p99 {_p99(during) * 1000:.0f} ms during it "
+        f"({len(during)} writes), {_p99(without) * 1000:.0f} ms without ({len(without)} writes)\n"
+        f"  restore to serving (RTO, from `bundle-backup restore`): {recovery:.0f} s\n{loop.summary()}"
+    )

@@ -57,6 +57,7 @@ MONITORING = yaml.safe_load((ROOT / "ops/roles/monitoring/defaults/main.yml").re
 # Release 0.2.0, the one before this: the deployment starts on it, the rolling upgrade
 # brings it to the working tree.
 PREVIOUS_RELEASE = "bacec1fa5897d73fbf3973bf5c1cf8533ddf94ba"
+BACKUP_REPOSITORY = "/srv/backup"  # in the data box: a folder of this machine, as an off-host disk would be
 # The services whose schema has a contract step since 0.2.0.
 CONTRACTED = ("wizard",)
 urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
@@ -418,36 +419,38 @@ def deployment(tmp_path_factory):
         hosts["client"] = lan.add("client", hosts={f"{s}.{DOMAIN}": hosts["front"].address for s in SERVICES})
         ai = stack.enter_context(FakeProviders(host=lan.gateway))
         webhook = stack.enter_context(AlertWebhook(lan.gateway))
-        boxes, pulls = {}, {}
+        boxes, pulls, binds = {}, {}, {}
+        offsite = work / "backup-repository"  # the data host's backups: outside it, as an off-host disk
+        offsite.mkdir()
         for name in ("data", "app-a", "app-b"):
             # apt's cache of packages for the data host only: the application hosts pull
             # at the same time, and apt locks its cache.
             cache = (debs, "/var/cache/apt/archives") if name == "data" else (pip_cache, "/root/.cache/pip")
+            binds[name] = [cache, (offsite, BACKUP_REPOSITORY)] if name == "data" else [cache]
             boxes[name] = stack.enter_context(
-                staging.Box.boot(root, binds=[cache], ro_binds=[(repo, "/srv/bundle.git")], netns=hosts[name].netns)
+                staging.Box.boot(root, binds=binds[name], ro_binds=[(repo, "/srv/bundle.git")], netns=hosts[name].netns)
             )
             boxes[name].trust_host_certificates()
         _probes_reach_the_front(boxes["data"], hosts["front"], crt)
         started = time.monotonic()
         app_hosts = [hosts["app-a"].address, hosts["app-b"].address]
-        pulls["data"] = _pull(
-            boxes["data"],
-            {
-                "bundle_roles": ["data", "monitoring"],
-                "data_listen_addresses": ["127.0.0.1", hosts["data"].address],
-                "data_allowed_networks": ["127.0.0.1/32", *(f"{a}/32" for a in app_hosts)],
-                "data_postgresql_max_connections": 400,
-                # The monitoring role: 0.2.0 has none; the data host takes it in
-                # test_monitoring_sees_every_host_and_alerts_at_the_webhook.
-                "bundle_domain": DOMAIN,
-                "monitoring_listen_address": hosts["data"].address,
-                "monitoring_application_hosts": app_hosts,
-                "monitoring_data_hosts": [hosts["data"].address],
-                "monitoring_alert_webhook_url": webhook.url,
-                **MONITORING_INTERVALS,
-            },
-            bootstrap,
-        )
+        data_settings = {
+            "bundle_roles": ["data", "monitoring"],
+            "data_listen_addresses": ["127.0.0.1", hosts["data"].address],
+            "data_allowed_networks": ["127.0.0.1/32", *(f"{a}/32" for a in app_hosts)],
+            "data_postgresql_max_connections": 400,
+            # The monitoring role: 0.2.0 has none; the data host takes it in
+            # test_monitoring_sees_every_host_and_alerts_at_the_webhook.
+            "bundle_domain": DOMAIN,
+            "monitoring_listen_address": hosts["data"].address,
+            "monitoring_application_hosts": app_hosts,
+            "monitoring_data_hosts": [hosts["data"].address],
+            "monitoring_alert_webhook_url": webhook.url,
+            # pgBackRest's repository leaves the host with each restic run (0.2.0 has neither).
+            "backup_repository": BACKUP_REPOSITORY,
+            **MONITORING_INTERVALS,
+        }
+        pulls["data"] = _pull(boxes["data"], data_settings, bootstrap)
         print(f"two hosts: the data host's pull {time.monotonic() - started:.0f} s", file=sys.stderr)
         secrets_text = boxes["data"].run("cat", "/etc/bundle/secrets.json").stdout
         idp = _start_idp(lan, hosts["idp"], json.loads(secrets_text), work)
@@ -479,6 +482,9 @@ def deployment(tmp_path_factory):
         stack.callback(_stop, front)
         deployment = Deployment(lan, hosts, boxes, crt, pulls, json.loads(secrets_text), repo, work)
         deployment.webhook = webhook
+        # What the restore drill needs to provision a new data host as the first one was.
+        deployment.stack, deployment.root, deployment.binds = stack, root, binds
+        deployment.data_settings, deployment.bootstrap = data_settings, bootstrap
         yield deployment
 
 
@@ -1047,6 +1053,112 @@ def test_an_application_host_powered_off_loses_nothing(deployment, agent):
     assert set(acknowledged) <= kept, f"{len(set(acknowledged) - kept)} acknowledged writes lost"
     assert liked == {"liked": True, "likes_count": 1}
     assert deployment.psql("wizard", f"SELECT likes_count FROM blueprints WHERE id = '{blueprint}'") == "1"
+
+
+def _archived_through(deployment, box):
+    """Switch PostgreSQL to a new WAL segment and wait until pgBackRest archived the one
+    it closed: every commit before the call is then in the repository."""
+    sql = ["runuser", "-u", "postgres", "--", "psql", "-Atc"]
+    closed = box.run(*sql, "SELECT pg_walfile_name(pg_switch_wal())").stdout.strip()
+    wait_for(
+        lambda: box.run(*sql, "SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver").stdout.strip() >= closed,
+        f"WAL segment {closed} archived",
+        timeout=120,
+    )
+
+
+def _blueprint(deployment, title):
+    http = deployment.client("wizard")
+    made = http.post(http.base + "/api/collections/blueprints", json={"title": title, "is_public": True}, timeout=60)
+    assert made.status_code == 201, made.text
+    return made.json()["id"]
+
+
+def _has_blueprint(deployment, row):
+    return deployment.psql("wizard", f"SELECT count(*) FROM blueprints WHERE id = '{row}'") == "1"
+
+
+def _found(loop, among):
+    """Whether every write of `among` is found (False while the services still recover)."""
+    with contextlib.suppress(Exception):
+        return loop.missing_writes(among=among) == {}
+    return False
+
+
+def test_the_data_host_lost_is_restored_and_recovers_to_a_point_in_time(deployment):
+    """The restore drill on PostgreSQL: a full pgBackRest backup while writes go on
+    through the front, more writes archived, the restic run that takes the repository
+    off the host; the data host is lost, a new one provisioned by ansible-pull and
+    restored with one command: every write acknowledged before the archive's point is
+    in the new primary, tokens sign in. Then a point-in-time recovery to a moment
+    between two acknowledged writes has the first and not the second, and a recovery
+    forward again on the old timeline has both."""
+    data, hosts = deployment.boxes["data"], deployment.hosts
+    loop = LoadLoop(deployment.open_client, deployment.credentials())
+    with loop.running():
+        started = time.monotonic()
+        data.run("systemctl", "start", "bundle-pg-backup@full.service", timeout=900)  # the backup, then its verify
+        ended = time.monotonic()
+        wait_for(lambda: time.monotonic() >= ended + (ended - started), "a window as long as the backup, without it")
+        first = _blueprint(deployment, "before the moment")
+        moment = deployment.psql("wizard", "SELECT now()")
+        second = _blueprint(deployment, "after the moment")
+        point = time.monotonic()
+        _archived_through(deployment, data)
+        data.run("systemctl", "start", "bundle-backup.service", timeout=900)  # pgBackRest's repository leaves the host
+    assert loop.failures() == {}, loop.summary()
+    during, without = loop.write_latencies(started, ended), loop.write_latencies(ended, ended + (ended - started))
+    before = loop.acknowledged_before(point)
+    assert all(before[name] for name in ("decks", "wizard", "notebook", "workspace")), before
+    info = json.loads(
+        data.run("runuser", "-u", "postgres", "--", "pgbackrest", "--stanza=bundle", "info", "--output=json").stdout
+    )
+    size = info[0]["backup"][-1]["info"]["repository"]["delta"]
+    password = json.loads(data.run("cat", "/etc/bundle/secrets.json").stdout)["backup_repository_password"]
+
+    data.poweroff()  # the data host is lost, its disk with it
+    new = deployment.stack.enter_context(
+        staging.Box.boot(
+            deployment.root,
+            binds=deployment.binds["data"],
+            ro_binds=[(deployment.repo, "/srv/bundle.git")],
+            netns=hosts["data"].netns,
+        )
+    )
+    new.trust_host_certificates()
+    _probes_reach_the_front(new, hosts["front"], deployment.certificate)
+    deployment.boxes["data"] = new
+    seeded = [("/etc/bundle/secrets.json", json.dumps({"backup_repository_password": password}), "0600")]
+    pulled = _pull(new, deployment.data_settings, deployment.bootstrap, seeded)
+    assert recap(pulled)["failed"] == "0", pulled[-3000:]
+    restore_began = time.monotonic()
+    restored = new.run("bundle-backup", "restore", "latest", check=False, timeout=1800)
+    assert restored.returncode == 0, restored.stdout[-3000:] + restored.stderr[-3000:]
+    wait_for(lambda: _found(loop, before), "every write acknowledged before the backup, through the front", timeout=300)
+    recovery = time.monotonic() - restore_began
+    assert _has_blueprint(deployment, first) and _has_blueprint(deployment, second)
+
+    timeline = new.run(
+        "runuser", "-u", "postgres", "--", "psql", "-Atc", "SELECT timeline_id FROM pg_control_checkpoint()"
+    )
+    new.run("bundle-pg-restore", "--replace", "--target-time", moment, timeout=900)
+    assert _has_blueprint(deployment, first) and not _has_blueprint(deployment, second)
+    new.run("bundle-pg-restore", "--replace", "--target-timeline", timeline.stdout.strip(), timeout=900)
+    assert _has_blueprint(deployment, first) and _has_blueprint(deployment, second)
+    wait_for(
+        lambda: all(_ready(deployment, h) for h in ("app-a", "app-b")), "both application hosts ready", timeout=120
+    )
+    print(
+        f"\nrestore drill (PostgreSQL on the data host): full backup {ended - started:.1f} s, {size} bytes stored;"
+        f" write p99 {_p99(during) * 1000:.0f} ms during it ({len(during)} writes),"
+        f" {_p99(without) * 1000:.0f} ms without ({len(without)} writes);"
+        f" restore to serving (RTO, from `bundle-backup restore`): {recovery:.0f} s",
+        file=sys.stderr,
+    )
+
+
+def _p99(seconds):
+    return seconds[min(len(seconds) - 1, int(len(seconds) * 0.99))] if seconds else float("nan")
 
 
 def test_a_second_pull_changes_nothing_on_any_host(deployment):
