@@ -1,7 +1,8 @@
 """The services' reference pages (docs/services/<service>.md) hold routes and
-variables written from the code by `python -m devtools.reference`; these tests fail
-when a committed page has drifted from what the command writes, and show that a
-changed page, an undeclared variable and a page without markers are all caught."""
+variables, and the backup page (docs/backup.md) the backup command's variables,
+written from the code by `python -m devtools.reference`; these tests fail when a
+committed page has drifted from what the command writes, and show that a changed
+page, an undeclared variable and a page without markers are all caught."""
 
 import shutil
 
@@ -34,6 +35,32 @@ def test_a_changed_page_is_detected(tmp_path):
     assert page.read_text() == (reference.DOCS_DIR / "decks.md").read_text()
 
 
+def test_a_changed_backup_page_is_detected(tmp_path):
+    page = tmp_path / "backup.md"
+    committed = reference.BACKUP_PAGE.read_text()
+    page.write_text(committed.replace("| `BACKUP_KEEP_DAILY` | `7` |", "| `BACKUP_KEEP_DAILY` | `14` |"))
+    assert page.read_text() != committed
+    assert reference.run(check=True, backup_page=page) == [
+        f"{page}: differs from the code (run `python -m devtools.reference`)"
+    ]
+    assert reference.run(check=False, backup_page=page) == []
+    assert page.read_text() == committed
+
+    page.write_text("# Backups\n\nNo reference here.\n")
+    assert reference.run(check=True, backup_page=page) == [
+        f"{page}: it needs one `<!-- reference:variables:begin -->` line and, after it, "
+        "one `<!-- reference:variables:end -->` line"
+    ]
+
+
+def test_the_backup_page_names_every_metric_of_the_status_file():
+    from app.backup import status
+
+    text = reference.BACKUP_PAGE.read_text()
+    for name in [status._SUCCESS, *status._HELP]:
+        assert f"`{name}`" in text
+
+
 def test_a_page_without_its_markers_is_named(tmp_path):
     for service in SERVICES:
         shutil.copy(reference.DOCS_DIR / f"{service}.md", tmp_path)
@@ -52,7 +79,9 @@ def test_a_variable_read_without_a_declaration_is_named(tmp_path, monkeypatch):
     (tmp_path / "app").mkdir()
     (tmp_path / "app" / "thing.py").write_text(
         'x = env_int("DECKS_SOMETHING_NEW", 3)\ny = os.environ.get("DATA_DIR")\n'
+        'z = os.environ.get("BACKUP_REPOSITORY")\n'
     )
+    assert "BACKUP_REPOSITORY" in reference.all_declared()  # the backup command's, counted too
     assert reference.undeclared_reads(tmp_path) == [("DECKS_SOMETHING_NEW", "app/thing.py")]
     assert reference.undeclared_reads() == []
     # A declaration of a variable the code parses itself counts only while the code names it.
@@ -69,8 +98,10 @@ def test_a_read_outside_the_declarations_must_agree_with_its_declaration(tmp_pat
         'd = env_int("WIZ_AI_CONCURRENCY", 5, maximum=256)\n'
         'e = env_str("WIZ_AI_PROVIDER")\n'
         'f = env_int("WIZ_AI_TIMEOUT", 60)\n'
+        'g = env_int("BACKUP_KEEP_DAILY", 3, minimum=0)\n'
     )
     assert reference.mismatched_reads(tmp_path) == [
+        ("BACKUP_KEEP_DAILY", "app/generation.py", "default 3, declared 7"),
         ("WIZ_AI_CONCURRENCY", "app/generation.py", "default 5, declared 4"),
         ("WIZ_AI_CONCURRENCY", "app/generation.py", "minimum None, declared 1"),
         ("WIZ_AI_PROVIDER", "app/generation.py", "default '', declared 'openai'"),
