@@ -45,6 +45,7 @@ bench: setup
 	$(PY) -m bench.notebook_ask
 	$(PY) -m bench.scale
 	$(PY) -m bench.metrics
+	$(PY) -m bench.backup
 
 # Everything the whole suite and the benches need.
 setup: test-deps $(VENV)/.installed $(VENV)/.embeddings browser-assets

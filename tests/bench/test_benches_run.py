@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # Each bench with its smallest settings (`--quick` where it has one).
 SMOKE_ARGUMENTS = {
     "audio": ["--quick"],
+    "backup": ["--quick"],
     "decks": ["--quick"],
     "fanout": ["--quick"],
     "metrics": ["--quick"],
