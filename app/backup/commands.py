@@ -59,31 +59,41 @@ def init(settings: BackupSettings, out: TextIO) -> None:
 
 
 def create(settings: BackupSettings, out: TextIO) -> None:
+    """Stage, store, then forget what the retention lets go. The status file records
+    whether a snapshot was stored (a run refused by the lock records nothing; a failed
+    prune after a stored snapshot is an error, not a failed backup)."""
     restic = restic_of(settings)
-    started, size = time.monotonic(), None
-    succeeded = False
+    with one_at_a_time(settings):
+        started = time.monotonic()
+        stored = None
+        try:
+            stored = _store(settings, restic)
+        finally:
+            status.record(settings.status_file, stored is not None, time.monotonic() - started, stored and stored[1])
+        summary, size, files = stored
+        out.write(
+            f"created snapshot {summary['snapshot_id'][:8]} of {settings.host_name}: {files} files, {size} bytes "
+            f"({summary.get('data_added', 0)} new in the repository) in {time.monotonic() - started:.1f} s\n"
+        )
+        restic.forget(
+            settings.host_name, settings.keep_last, settings.keep_daily, settings.keep_weekly, settings.keep_monthly
+        )
+
+
+def _store(settings: BackupSettings, restic: Restic) -> tuple[dict, int, int]:
+    """(restic's summary, bytes, files) of a new snapshot of this host's data."""
+    stage_root = os.path.join(settings.work_dir, "stage")
+    shutil.rmtree(stage_root, ignore_errors=True)  # what a killed run left
+    folder = os.path.join(stage_root, "snapshot")
     try:
-        with one_at_a_time(settings):
-            stage_root = os.path.join(settings.work_dir, "stage")
-            shutil.rmtree(stage_root, ignore_errors=True)  # what a killed run left
-            folder = os.path.join(stage_root, "snapshot")
-            try:
-                manifest = snap.stage(settings, folder, RELEASE)
-                size = snap.total_size(manifest)
-                summary = restic.backup(folder, settings.host_name, [])
-            except OSError as exc:
-                raise BackupError(f"copying the data failed: {exc.strerror or exc} ({exc.filename or ''})") from None
-            finally:
-                shutil.rmtree(stage_root, ignore_errors=True)
-            restic.forget(settings.host_name, settings.keep_daily, settings.keep_weekly, settings.keep_monthly)
-            succeeded = True
+        manifest = snap.stage(settings, folder, RELEASE)
+        summary = restic.backup(folder, settings.host_name, [])
+    except OSError as exc:
+        raise BackupError(f"copying the data failed: {exc.strerror or exc} ({exc.filename or ''})") from None
     finally:
-        status.record(settings.status_file, succeeded, time.monotonic() - started, size if succeeded else None)
+        shutil.rmtree(stage_root, ignore_errors=True)
     files = sum(len(p["files"]) for p in [*manifest["services"].values(), *manifest["extra"]])
-    out.write(
-        f"created snapshot {summary['snapshot_id'][:8]} of {settings.host_name}: {files} files, {size} bytes "
-        f"({summary.get('data_added', 0)} new in the repository) in {time.monotonic() - started:.1f} s\n"
-    )
+    return summary, snap.total_size(manifest), files
 
 
 def list_snapshots(settings: BackupSettings, out: TextIO, host: str | None) -> None:
@@ -148,8 +158,8 @@ def _refuse_while_served(settings: BackupSettings, checked: restoring.Checked) -
         users = users_of(settings.data_dir(name))
         if users:
             raise BackupError(
-                f"the {name} service is running (process {users[0]}): stop it first "
-                f"(systemctl stop bundle@{name}.socket); nothing was restored"
+                f"a process uses the {name} data folder (pid {users[0]}): stop the service first "
+                f"(systemctl stop bundle@{name}.socket), or leave the folder; nothing was restored"
             )
 
 

@@ -162,13 +162,13 @@ class Restic:
     def check(self) -> None:
         self.run(["check"], "checking the repository")
 
-    def forget(self, host: str, daily: int, weekly: int, monthly: int) -> None:
+    def forget(self, host: str, last: int, daily: int, weekly: int, monthly: int) -> None:
         self.run(
             [
-                "forget", "--prune", "--host", host, "--tag", TAG,
+                "forget", "--prune", "--host", host, "--tag", TAG, "--keep-last", str(last),
                 "--keep-daily", str(daily), "--keep-weekly", str(weekly), "--keep-monthly", str(monthly),
             ],
-            "pruning old snapshots",
+            "the snapshot is stored, but pruning the old ones",
         )  # fmt: skip
 
 

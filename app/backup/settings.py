@@ -102,12 +102,21 @@ HOST_NAME = VARIABLES.add(
         "Give a replacement host the name of the one it replaces.",
     )
 )
+KEEP_LAST = VARIABLES.add(
+    Integer(
+        name="BACKUP_KEEP_LAST",
+        default=3,
+        minimum=1,
+        doc="Snapshots kept after each `create`: the newest this many, whatever their day (a snapshot taken "
+        "by hand before an upgrade survives the night's)...",
+    )
+)
 KEEP_DAILY = VARIABLES.add(
     Integer(
         name="BACKUP_KEEP_DAILY",
         default=7,
         minimum=0,
-        doc="Snapshots kept after each `create`: the last of each of this many days.",
+        doc="... and the last of each of this many days.",
     )
 )
 KEEP_WEEKLY = VARIABLES.add(Integer(name="BACKUP_KEEP_WEEKLY", default=4, minimum=0, doc="... and of this many weeks."))
@@ -131,6 +140,7 @@ class BackupSettings:
     cache_dir: str
     status_file: str
     host_name: str
+    keep_last: int
     keep_daily: int
     keep_weekly: int
     keep_monthly: int
@@ -158,6 +168,7 @@ class BackupSettings:
             cache_dir=os.path.abspath(CACHE_DIR.read(os.path.join(work_dir, "cache"))),
             status_file=STATUS_FILE.read(),
             host_name=HOST_NAME.read(socket.gethostname()),
+            keep_last=KEEP_LAST.read(),
             keep_daily=KEEP_DAILY.read(),
             keep_weekly=KEEP_WEEKLY.read(),
             keep_monthly=KEEP_MONTHLY.read(),

@@ -191,16 +191,19 @@ def test_a_full_work_disk_fails_the_copy_and_leaves_nothing_behind(host, tmp_pat
 
 
 def test_two_runs_at_once_the_second_refuses(host):
+    host.ok("create")
+    status = host.status_file.read_text()
     work = Path(host.environment()["BACKUP_WORK_DIR"])
-    work.mkdir(parents=True)
     with open(work / "lock", "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        lock.truncate(0)
         lock.write("4242\n")
         lock.flush()
         for command in (["create"], ["restore", "latest", "--replace"]):
             line = host.refused(*command)
             assert line == "error: another backup or restore is running on this host (pid 4242): nothing was done", line
-    assert _snapshots(host) == ["no snapshot"]
+    assert len(_snapshots(host)) == 1
+    assert host.status_file.read_text() == status  # the running one will say how it went
     host.ok("create")
 
 
@@ -248,7 +251,7 @@ def test_a_restore_under_a_running_service_is_refused(host, tmp_path):
         requests.post(f"{service.base_url}/api/decks/import", json=body, timeout=30).raise_for_status()
         host.ok("create")  # online: the service goes on
         line = host.refused("restore", "latest", "--replace")
-        assert line.startswith("error: the decks service is running (process "), line
+        assert line.startswith("error: a process uses the decks data folder (pid "), line
         assert "systemctl stop bundle@decks.socket" in line
     finally:
         service.stop()
