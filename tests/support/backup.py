@@ -1,10 +1,13 @@
 """The backup command (`python -m app.backup`) run as an admin runs it: a process with
 its BACKUP_* variables, against a real restic repository in a folder."""
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -73,14 +76,23 @@ class BackupHost:
         return lines[0]
 
 
+_TEMPLATE: list[Path] = []  # one repository made per test process, copied for each test (init costs seconds)
+
+
 def new_repository(folder: Path) -> tuple[Path, Path]:
-    """(repository, password file): a restic repository made in `folder`."""
+    """(repository, password file): a new restic repository in `folder` (a copy of one
+    made with `init` once per process: restic's key derivation is slow on purpose)."""
     folder.mkdir(parents=True, exist_ok=True)
     password = folder / "password"
     password.write_text("correct horse battery staple\n")
     password.chmod(0o600)
     repository = folder / "repository"
-    BackupHost(folder / "nothing", repository, password).ok("init")
+    if not _TEMPLATE or not _TEMPLATE[0].exists():
+        template = Path(tempfile.mkdtemp(prefix="restic-template-")) / "repository"
+        atexit.register(shutil.rmtree, template.parent, True)
+        BackupHost(folder / "nothing", template, password).ok("init")
+        _TEMPLATE[:] = [template]
+    shutil.copytree(_TEMPLATE[0], repository)
     return repository, password
 
 
