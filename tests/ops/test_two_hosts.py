@@ -13,8 +13,10 @@ hosts (its stream module: `upstream` with passive health checks).
 The hosts share one secrets file (made by the data host's first pull) and one
 certificate. The hosts are first provisioned with the previous release (0.2.0, commit
 PREVIOUS_RELEASE) and the first tests upgrade them, one host at a time, to the working
-tree. Tests run in file order on one deployment (module scope); the last but one powers
-an application host off. Every host runs the exporters of the monitoring role; the
+tree. Tests run in file order on one deployment (module scope); after the monitoring
+test the data host is lost and replaced by a restored one (the restore drill), so that
+every later test runs on the restored data tier; the last but one powers an
+application host off. Every host runs the exporters of the monitoring role; the
 data host takes the monitoring role itself once the application hosts are upgraded
 (0.2.0 has none), and its Alertmanager sends to a webhook the test listens on.
 """
@@ -720,6 +722,139 @@ def test_monitoring_sees_every_host_and_alerts_at_the_webhook(deployment):
     wait_for(lambda: _ready(deployment, "app-a"), "app-a ready again", timeout=60)
 
 
+def _archived_through(deployment, box):
+    """Switch PostgreSQL to a new WAL segment and wait until pgBackRest archived the one
+    it closed: every commit before the call is then in the repository."""
+    sql = ["runuser", "-u", "postgres", "--", "psql", "-Atc"]
+    closed = box.run(*sql, "SELECT pg_walfile_name(pg_switch_wal())").stdout.strip()
+    wait_for(
+        lambda: box.run(*sql, "SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver").stdout.strip() >= closed,
+        f"WAL segment {closed} archived",
+        timeout=120,
+    )
+
+
+def _blueprint(deployment, title):
+    http = deployment.client("wizard")
+    made = http.post(http.base + "/api/collections/blueprints", json={"title": title, "is_public": True}, timeout=60)
+    assert made.status_code == 201, made.text
+    return made.json()["id"]
+
+
+def _has_blueprint(deployment, row):
+    return deployment.psql("wizard", f"SELECT count(*) FROM blueprints WHERE id = '{row}'") == "1"
+
+
+def _why_not_found(deployment, loop, before, restored):
+    """What the test saw when the writes did not come back: for the failure's message."""
+    try:
+        missing = {name: len(rows) for name, rows in loop.missing_writes(among=before).items()}
+    except Exception as exc:  # the services did not answer: say how
+        missing = f"the check failed: {exc!r}"[:600]
+    data = deployment.boxes["data"]
+    shown = data.run(
+        "sh",
+        "-c",
+        "systemctl --no-pager --failed; systemctl is-active postgresql redis-server;"
+        " journalctl -n 40 --no-pager -u postgresql@15-main -u redis-server",
+        check=False,
+    )
+    app = deployment.boxes["app-a"].run(
+        "sh", "-c", "journalctl -n 30 --no-pager -u bundle@wizard -u bundle@workspace", check=False
+    )
+    return (
+        f"missing after the restore: {missing}\n--- restore:\n{restored.stderr[-2500:]}\n"
+        f"--- data host:\n{shown.stdout[-3000:]}\n--- app-a:\n{app.stdout[-3000:]}"
+    )
+
+
+def _found(loop, among):
+    """Whether every write of `among` is found (False while the services still recover)."""
+    with contextlib.suppress(Exception):
+        return loop.missing_writes(among=among) == {}
+    return False
+
+
+def test_the_data_host_lost_is_restored_and_recovers_to_a_point_in_time(deployment):
+    """The restore drill on PostgreSQL: a full pgBackRest backup while writes go on
+    through the front, more writes archived, the restic run that takes the repository
+    off the host; the data host is lost, a new one provisioned by ansible-pull and
+    restored with one command: every write acknowledged before the archive's point is
+    in the new primary, tokens sign in. Then a point-in-time recovery to a moment
+    between two acknowledged writes has the first and not the second, and a recovery
+    forward again on the old timeline has both."""
+    data, hosts = deployment.boxes["data"], deployment.hosts
+    loop = LoadLoop(deployment.open_client, deployment.credentials())
+    with loop.running():
+        started = time.monotonic()
+        data.run("systemctl", "start", "bundle-pg-backup@full.service", timeout=900)  # the backup, then its verify
+        ended = time.monotonic()
+        wait_for(lambda: time.monotonic() >= ended + (ended - started), "a window as long as the backup, without it")
+        first = _blueprint(deployment, "before the moment")
+        moment = deployment.psql("wizard", "SELECT now()")
+        second = _blueprint(deployment, "after the moment")
+        point = time.monotonic()
+        _archived_through(deployment, data)
+        data.run("systemctl", "start", "bundle-backup.service", timeout=900)  # pgBackRest's repository leaves the host
+    loop.streams_stop.set()  # the held streams are not checked here
+    assert loop.failures() == {}, loop.summary()
+    during, without = loop.write_latencies(started, ended), loop.write_latencies(ended, ended + (ended - started))
+    before = loop.acknowledged_before(point)
+    assert all(before[name] for name in ("decks", "wizard", "notebook", "workspace")), before
+    info = json.loads(
+        data.run("runuser", "-u", "postgres", "--", "pgbackrest", "--stanza=bundle", "info", "--output=json").stdout
+    )
+    size = info[0]["backup"][-1]["info"]["repository"]["delta"]
+    password = json.loads(data.run("cat", "/etc/bundle/secrets.json").stdout)["backup_repository_password"]
+
+    data.poweroff()  # the data host is lost, its disk with it
+    new = deployment.stack.enter_context(
+        staging.Box.boot(
+            deployment.root,
+            binds=deployment.binds["data"],
+            ro_binds=[(deployment.repo, "/srv/bundle.git")],
+            netns=hosts["data"].netns,
+        )
+    )
+    new.trust_host_certificates()
+    _probes_reach_the_front(new, hosts["front"], deployment.certificate)
+    deployment.boxes["data"] = new
+    seeded = [("/etc/bundle/secrets.json", json.dumps({"backup_repository_password": password}), "0600")]
+    pulled = _pull(new, deployment.data_settings, deployment.bootstrap, seeded)
+    assert recap(pulled)["failed"] == "0", pulled[-3000:]
+    restore_began = time.monotonic()
+    restored = new.run("bundle-backup", "restore", "latest", check=False, timeout=1800)
+    assert restored.returncode == 0, restored.stdout[-3000:] + restored.stderr[-3000:]
+    try:
+        wait_for(lambda: _found(loop, before), "every write acknowledged before the backup, through the front", 300)
+    except TimeoutError:
+        pytest.fail(_why_not_found(deployment, loop, before, restored))
+    recovery = time.monotonic() - restore_began
+    assert _has_blueprint(deployment, first) and _has_blueprint(deployment, second)
+
+    timeline = new.run(
+        "runuser", "-u", "postgres", "--", "psql", "-Atc", "SELECT timeline_id FROM pg_control_checkpoint()"
+    )
+    new.run("bundle-pg-restore", "--replace", "--target-time", moment, timeout=900)
+    assert _has_blueprint(deployment, first) and not _has_blueprint(deployment, second)
+    new.run("bundle-pg-restore", "--replace", "--target-timeline", timeline.stdout.strip(), timeout=900)
+    assert _has_blueprint(deployment, first) and _has_blueprint(deployment, second)
+    wait_for(
+        lambda: all(_ready(deployment, h) for h in ("app-a", "app-b")), "both application hosts ready", timeout=120
+    )
+    print(
+        f"\nrestore drill (PostgreSQL on the data host): full backup {ended - started:.1f} s, {size} bytes stored;"
+        f" write p99 {_p99(during) * 1000:.0f} ms during it ({len(during)} writes),"
+        f" {_p99(without) * 1000:.0f} ms without ({len(without)} writes);"
+        f" restore to serving (RTO, from `bundle-backup restore`): {recovery:.0f} s",
+        file=sys.stderr,
+    )
+
+
+def _p99(seconds):
+    return seconds[min(len(seconds) - 1, int(len(seconds) * 0.99))] if seconds else float("nan")
+
+
 def test_the_data_host_serves_postgresql_and_redis_to_the_application_hosts_only(deployment):
     data = deployment.boxes["data"]
     secrets = deployment.secrets
@@ -1053,113 +1188,6 @@ def test_an_application_host_powered_off_loses_nothing(deployment, agent):
     assert set(acknowledged) <= kept, f"{len(set(acknowledged) - kept)} acknowledged writes lost"
     assert liked == {"liked": True, "likes_count": 1}
     assert deployment.psql("wizard", f"SELECT likes_count FROM blueprints WHERE id = '{blueprint}'") == "1"
-
-
-def _archived_through(deployment, box):
-    """Switch PostgreSQL to a new WAL segment and wait until pgBackRest archived the one
-    it closed: every commit before the call is then in the repository."""
-    sql = ["runuser", "-u", "postgres", "--", "psql", "-Atc"]
-    closed = box.run(*sql, "SELECT pg_walfile_name(pg_switch_wal())").stdout.strip()
-    wait_for(
-        lambda: box.run(*sql, "SELECT coalesce(last_archived_wal, '') FROM pg_stat_archiver").stdout.strip() >= closed,
-        f"WAL segment {closed} archived",
-        timeout=120,
-    )
-
-
-def _blueprint(deployment, title):
-    http = deployment.client("wizard")
-    made = http.post(http.base + "/api/collections/blueprints", json={"title": title, "is_public": True}, timeout=60)
-    assert made.status_code == 201, made.text
-    return made.json()["id"]
-
-
-def _has_blueprint(deployment, row):
-    return deployment.psql("wizard", f"SELECT count(*) FROM blueprints WHERE id = '{row}'") == "1"
-
-
-def _found(loop, among):
-    """Whether every write of `among` is found (False while the services still recover)."""
-    with contextlib.suppress(Exception):
-        return loop.missing_writes(among=among) == {}
-    return False
-
-
-def test_the_data_host_lost_is_restored_and_recovers_to_a_point_in_time(deployment):
-    """The restore drill on PostgreSQL: a full pgBackRest backup while writes go on
-    through the front, more writes archived, the restic run that takes the repository
-    off the host; the data host is lost, a new one provisioned by ansible-pull and
-    restored with one command: every write acknowledged before the archive's point is
-    in the new primary, tokens sign in. Then a point-in-time recovery to a moment
-    between two acknowledged writes has the first and not the second, and a recovery
-    forward again on the old timeline has both."""
-    data, hosts = deployment.boxes["data"], deployment.hosts
-    loop = LoadLoop(deployment.open_client, deployment.credentials())
-    with loop.running():
-        started = time.monotonic()
-        data.run("systemctl", "start", "bundle-pg-backup@full.service", timeout=900)  # the backup, then its verify
-        ended = time.monotonic()
-        wait_for(lambda: time.monotonic() >= ended + (ended - started), "a window as long as the backup, without it")
-        first = _blueprint(deployment, "before the moment")
-        moment = deployment.psql("wizard", "SELECT now()")
-        second = _blueprint(deployment, "after the moment")
-        point = time.monotonic()
-        _archived_through(deployment, data)
-        data.run("systemctl", "start", "bundle-backup.service", timeout=900)  # pgBackRest's repository leaves the host
-    loop.streams_stop.set()  # the held streams are not checked here
-    assert loop.failures() == {}, loop.summary()
-    during, without = loop.write_latencies(started, ended), loop.write_latencies(ended, ended + (ended - started))
-    before = loop.acknowledged_before(point)
-    assert all(before[name] for name in ("decks", "wizard", "notebook", "workspace")), before
-    info = json.loads(
-        data.run("runuser", "-u", "postgres", "--", "pgbackrest", "--stanza=bundle", "info", "--output=json").stdout
-    )
-    size = info[0]["backup"][-1]["info"]["repository"]["delta"]
-    password = json.loads(data.run("cat", "/etc/bundle/secrets.json").stdout)["backup_repository_password"]
-
-    data.poweroff()  # the data host is lost, its disk with it
-    new = deployment.stack.enter_context(
-        staging.Box.boot(
-            deployment.root,
-            binds=deployment.binds["data"],
-            ro_binds=[(deployment.repo, "/srv/bundle.git")],
-            netns=hosts["data"].netns,
-        )
-    )
-    new.trust_host_certificates()
-    _probes_reach_the_front(new, hosts["front"], deployment.certificate)
-    deployment.boxes["data"] = new
-    seeded = [("/etc/bundle/secrets.json", json.dumps({"backup_repository_password": password}), "0600")]
-    pulled = _pull(new, deployment.data_settings, deployment.bootstrap, seeded)
-    assert recap(pulled)["failed"] == "0", pulled[-3000:]
-    restore_began = time.monotonic()
-    restored = new.run("bundle-backup", "restore", "latest", check=False, timeout=1800)
-    assert restored.returncode == 0, restored.stdout[-3000:] + restored.stderr[-3000:]
-    wait_for(lambda: _found(loop, before), "every write acknowledged before the backup, through the front", timeout=300)
-    recovery = time.monotonic() - restore_began
-    assert _has_blueprint(deployment, first) and _has_blueprint(deployment, second)
-
-    timeline = new.run(
-        "runuser", "-u", "postgres", "--", "psql", "-Atc", "SELECT timeline_id FROM pg_control_checkpoint()"
-    )
-    new.run("bundle-pg-restore", "--replace", "--target-time", moment, timeout=900)
-    assert _has_blueprint(deployment, first) and not _has_blueprint(deployment, second)
-    new.run("bundle-pg-restore", "--replace", "--target-timeline", timeline.stdout.strip(), timeout=900)
-    assert _has_blueprint(deployment, first) and _has_blueprint(deployment, second)
-    wait_for(
-        lambda: all(_ready(deployment, h) for h in ("app-a", "app-b")), "both application hosts ready", timeout=120
-    )
-    print(
-        f"\nrestore drill (PostgreSQL on the data host): full backup {ended - started:.1f} s, {size} bytes stored;"
-        f" write p99 {_p99(during) * 1000:.0f} ms during it ({len(during)} writes),"
-        f" {_p99(without) * 1000:.0f} ms without ({len(without)} writes);"
-        f" restore to serving (RTO, from `bundle-backup restore`): {recovery:.0f} s",
-        file=sys.stderr,
-    )
-
-
-def _p99(seconds):
-    return seconds[min(len(seconds) - 1, int(len(seconds) * 0.99))] if seconds else float("nan")
 
 
 def test_a_second_pull_changes_nothing_on_any_host(deployment):
