@@ -768,6 +768,24 @@ def _why_not_found(deployment, loop, before, restored):
     )
 
 
+def _agent_serves(deployment, agent):
+    """Whether the agent's app answers through each application host."""
+    for host in ("app-a", "app-b"):
+        try:
+            sock = _tls_to(deployment, host)
+            try:
+                answer = http_on(
+                    sock, "GET", "/@owner/dev.main/apps/echo/hello", agent.headers, host=f"workspace.{DOMAIN}"
+                )
+            finally:
+                sock.close()
+        except OSError:
+            return False
+        if answer != (200, b"hello from the app\n"):
+            return False
+    return True
+
+
 def _found(loop, among):
     """Whether every write of `among` is found (False while the services still recover)."""
     with contextlib.suppress(Exception):
@@ -775,7 +793,7 @@ def _found(loop, among):
     return False
 
 
-def test_the_data_host_lost_is_restored_and_recovers_to_a_point_in_time(deployment):
+def test_the_data_host_lost_is_restored_and_recovers_to_a_point_in_time(deployment, agent):
     """The restore drill on PostgreSQL: a full pgBackRest backup while writes go on
     through the front, more writes archived, the restic run that takes the repository
     off the host; the data host is lost, a new one provisioned by ansible-pull and
@@ -842,6 +860,8 @@ def test_the_data_host_lost_is_restored_and_recovers_to_a_point_in_time(deployme
     wait_for(
         lambda: all(_ready(deployment, h) for h in ("app-a", "app-b")), "both application hosts ready", timeout=120
     )
+    # The workspace agent lost its connection with the data tier and comes back by itself.
+    wait_for(lambda: _agent_serves(deployment, agent), "the agent's app served through both hosts again", 300)
     print(
         f"\nrestore drill (PostgreSQL on the data host): full backup {ended - started:.1f} s, {size} bytes stored;"
         f" write p99 {_p99(during) * 1000:.0f} ms during it ({len(during)} writes),"
