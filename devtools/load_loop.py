@@ -47,6 +47,11 @@ CYCLE_SECONDS = 0.5
 OpenClient = Callable[[str], tuple[requests.Session, str]]
 
 
+def p99(seconds: list[float]) -> float:
+    """The 99th percentile of `seconds` sorted shortest first (nan when there is none)."""
+    return seconds[min(len(seconds) - 1, int(len(seconds) * 0.99))] if seconds else float("nan")
+
+
 class Unexpected(Exception):
     """An answer the loop did not expect (its status and the start of its body)."""
 

@@ -19,10 +19,8 @@ from app.backup.errors import BackupError
 from app.backup.processes import users_of
 from app.backup.restic import Restic
 from app.backup.settings import BackupSettings
-from app.common.config import PROJECT_ROOT
+from app.common.config import RELEASE
 from app.common.timeutil import utc_timestamp
-
-RELEASE = (PROJECT_ROOT / "VERSION").read_text().strip()
 
 
 def restic_of(settings: BackupSettings) -> Restic:

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import TypeVar
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+# The release this checkout is (VERSION): live processes register under it, backups record it.
+RELEASE = (PROJECT_ROOT / "VERSION").read_text().strip()
 
 
 class ConfigError(ValueError):

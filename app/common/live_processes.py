@@ -32,6 +32,7 @@ from pathlib import Path
 
 from peewee import Database, PostgresqlDatabase
 
+from app.common.config import RELEASE as RELEASE  # re-exported: the registry rows and contract name it
 from app.common.timeutil import utc_timestamp
 
 log = logging.getLogger("bundle.live_processes")
@@ -41,7 +42,6 @@ REFRESH_SECONDS = 20.0
 LIVE_SECONDS = 60.0
 # Rows of processes that died without removing them are deleted after this long.
 FORGET_SECONDS = 24 * 3600.0
-RELEASE = (Path(__file__).resolve().parents[2] / "VERSION").read_text().strip()
 HOST = socket.gethostname()
 # This process's registrations not stopped yet.
 _registered: list["Registration"] = []

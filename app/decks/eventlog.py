@@ -270,11 +270,14 @@ def read_events(path, after=0, limit=None):
         os.close(fd)
 
 
+def _mark_path(log_path) -> str:
+    return os.path.join(os.path.dirname(os.fspath(log_path)), RESTORED_MARK)
+
+
 def mark_restored(log_path, highest_seq: int, length: int, snapshot: str) -> None:
     """Record beside a log restored from a backup what it held when it was copied."""
     mark = {"highest_seq": highest_seq, "bytes": length, "snapshot": snapshot, "restored": utc_timestamp()}
-    path = os.path.join(os.path.dirname(os.fspath(log_path)), RESTORED_MARK)
-    with open(path, "w", encoding="utf-8") as f:
+    with open(_mark_path(log_path), "w", encoding="utf-8") as f:
         json.dump(mark, f)
         f.flush()
         os.fsync(f.fileno())
@@ -285,7 +288,7 @@ def seq_floor(log_path, max_bytes=None) -> int:
     above any seq it could have handed out after its backup, which grew it from
     `bytes` to the cap at most, one shortest line an event."""
     try:
-        with open(os.path.join(os.path.dirname(os.fspath(log_path)), RESTORED_MARK), "rb") as f:
+        with open(_mark_path(log_path), "rb") as f:
             mark = json.load(f)
         highest, length = int(mark["highest_seq"]), int(mark["bytes"])
     except FileNotFoundError:

@@ -28,7 +28,7 @@ from app import registry
 from devtools import staging
 from devtools.acme_server import AcmeServer
 from devtools.fake_providers import FakeProviders
-from devtools.load_loop import LoadLoop
+from devtools.load_loop import LoadLoop, p99
 from devtools.oidc_provider import sign_in
 from devtools.services import free_port
 from devtools.waiting import wait_for
@@ -598,10 +598,6 @@ def test_nginx_sends_the_published_anonymous_view_itself(stage):
     assert fresh.headers["ETag"] != published.headers["ETag"]
 
 
-def _p99(seconds):
-    return seconds[min(len(seconds) - 1, int(len(seconds) * 0.99))] if seconds else float("nan")
-
-
 def _serving(stage):
     """Every service answers its health route through the box's nginx."""
     try:
@@ -676,7 +672,7 @@ def test_the_restore_drill_loses_no_write_acknowledged_before_the_backup(stage):
     wait_for(lambda: _serving(stage), "every service serving again after the refused restore", timeout=120)
     print(
         f"\nrestore drill (one host, SQLite): {line}\n"
-        f"  backup took {ended - started:.1f} s; write p99 {_p99(during) * 1000:.0f} ms during it "
-        f"({len(during)} writes), {_p99(without) * 1000:.0f} ms without ({len(without)} writes)\n"
+        f"  backup took {ended - started:.1f} s; write p99 {p99(during) * 1000:.0f} ms during it "
+        f"({len(during)} writes), {p99(without) * 1000:.0f} ms without ({len(without)} writes)\n"
         f"  restore to serving (RTO, from `bundle-backup restore`): {recovery:.0f} s\n{loop.summary()}"
     )

@@ -41,7 +41,7 @@ import yaml
 from app import registry
 from devtools import private_network, staging
 from devtools.fake_providers import FakeProviders
-from devtools.load_loop import LoadLoop
+from devtools.load_loop import LoadLoop, p99
 from devtools.waiting import wait_for
 from tests.support.ops import ServerName, group_vars, recap
 from tests.support.workspace import agent_program, http_on, websocket_on
@@ -868,15 +868,11 @@ def test_the_data_host_lost_is_restored_and_recovers_to_a_point_in_time(deployme
     wait_for(lambda: _agent_serves(deployment, agent), "the agent's app served through both hosts again", 300)
     print(
         f"\nrestore drill (PostgreSQL on the data host): full backup {ended - started:.1f} s, {size} bytes stored;"
-        f" write p99 {_p99(during) * 1000:.0f} ms during it ({len(during)} writes),"
-        f" {_p99(without) * 1000:.0f} ms without ({len(without)} writes);"
+        f" write p99 {p99(during) * 1000:.0f} ms during it ({len(during)} writes),"
+        f" {p99(without) * 1000:.0f} ms without ({len(without)} writes);"
         f" restore to serving (RTO, from `bundle-backup restore`): {recovery:.0f} s",
         file=sys.stderr,
     )
-
-
-def _p99(seconds):
-    return seconds[min(len(seconds) - 1, int(len(seconds) * 0.99))] if seconds else float("nan")
 
 
 def test_the_data_host_serves_postgresql_and_redis_to_the_application_hosts_only(deployment):
