@@ -1,10 +1,15 @@
 """marshmallow schemas: the request schemas validate bodies and query strings,
 the response schemas shape answers; /openapi.json is generated from both, so the
-documentation is what the code checks. Unknown request fields are errors."""
+documentation is what the code checks.
+
+Unknown request fields: a field Open Notebook's API accepts on that request and we do
+not use is declared with `ignored()` (its type still checked, then dropped, and the
+OpenAPI document says so); any field neither API knows stays a 400 naming it
+(docs/decisions/notebook.md)."""
 
 import json
 
-from marshmallow import Schema, ValidationError, fields, pre_load, validate, validates_schema
+from marshmallow import Schema, ValidationError, fields, post_load, pre_load, validate, validates_schema
 
 SOURCE_TYPES = ("upload", "link", "text")
 STATUSES = ("new", "running", "completed", "failed", "canceled")
@@ -29,9 +34,23 @@ def refuse_nul(data, path=""):
             refuse_nul(value, path)
 
 
+IGNORED = "ignored"
+
+
+def ignored(field: fields.Field) -> fields.Field:
+    """A field Open Notebook's API takes on this request and ours does not use: its
+    type is checked like any field's (a wrong type is a 400), then it is dropped."""
+    field.metadata = {
+        **field.metadata,
+        IGNORED: True,
+        "description": "Open Notebook's field: accepted, checked and not used",
+    }
+    return field
+
+
 class _Strict(Schema):
     """Text fields are stripped of surrounding spaces before validation; no string
-    may hold a NUL character."""
+    may hold a NUL character; fields declared with `ignored()` are dropped once checked."""
 
     @pre_load
     def strip_strings(self, data, **kwargs):
@@ -39,6 +58,10 @@ class _Strict(Schema):
         if isinstance(data, dict):
             return {k: v.strip() if isinstance(v, str) and k not in ("content",) else v for k, v in data.items()}
         return data
+
+    @post_load
+    def drop_ignored(self, data, **kwargs):
+        return {key: value for key, value in data.items() if not self.fields[key].metadata.get(IGNORED)}
 
 
 # --------------------------------------------------------------------------- requests
