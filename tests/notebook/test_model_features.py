@@ -234,3 +234,61 @@ def test_podcast_episode_with_espeak(llm_nb, models, material):
     assert audio.status_code == 200 and audio.headers["Content-Type"] == "audio/mpeg" and len(audio.content) > 1000
     assert nb.delete(f"/podcasts/episodes/{episode['id']}").status_code == 200
     assert nb.get(f"/podcasts/episodes/{episode['id']}/audio").status_code == 404
+
+
+def test_podcast_from_open_notebook_profiles_and_content(llm_nb, models, material):
+    """Open Notebook's UI: the built-in profiles, then a generate with a profile's name,
+    a speaker profile's id and the context it built as `content`, no notebook; the
+    episode carries the profiles and the briefing; the profiles are read-only."""
+    nb = llm_nb
+    episode_profiles = nb.get("/api/episode-profiles").json()
+    speaker_profiles = nb.get("/api/speaker-profiles").json()
+    assert [p["name"] for p in episode_profiles] == ["short", "medium", "long"]
+    assert [len(p["speakers"]) for p in speaker_profiles] == [1, 2, 3, 4]
+    short = episode_profiles[0]
+    # The generate dialog refuses a profile whose speaker_config does not resolve; the
+    # page asks for setup while outline_llm or voice_model is empty.
+    assert short["speaker_config"] in {p["id"] for p in speaker_profiles} and short["speaker_config_name"]
+    assert short["outline_llm"] == models["openai"]["id"] and speaker_profiles[0]["voice_model"] == "espeak-ng"
+    assert [lang["code"] for lang in nb.get("/api/languages").json()] == ["en-US", "en-GB"]
+    assert nb.get("/api/speaker-profiles/speaker_profile:9").status_code == 404
+    refused = nb.post("/api/episode-profiles", json={"name": "mine"})
+    assert refused.status_code == 405 and "read-only" in refused.json()["detail"]
+    assert nb.get("/api/episode-profiles").json() == episode_profiles
+
+    for bad, field in (
+        ({"episode_profile": "epic", "speaker_profile": short["speaker_config"]}, "episode_profile"),
+        ({"episode_profile": "short", "speaker_profile": "speaker_profile:7"}, "speaker_profile"),
+        ({"episode_profile": "short", "speaker_profile": 2}, "speaker_profile"),
+    ):
+        answer = nb.post("/api/podcasts/generate", json={"episode_name": "x", "content": "Ice.", **bad})
+        assert answer.status_code == 400 and answer.json()["field"] == field, answer.text
+    before = len(nb.get("/api/podcasts/episodes").json())
+    assert nb.post("/api/podcasts/generate", json={"episode_name": "x"}).json()["field"] == "notebook_id"
+    assert len(nb.get("/api/podcasts/episodes").json()) == before
+
+    nb.fake.seen.clear()
+    queued = nb.post(
+        "/api/podcasts/generate",
+        json={
+            "episode_profile": "short",
+            "speaker_profile": "speaker_profile:1",
+            "episode_name": "Moraines",
+            "content": "Moraines mark where glaciers ended.",
+            "briefing_suffix": "Keep it for beginners.",
+        },
+    )
+    assert queued.status_code == 202, queued.text
+    assert queued.json()["job_id"] == queued.json()["command_id"] and queued.json()["episode_profile"] == "short"
+    assert nb.wait_command(queued.json()["job_id"])["status"] == "completed"
+    prompt = chat_bodies(nb)[-1]["messages"]
+    assert "Keep it for beginners." in prompt[0]["content"]
+    assert prompt[1]["content"] == "Moraines mark where glaciers ended."
+    episode = next(e for e in nb.get("/api/podcasts/episodes").json() if e["id"] == queued.json()["episode_id"])
+    assert episode["episode_profile"]["name"] == "short" and episode["speaker_profile"]["name"] == "one speaker"
+    assert episode["briefing"] == "Keep it for beginners." and episode["notebook_id"] is None
+    assert {t["speaker"] for t in episode["transcript"]} == {"Alex"}
+    audio = nb.get(episode["audio_url"])
+    assert audio.status_code == 200 and audio.headers["Content-Type"] == "audio/mpeg"
+    retried = nb.post(f"/api/podcasts/episodes/{episode['id']}/retry")
+    assert retried.status_code == 400 and "completed" in retried.json()["detail"]

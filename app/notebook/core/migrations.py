@@ -66,10 +66,19 @@ def index_everything(db):
         index.put(public("note", key), title, content)
 
 
+def _material_of_episodes(db, migrator):
+    """Open Notebook's UI sends a podcast's material and a briefing with the request."""
+    migrate(
+        migrator.add_column("episode", "material", TextField(null=True)),
+        migrator.add_column("episode", "briefing", TextField(null=True)),
+    )
+
+
 STEPS = [
     Step(1, "release 0.1.0"),
     Step(2, "a transformation's model, a credential's modalities", _model_of_transformations_and_modalities),
     Step(3, "PostgreSQL's full-text index", _postgres_text_search),
+    Step(4, "an episode's material and briefing", _material_of_episodes),
 ]
 # Steps 2 and 3 are release 0.2.0's: recorded where it reads them (app.common.migrations).
 HISTORY = History("notebook", MODELS, STEPS, create_extra=_create_search_index, before_phases=3)

@@ -242,6 +242,8 @@ class Episode(BaseModel):
     length = CharField(max_length=10)
     command_id = CharField(null=True)
     model_id = CharField(null=True, max_length=20)
+    material = TextField(null=True)  # the text to talk about when the request gave it (else the notebook's)
+    briefing = TextField(null=True)  # the requester's instructions, added to the script's prompt
     transcript = JSONField(null=True)
     audio_file = CharField(null=True)
     created = DateTimeField(default=now, index=True)

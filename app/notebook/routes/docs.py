@@ -485,6 +485,49 @@ OPERATIONS = [
         {200: s.Deleted},
         [404],
     ),
+    (
+        "post",
+        "/podcasts/episodes/{episode_id}/retry",
+        "podcasts",
+        "Make a failed or canceled episode again (a new job)",
+        None,
+        {202: s.Queued},
+        [400, 404],
+    ),
+    ("get", "/episode-profiles", "podcasts", "The built-in episode profiles", None, {200: [s.EpisodeProfileOut]}, []),
+    (
+        "get",
+        "/episode-profiles/{profile_id}",
+        "podcasts",
+        "A built-in episode profile, by id or name",
+        None,
+        {200: s.EpisodeProfileOut},
+        [404],
+    ),
+    ("get", "/speaker-profiles", "podcasts", "The built-in speaker profiles", None, {200: [s.SpeakerProfileOut]}, []),
+    (
+        "get",
+        "/speaker-profiles/{profile_id}",
+        "podcasts",
+        "A built-in speaker profile, by id or name",
+        None,
+        {200: s.SpeakerProfileOut},
+        [404],
+    ),
+    ("get", "/languages", "podcasts", "The languages of an episode", None, {200: [s.LanguageOut]}, []),
+    *[
+        (method, path, "podcasts", "405: the profiles are built in and read-only", None, {}, [405])
+        for method, path in (
+            ("post", "/episode-profiles"),
+            ("post", "/speaker-profiles"),
+            ("put", "/episode-profiles/{profile_id}"),
+            ("put", "/speaker-profiles/{profile_id}"),
+            ("delete", "/episode-profiles/{profile_id}"),
+            ("delete", "/speaker-profiles/{profile_id}"),
+            ("post", "/episode-profiles/{profile_id}/duplicate"),
+            ("post", "/speaker-profiles/{profile_id}/duplicate"),
+        )
+    ],
 ]
 
 _PATH_PARAMS = {
@@ -498,6 +541,7 @@ _PATH_PARAMS = {
     "insight_id": "insight:<key>",
     "session_id": "chat_session:<key>",
     "episode_id": "episode:<key>",
+    "profile_id": "a built-in profile's id or name",
 }
 
 

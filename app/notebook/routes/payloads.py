@@ -11,6 +11,8 @@ import json
 
 from marshmallow import Schema, ValidationError, fields, post_load, pre_load, validate, validates_schema
 
+from app.notebook.core import podcast_profiles
+
 SOURCE_TYPES = ("upload", "link", "text")
 STATUSES = ("new", "running", "completed", "failed", "canceled")
 SORT_FIELDS = ("created", "updated", "title", "type", "insights_count", "embedded")
@@ -775,23 +777,108 @@ class ChatContextOut(Schema):
 
 
 class PodcastCreate(_Strict):
-    notebook_id = fields.String(required=True, validate=validate.Length(min=1, max=100))
+    """Ours (`notebook_id`, `speakers`, `length`) or Open Notebook's (`episode_profile`,
+    `speaker_profile` and the material as `content`): a profile stands for a length or
+    a number of speakers (app.notebook.core.podcast_profiles), and overrides them."""
+
+    notebook_id = fields.String(validate=validate.Length(min=1, max=100))
     episode_name = fields.String(required=True, validate=validate.Length(min=1, max=200))
-    speakers = fields.Integer(load_default=2, strict=True, validate=validate.Range(min=1, max=4))
-    length = fields.String(load_default="short", validate=validate.OneOf(("short", "medium", "long")))
+    speakers = fields.Integer(
+        load_default=podcast_profiles.DEFAULT_SPEAKERS,
+        strict=True,
+        validate=validate.Range(min=1, max=podcast_profiles.MAX_SPEAKERS),
+    )
+    length = fields.String(load_default="short", validate=validate.OneOf(podcast_profiles.LENGTHS))
     model_id = _model_ref
+    episode_profile = fields.String(
+        validate=validate.Length(min=1, max=100), metadata={"description": "an episode profile's id or name"}
+    )
+    speaker_profile = fields.String(
+        validate=validate.Length(min=1, max=100), metadata={"description": "a speaker profile's id or name"}
+    )
+    content = fields.String(
+        validate=validate.Length(min=1),
+        metadata={"description": "the material to talk about, instead of a notebook's sources and notes"},
+    )
+    briefing_suffix = fields.String(
+        allow_none=True,
+        validate=validate.Length(max=10000),
+        metadata={"description": "instructions for this episode, added to the script's prompt"},
+    )
+
+    @validates_schema
+    def material_and_profiles(self, data, **kwargs):
+        if not data.get("notebook_id") and not data.get("content"):
+            raise ValidationError("give a notebook_id or the content to talk about", "notebook_id")
+        if "episode_profile" in data and podcast_profiles.length_of(data["episode_profile"]) is None:
+            known = ", ".join(podcast_profiles.LENGTHS)
+            raise ValidationError(f"unknown episode profile; known: {known}", "episode_profile")
+        if "speaker_profile" in data and podcast_profiles.speakers_of(data["speaker_profile"]) is None:
+            raise ValidationError("unknown speaker profile (GET /speaker-profiles lists them)", "speaker_profile")
+
+    @post_load
+    def profiles_to_knobs(self, data, **kwargs):
+        if "episode_profile" in data:
+            data["length"] = podcast_profiles.length_of(data.pop("episode_profile"))
+        if "speaker_profile" in data:
+            data["speakers"] = podcast_profiles.speakers_of(data.pop("speaker_profile"))
+        return data
+
+
+class Queued(Schema):
+    job_id = fields.String(required=True)
+    command_id = fields.String(required=True)
+    message = fields.String(required=True)
 
 
 class PodcastQueued(Schema):
     command_id = fields.String(required=True)
+    job_id = fields.String(required=True, metadata={"description": "Open Notebook's name for command_id"})
     episode_id = fields.String(required=True)
+    episode_name = fields.String(required=True)
+    episode_profile = fields.String(required=True, metadata={"description": "the episode profile (its length)"})
     model_id = fields.String(required=True)
     status = fields.String(required=True)
+    message = fields.String(required=True)
 
 
 class TurnOut(Schema):
     speaker = fields.String(required=True)
     text = fields.String(required=True)
+
+
+class SpeakerOut(Schema):
+    name = fields.String(required=True)
+    voice_id = fields.String(required=True)
+    backstory = fields.String(required=True)
+    personality = fields.String(required=True)
+
+
+class SpeakerProfileOut(Schema):
+    id = fields.String(required=True)
+    name = fields.String(required=True)
+    description = fields.String(required=True)
+    voice_model = fields.String(required=True, metadata={"description": "the text_to_speech default, or espeak-ng"})
+    speakers = fields.List(fields.Nested(SpeakerOut), required=True)
+
+
+class EpisodeProfileOut(Schema):
+    id = fields.String(required=True)
+    name = fields.String(required=True, metadata={"description": "the episode's length"})
+    description = fields.String(required=True)
+    speaker_config = fields.String(required=True)
+    speaker_config_name = fields.String(required=True)
+    outline_llm = fields.String(allow_none=True, required=True)
+    transcript_llm = fields.String(allow_none=True, required=True)
+    language = fields.String(required=True)
+    default_briefing = fields.String(required=True)
+    num_segments = fields.Integer(required=True)
+    max_tokens = fields.Integer(allow_none=True, required=True)
+
+
+class LanguageOut(Schema):
+    code = fields.String(required=True)
+    name = fields.String(required=True)
 
 
 class EpisodeOut(Schema):
@@ -802,7 +889,12 @@ class EpisodeOut(Schema):
     length = fields.String(required=True)
     command_id = fields.String(allow_none=True, required=True)
     job_status = fields.String(allow_none=True, required=True)
+    error_message = fields.String(allow_none=True, required=True)
     transcript = fields.List(fields.Nested(TurnOut), allow_none=True, required=True)
     audio_available = fields.Boolean(required=True)
+    audio_url = fields.String(allow_none=True, required=True, metadata={"description": "the MP3's path, once made"})
+    briefing = fields.String(required=True)
+    episode_profile = fields.Nested(EpisodeProfileOut, required=True)
+    speaker_profile = fields.Nested(SpeakerProfileOut, required=True)
     created = fields.String(required=True)
     updated = fields.String(required=True)

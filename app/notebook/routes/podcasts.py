@@ -1,14 +1,18 @@
 """Routes of the podcasts: `POST /podcasts/generate` starts a job (kind `podcast`,
-app.notebook.worker.episodes) that writes and speaks an episode; the episodes and their MP3."""
+app.notebook.worker.episodes) that writes and speaks an episode; the episodes and their
+MP3; the built-in episode and speaker profiles and the languages, read-only, in Open
+Notebook's shapes (app.notebook.core.podcast_profiles)."""
 
 import os
+from collections.abc import Iterable
+from typing import cast
 
 from flask import Blueprint, send_file
 
-from app.common.failures import Invalid, NotFound
-from app.notebook.core import context, model_choice
+from app.common.failures import ApiError, Invalid, NotFound
+from app.notebook.core import context, model_choice, podcast_profiles
 from app.notebook.core.ids import key_of, new_key, public
-from app.notebook.core.models import Command, Episode, now, write_transaction
+from app.notebook.core.models import Command, DefaultModel, Episode, now, write_transaction
 from app.notebook.routes import serializers
 from app.notebook.routes.http import body, jobs, settings
 from app.notebook.routes.notebooks import get_notebook
@@ -24,11 +28,22 @@ def get_episode(public_id):
     return record
 
 
-def _view(record):
-    status = (
-        Command.select(Command.status).where(Command.id == record.command_id).scalar() if record.command_id else None
+def _models() -> podcast_profiles.Models:
+    """The defaults an episode is made with now (the profiles name them)."""
+    wanted = DefaultModel.key.in_(("default_chat_model", "default_text_to_speech_model"))
+    query = DefaultModel.select(DefaultModel.key, DefaultModel.model).where(wanted).tuples()
+    rows = dict(cast(Iterable[tuple[str, str | None]], query))  # peewee's stubs type no tuples()
+    return podcast_profiles.Models(
+        chat=public("model", rows.get("default_chat_model")),
+        text_to_speech=public("model", rows.get("default_text_to_speech_model")),
     )
-    return serializers.episode(record, status)
+
+
+def _view(record, models=None):
+    job = Command.get_or_none(Command.id == record.command_id) if record.command_id else None
+    return serializers.episode(
+        record, models or _models(), job.status if job else None, job.error_message if job else None
+    )
 
 
 def audio_path(config, record):
@@ -39,35 +54,43 @@ def audio_path(config, record):
 def generate():
     """Queue a podcast episode about a notebook's sources and notes; 202 with the job's and the episode's ids."""
     data = body(PodcastCreate())
-    notebook = get_notebook(data["notebook_id"])
+    notebook = get_notebook(data["notebook_id"]) if data.get("notebook_id") else None
     resolved = model_choice.resolve(settings(), "chat", data.get("model_id"))
-    if not context.render_context(context.build_context(notebook.id, {}, 1)):
+    if not data.get("content") and not context.render_context(context.build_context(notebook.id, {}, 1)):
         raise Invalid("the notebook has no sources or notes to talk about")
     with write_transaction():
         # The override's key (Episode.model_id holds 20 characters), resolved again by the job.
         record = Episode.create(
             id=new_key(),
             name=data["episode_name"],
-            notebook=notebook.id,
+            notebook=notebook.id if notebook else None,
             speakers=data["speakers"],
             length=data["length"],
             model_id=resolved.record.id if data.get("model_id") else None,
+            material=data.get("content"),
+            briefing=data.get("briefing_suffix") or None,
         )
         command = jobs().new_command("podcast", public("episode", record.id))
         Episode.update(command_id=command.id).where(Episode.id == record.id).execute()
     jobs().enqueue(command)
+    command_id = public("command", command.id)
     return {
-        "command_id": public("command", command.id),
+        "command_id": command_id,
+        "job_id": command_id,
         "episode_id": public("episode", record.id),
+        "episode_name": record.name,
+        "episode_profile": record.length,
         "model_id": resolved.id,
         "status": "new",
+        "message": f"podcast generation started for episode {record.name!r}",
     }, 202
 
 
 @bp.get("/podcasts/episodes")
 def list_episodes():
     """The podcast episodes, newest first."""
-    return [_view(e) for e in Episode.select().order_by(Episode.created.desc(), Episode.id)]
+    models = _models()
+    return [_view(e, models) for e in Episode.select().order_by(Episode.created.desc(), Episode.id)]
 
 
 @bp.get("/podcasts/episodes/<episode_id>")
@@ -102,3 +125,85 @@ def delete_episode(episode_id):
     if path and os.path.exists(path):
         os.unlink(path)
     return {"deleted": public("episode", record.id)}
+
+
+@bp.post("/podcasts/episodes/<episode_id>/retry")
+def retry_episode(episode_id):
+    """Make a failed (or canceled) episode again: a new job, compare-and-set on the old
+    one's state, so two retries at once start one job."""
+    record = get_episode(episode_id)
+    with write_transaction():
+        status = Command.select(Command.status).where(Command.id == record.command_id).scalar()
+        if status not in ("failed", "canceled", None):
+            raise Invalid(f"only a failed or canceled episode can be made again; this one is {status}")
+        command = jobs().new_command("podcast", public("episode", record.id))
+        claimed = (
+            Episode.update(command_id=command.id, updated=now())
+            .where((Episode.id == record.id) & (Episode.command_id == record.command_id))
+            .execute()
+        )
+        if not claimed:  # raising rolls the new command back
+            raise Invalid("this episode is being made again already")
+    jobs().enqueue(command)
+    command_id = public("command", command.id)
+    return {"job_id": command_id, "command_id": command_id, "message": "the episode is being made again"}, 202
+
+
+# --------------------------------------------------------------------------- profiles (built in)
+
+
+def _read_only():
+    raise ApiError(
+        405,
+        "the podcast profiles are built in and read-only here: an episode profile is a length "
+        "(short, medium, long), a speaker profile a number of speakers (1 to 4)",
+    )
+
+
+@bp.get("/episode-profiles")
+def list_episode_profiles():
+    """The built-in episode profiles: one per length."""
+    return podcast_profiles.episode_profiles(_models())
+
+
+@bp.get("/episode-profiles/<profile_id>")
+def read_episode_profile(profile_id):
+    """A built-in episode profile by id or name."""
+    length = podcast_profiles.length_of(profile_id)
+    if length is None:
+        raise NotFound(f"episode profile {profile_id[:80]!r} not found")
+    return podcast_profiles.episode_profile(length, _models())
+
+
+@bp.get("/speaker-profiles")
+def list_speaker_profiles():
+    """The built-in speaker profiles: one per number of speakers."""
+    return podcast_profiles.speaker_profiles(_models())
+
+
+@bp.get("/speaker-profiles/<profile_id>")
+def read_speaker_profile(profile_id):
+    """A built-in speaker profile by id or name."""
+    speakers = podcast_profiles.speakers_of(profile_id)
+    if speakers is None:
+        raise NotFound(f"speaker profile {profile_id[:80]!r} not found")
+    return podcast_profiles.speaker_profile(speakers, _models())
+
+
+@bp.post("/episode-profiles")
+@bp.post("/speaker-profiles")
+@bp.put("/episode-profiles/<profile_id>")
+@bp.put("/speaker-profiles/<profile_id>")
+@bp.delete("/episode-profiles/<profile_id>")
+@bp.delete("/speaker-profiles/<profile_id>")
+@bp.post("/episode-profiles/<profile_id>/duplicate")
+@bp.post("/speaker-profiles/<profile_id>/duplicate")
+def change_profile(profile_id=None):
+    """405: the profiles are built in."""
+    _read_only()
+
+
+@bp.get("/languages")
+def list_languages():
+    """The languages an episode can be made in."""
+    return podcast_profiles.LANGUAGES

@@ -4,6 +4,7 @@ import json
 
 from peewee import fn
 
+from app.notebook.core import podcast_profiles
 from app.notebook.core.ids import public
 from app.notebook.core.models import Chunk, Insight, Note, SourceNotebook
 
@@ -202,17 +203,25 @@ def chat_session(record, message_count, messages=None):
     return body
 
 
-def episode(record, command_status=None):
+def episode(record, models: podcast_profiles.Models, command_status=None, error_message=None):
+    """An episode with Open Notebook's fields beside ours: the profiles it was made
+    with (as they read now: they are built in), its audio's path, its job's error."""
+    episode_id = public("episode", record.id)
     return {
-        "id": public("episode", record.id),
+        "id": episode_id,
         "name": record.name,
         "notebook_id": public("notebook", record.notebook_id),
         "speakers": record.speakers,
         "length": record.length,
         "command_id": public("command", record.command_id),
         "job_status": command_status,
+        "error_message": error_message,
         "transcript": record.transcript,
         "audio_available": bool(record.audio_file),
+        "audio_url": f"/api/podcasts/episodes/{episode_id}/audio" if record.audio_file else None,
+        "briefing": record.briefing or "",
+        "episode_profile": podcast_profiles.episode_profile(record.length, models),
+        "speaker_profile": podcast_profiles.speaker_profile(record.speakers, models),
         "created": timestamp(record.created),
         "updated": timestamp(record.updated),
     }

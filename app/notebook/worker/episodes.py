@@ -10,12 +10,9 @@ from app.common.failures import Failure
 from app.notebook import llm
 from app.notebook.core import context, model_choice
 from app.notebook.core.models import Episode, now, write_transaction
+from app.notebook.core.podcast_profiles import ESPEAK_VOICES, PROVIDER_VOICES, SPEAKER_NAMES, TURNS
 from app.notebook.worker.command_state import Canceled, complete, ensure_running, progress
 
-SPEAKER_NAMES = ("Alex", "Sam", "Robin", "Kim")
-ESPEAK_VOICES = ("en-us", "en-gb+m3", "en-us+f3", "en-gb+f4")
-PROVIDER_VOICES = ("alloy", "echo", "fable", "nova")
-TURNS = {"short": 6, "medium": 12, "long": 24}
 TURN_CHARS = 1200
 SPEECH_TIMEOUT = 60.0  # one turn through espeak-ng
 DIALOGUE_PROMPT = (
@@ -23,6 +20,7 @@ DIALOGUE_PROMPT = (
     'and nothing else: {{"turns": [{{"speaker": "<name>", "text": "<what they say>"}}]}} with about {turns} '
     "turns. Speaker names: {names}. Use only facts from the material."
 )
+BRIEFING = " The host's briefing for this episode: {briefing}"
 
 
 def make_episode(command, config):
@@ -31,14 +29,15 @@ def make_episode(command, config):
         raise Canceled(f"{command.target} was deleted")
     resolved = model_choice.resolve(config, "chat", record.model_id)
     names = SPEAKER_NAMES[: record.speakers]
-    material = context.render_context(context.build_context(record.notebook_id, {}, config.context_max_chars))
     progress(command, "writing the script", 10)
     prompt = DIALOGUE_PROMPT.format(turns=TURNS[record.length], names=", ".join(names))
+    if record.briefing:
+        prompt += BRIEFING.format(briefing=record.briefing)
     turns = parse_turns(
         llm.chat(
             resolved.target,
             resolved.name,
-            [{"role": "system", "content": prompt}, {"role": "user", "content": material}],
+            [{"role": "system", "content": prompt}, {"role": "user", "content": _material(record, config)}],
         ),
         names,
     )
@@ -62,6 +61,14 @@ def make_episode(command, config):
     finally:
         if os.path.exists(partial):  # canceled (the episode deleted) or failed: no half file stays
             os.unlink(partial)
+
+
+def _material(record, config):
+    """What the episode talks about: the text its request gave (Open Notebook's UI sends
+    the context it built), else the notebook's sources and notes."""
+    if record.material:
+        return record.material[: config.context_max_chars]
+    return context.render_context(context.build_context(record.notebook_id, {}, config.context_max_chars))
 
 
 def parse_turns(text, names):
