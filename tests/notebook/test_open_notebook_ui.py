@@ -20,8 +20,14 @@ from typing import Any
 import pytest
 
 from tests.support import documents
-from tests.support.notebook import PASSWORD, credential, model
-from tests.support.open_notebook_ui import FormValue, UiCallFailed, UiClient
+from tests.support.notebook import PASSWORD
+from tests.support.open_notebook_ui import (
+    FormValue,
+    UiCallFailed,
+    UiClient,
+    fake_openai_models,
+    set_default_models,
+)
 
 STILL_PROCESSING = ("running", "queued", "new")  # lib/hooks/use-sources.ts: refetchInterval while one of these
 POLL_DEADLINE = 120.0
@@ -29,26 +35,12 @@ POLL_DEADLINE = 120.0
 
 @pytest.fixture(scope="module")
 def ui_models(llm_nb) -> dict[str, str]:
-    """A chat and an embedding model of the fake OpenAI, made through our own API."""
-    cred = credential(llm_nb, "openai", key="sk-good", name=f"ui setup {uuid.uuid4().hex[:6]}")
-    return {
-        "chat": model(llm_nb, "fake-chat", "openai", cred)["id"],
-        "embedding": model(llm_nb, "fake-embed", "openai", cred, kind="embedding")["id"],
-    }
+    return fake_openai_models(llm_nb)
 
 
 @pytest.fixture
 def setup_models(llm_nb, ui_models) -> dict[str, str]:
-    """The defaults every model journey needs (the stack is shared: set them each time)."""
-    answer = llm_nb.put(
-        "/models/defaults",
-        json={
-            "default_chat_model": ui_models["chat"],
-            "default_transformation_model": ui_models["chat"],
-            "default_embedding_model": ui_models["embedding"],
-        },
-    )
-    assert answer.status_code == 200, answer.text
+    set_default_models(llm_nb, ui_models)
     return ui_models
 
 

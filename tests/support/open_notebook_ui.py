@@ -23,6 +23,8 @@ from typing import Any
 
 import requests
 
+from tests.support.notebook import credential, model
+
 FormValue = str | tuple[str, bytes, str]  # a FormData field: a string or (file name, bytes, type)
 TIMEOUT = 120  # a chat or an ask with the fake providers answers in seconds
 
@@ -157,3 +159,29 @@ def _data_lines(chunks: Iterator[str]) -> Iterator[dict[str, Any]]:
                 yield json.loads(line[6:].strip())
     if buffer.startswith("data: ") and buffer[6:].strip():
         yield json.loads(buffer[6:].strip())
+
+
+# --------------------------------------------------------------------------- set-up through our own API
+
+
+def fake_openai_models(nb: Any) -> dict[str, str]:
+    """A chat and an embedding model of the fake OpenAI (`llm_nb`), made through our
+    own API, so that a journey under test is not also its own set-up."""
+    cred = credential(nb, "openai", key="sk-good")
+    return {
+        "chat": model(nb, "fake-chat", "openai", cred)["id"],
+        "embedding": model(nb, "fake-embed", "openai", cred, kind="embedding")["id"],
+    }
+
+
+def set_default_models(nb: Any, models: dict[str, str]) -> None:
+    """The defaults the model journeys need (the stack is shared between modules: set them each time)."""
+    answer = nb.put(
+        "/models/defaults",
+        json={
+            "default_chat_model": models["chat"],
+            "default_transformation_model": models["chat"],
+            "default_embedding_model": models["embedding"],
+        },
+    )
+    assert answer.status_code == 200, answer.text
