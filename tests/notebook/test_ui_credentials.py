@@ -89,9 +89,10 @@ def test_configure_discover_register_default_test_and_delete(llm_nb):
     for field in ("id", "name", "provider", "modalities", "has_api_key", "model_count", "created", "updated"):
         assert field in cred
     assert (cred["provider"], cred["modalities"], cred["model_count"]) == ("ollama", ["language", "embedding"], 0)
-    # The edit form sends only what changed; an emptied num_ctx is 0.
-    edited = ok(nb.put(f"/api/credentials/{cred['id']}", json={"name": "ui ollama 2", "num_ctx": 0}))
-    assert edited["name"] == "ui ollama 2"
+    assert cred["num_ctx"] == 8192  # the edit form shows it again
+    # The edit form sends only what changed.
+    edited = ok(nb.put(f"/api/credentials/{cred['id']}", json={"name": "ui ollama 2", "num_ctx": 4096}))
+    assert (edited["name"], edited["num_ctx"]) == ("ui ollama 2", 4096)
 
     found = ok(nb.post(f"/api/credentials/{cred['id']}/discover"))
     assert found["credential_id"] == cred["id"] and found["provider"] == "ollama"
@@ -139,9 +140,16 @@ def test_configure_discover_register_default_test_and_delete(llm_nb):
     nb.fake.reset()
     tested = ok(nb.post(f"/api/models/{mine['llama-fake:latest']['id']}/test"))
     assert tested["success"] is True and tested["message"].startswith("Response: Reply from llama-fake:latest")
-    assert "/ollama/api/chat" in [r["path"] for r in nb.fake.seen]
+    [chat] = [r for r in nb.fake.seen if r["path"] == "/ollama/api/chat"]
+    assert chat["body"]["options"] == {"num_ctx": 4096}  # the credential's context window
     tested = ok(nb.post(f"/api/models/{mine['nomic-fake:latest']['id']}/test"))
     assert tested["success"] is True and tested["message"].startswith("Embedding dimensions: ")
+    # An emptied num_ctx is sent as 0: the server's default again, no options sent.
+    assert ok(nb.put(f"/api/credentials/{cred['id']}", json={"num_ctx": 0}))["num_ctx"] is None
+    nb.fake.reset()
+    ok(nb.post(f"/api/models/{mine['llama-fake:latest']['id']}/test"))
+    [chat] = [r for r in nb.fake.seen if r["path"] == "/ollama/api/chat"]
+    assert "options" not in chat["body"]
 
     # Delete: "Migrate & Delete" moves the models to another credential of the provider ...
     other = ollama_credential(nb, "ui ollama other")
@@ -239,6 +247,8 @@ def test_a_model_test_says_when_its_provider_is_not_configured_or_fails(llm_nb):
         ("POST", "/api/credentials", {"name": "n", "provider": "ollama", "num_ctx": "8192"}, 400, "num_ctx"),
         ("POST", "/api/credentials", {"name": "n", "provider": "ollama", "num_ctx": -1}, 400, "num_ctx"),
         ("POST", "/api/credentials", {"name": "n", "provider": "ollama", "temperature": 1}, 400, "temperature"),
+        ("POST", "/api/credentials", {"name": "n", "provider": "anthropic", "num_ctx": 8192}, 400, "num_ctx"),
+        ("PUT", "/api/credentials/{anthropic}", {"num_ctx": 8192}, 400, "num_ctx"),
         ("POST", "/api/credentials", {"name": "n", "provider": "vertex", "project": "p"}, 400, "provider"),
         ("POST", "/api/credentials", {"name": "n", "provider": "ollama", "modalities": ["video"]}, 400, "modalities"),
         ("PUT", "/api/credentials/{cred}", {"num_ctx": 1.5}, 400, "num_ctx"),

@@ -48,6 +48,13 @@ def _checked_base_url(url):
     return url
 
 
+def _checked_num_ctx(provider, num_ctx):
+    """The context window to store (None for the default); only Ollama's calls use one."""
+    if num_ctx and provider != "ollama":
+        raise Invalid(f"num_ctx: only an ollama credential takes a context window, not {provider}", field="num_ctx")
+    return num_ctx or None
+
+
 def _unique_name(name, except_key=None):
     """Two credentials never share a name (call inside the write transaction)."""
     clash = Credential.select().where(Credential.name == name)
@@ -99,6 +106,7 @@ def create_credential():
         provider=data["provider"],
         base_url=_checked_base_url(data.get("base_url")),
         modalities=json.dumps(data.get("modalities") or []),
+        num_ctx=_checked_num_ctx(data["provider"], data.get("num_ctx")),
     )
     if data.get("api_key"):
         record.api_key_encrypted = encrypt(settings(), data["api_key"])
@@ -130,6 +138,8 @@ def update_credential(credential_id):
         changes["api_key_encrypted"] = encrypt(settings(), data["api_key"]) if data["api_key"] else None
     if "modalities" in data:
         changes["modalities"] = json.dumps(data["modalities"])
+    if "num_ctx" in data:
+        changes["num_ctx"] = _checked_num_ctx(record.provider, data["num_ctx"])
     with write_transaction():
         if "name" in data:
             _unique_name(data["name"], record.id)

@@ -412,9 +412,18 @@ def _other_text() -> fields.Field:
 
 
 class _OpenNotebookCredentialFields(_Strict):
-    """Fields of Open Notebook's credential for providers we do not serve (Azure's
-    endpoints, Vertex's project), or that ours does not use (Ollama's num_ctx: the UI
-    sends it on an Ollama credential, and its edit form 0 to clear it)."""
+    """Ollama's context window, and the fields of Open Notebook's credential for
+    providers we do not serve (Azure's endpoints, Vertex's project)."""
+
+    num_ctx = fields.Integer(
+        allow_none=True,
+        strict=True,
+        validate=validate.Range(min=0, max=10_000_000),
+        metadata={
+            "description": "an Ollama credential's context window, sent as options.num_ctx; 0 or null: the "
+            "server's default"
+        },
+    )
 
     endpoint = _other_text()
     api_version = _other_text()
@@ -425,7 +434,6 @@ class _OpenNotebookCredentialFields(_Strict):
     project = _other_text()
     location = _other_text()
     credentials_path = _other_text()
-    num_ctx = ignored(fields.Integer(allow_none=True, strict=True, validate=validate.Range(min=0)))
 
 
 class CredentialCreate(_OpenNotebookCredentialFields):
@@ -457,7 +465,7 @@ class CredentialUpdate(_OpenNotebookCredentialFields):
     @validates_schema
     def not_empty(self, data, **kwargs):
         if not data:
-            raise ValidationError("give at least one of name, api_key, base_url, modalities")
+            raise ValidationError("give at least one of name, api_key, base_url, modalities, num_ctx")
 
 
 class CredentialListQuery(Schema):
@@ -542,6 +550,7 @@ class CredentialOut(Schema):
     provider = fields.String(required=True)
     base_url = fields.String(allow_none=True, required=True)
     modalities = fields.List(fields.String(), required=True)
+    num_ctx = fields.Integer(allow_none=True, required=True)
     has_api_key = fields.Boolean(required=True)
     decryption_error = fields.String(
         allow_none=True,
