@@ -198,7 +198,10 @@ def test_credentials_refuse_bad_input(lnb, world):
         ("GET", "/credentials/credential:a%2F..", None, 404, None),
         ("GET", "/credentials?provider=openia", None, 400, "provider"),
         ("DELETE", "/credentials/credential:nosuch", None, 404, "credential:nosuch"),
-        ("DELETE", "/credentials/{cred}", None, 409, "used by 2 model(s)"),
+        ("DELETE", "/credentials/{cred}?delete_models=false", None, 409, "used by 2 model(s)"),
+        ("DELETE", "/credentials/{cred}?migrate_to=credential:nosuch", None, 404, "migrate_to"),
+        ("DELETE", "/credentials/{cred}?migrate_to={other_cred}", None, 400, "not openai"),
+        ("DELETE", "/credentials/{cred}?migrate_to={cred}&delete_models=true", None, 400, "not both"),
         ("DELETE", "/credentials/{cred}?force=maybe", None, 400, "force"),
         ("POST", "/credentials/credential:nosuch/test", None, 404, "credential:nosuch"),
         ("POST", "/credentials/credential:nosuch/discover", None, 404, "credential:nosuch"),
@@ -249,21 +252,25 @@ def test_credential_update_replaces_and_removes_the_key(lnb):
     nb.fake.reset()
     assert nb.post(f"/credentials/{cred['id']}/test").json()["success"] is False  # the fake wants a key
     assert nb.fake.seen[-1]["authorization"] is None
-    assert nb.delete(f"/credentials/{cred['id']}").json() == {"deleted": cred["id"], "deleted_models": 0}
+    deleted = nb.delete(f"/credentials/{cred['id']}").json()
+    assert (deleted["deleted"], deleted["deleted_models"], deleted["migrated_models"]) == (cred["id"], 0, 0)
     assert nb.get(f"/credentials/{cred['id']}").status_code == 404
 
 
-def test_a_credential_in_use_is_deleted_only_with_force(lnb):
+@pytest.mark.parametrize("options", ["", "?force=true", "?delete_models=true"])
+def test_a_credential_in_use_is_deleted_with_its_models_unless_refused(lnb, options):
     nb = lnb
-    cred = credential(nb, "openai", key="sk-good", name="doomed")
+    cred = credential(nb, "openai", key="sk-good", name=f"doomed{options}")
     used = model(nb, "fake-chat-doomed", "openai", cred)
     defaults = nb.get("/models/defaults").json()
     assert nb.put("/models/defaults", json={"large_context_model": used["id"]}).status_code == 200
-    refused_delete = nb.delete(f"/credentials/{cred['id']}")
-    assert refused_delete.status_code == 409 and "force=true" in refused_delete.json()["detail"]
+    for refusing in ("?delete_models=false", "?force=false"):
+        refused_delete = nb.delete(f"/credentials/{cred['id']}{refusing}")
+        assert refused_delete.status_code == 409 and "delete_models=true" in refused_delete.json()["detail"]
     assert nb.get(f"/models/{used['id']}").json()["credential"] == cred["id"]
-    forced = nb.delete(f"/credentials/{cred['id']}?force=true")
-    assert forced.status_code == 200 and forced.json() == {"deleted": cred["id"], "deleted_models": 1}
+    forced = nb.delete(f"/credentials/{cred['id']}{options}")
+    assert forced.status_code == 200, forced.text
+    assert (forced.json()["deleted"], forced.json()["deleted_models"]) == (cred["id"], 1)
     assert nb.get(f"/credentials/{cred['id']}").status_code == 404
     assert nb.get(f"/models/{used['id']}").status_code == 404
     assert nb.get("/models/defaults").json() == {**defaults, "large_context_model": None}

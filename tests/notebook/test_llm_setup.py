@@ -82,12 +82,12 @@ def test_discover_and_register_per_provider(llm_nb):
         cred = credential(nb, provider, key=keys[provider])
         found = nb.post(f"/credentials/{cred['id']}/discover")
         assert found.status_code == 200, found.text
-        assert [m["name"] for m in found.json()["models"]] == names
+        assert [m["name"] for m in found.json()["discovered"]] == names
         first = nb.post(f"/credentials/{cred['id']}/register-models", json={"models": [{"name": n} for n in names]})
         again = nb.post(f"/credentials/{cred['id']}/register-models", json={"models": [{"name": names[0]}]})
         assert (first.json()["created"], first.json()["existing"]) == (len(names), 0)
         assert (again.json()["created"], again.json()["existing"]) == (0, 1)
-        assert all(m["registered"] for m in nb.post(f"/credentials/{cred['id']}/discover").json()["models"])
+        assert all(m["registered"] for m in nb.post(f"/credentials/{cred['id']}/discover").json()["discovered"])
     anthropic = [r for r in nb.fake.seen if r["provider"] == "anthropic"]
     assert anthropic and all(r["x_api_key"] == "ant-good" and r["anthropic_version"] == "2023-06-01" for r in anthropic)
     assert all(r["path"] == "/ollama/api/tags" for r in nb.fake.seen if r["provider"] == "ollama")
@@ -118,7 +118,7 @@ def test_models_and_defaults(llm_nb):
 def test_status_env_status_and_migration(llm_nb):
     nb = llm_nb
     env = nb.get("/credentials/env-status").json()
-    assert env["variables"]["OPENAI_API_KEY"] is True and env["variables"]["ANTHROPIC_API_KEY"] is False
+    assert env == {"openai": True, "openai_compatible": False, "ollama": False, "anthropic": False}
     assert "sk-good" not in str(env)
     migrated = nb.post("/credentials/migrate-from-env").json()
     assert migrated["errors"] == []
@@ -127,6 +127,7 @@ def test_status_env_status_and_migration(llm_nb):
     assert again["migrated"] == [] and "openai" in again["skipped"]
     status = nb.get("/credentials/status").json()
     assert status["encryption_configured"] is True
+    assert status["configured"]["openai"] is True and status["source"]["openai"] == "database"
     assert status["providers"]["openai"] == {
         "configured": True,
         "source": "database",

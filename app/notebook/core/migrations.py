@@ -2,7 +2,7 @@
 how a process opens the database. Add a step at the end of STEPS for every change of
 a model's table, and change the model to match."""
 
-from peewee import ForeignKeyField, SqliteDatabase, TextField
+from peewee import ForeignKeyField, IntegerField, SqliteDatabase, TextField
 from playhouse.migrate import migrate
 
 from app.common.db import connect_database
@@ -56,6 +56,11 @@ def _postgres_text_search(db, migrator):
     index_everything(db)
 
 
+def _ollama_context_window(db, migrator):
+    """Open Notebook's UI sets an Ollama credential's context window (num_ctx)."""
+    migrate(migrator.add_column("credential", "num_ctx", IntegerField(null=True)))
+
+
 def index_everything(db):
     """Index every source and note of `db` (the models' proxy is connected to it)."""
     # Raw SQL: the models may have moved on by the time a migration step runs this.
@@ -78,7 +83,8 @@ STEPS = [
     Step(1, "release 0.1.0"),
     Step(2, "a transformation's model, a credential's modalities", _model_of_transformations_and_modalities),
     Step(3, "PostgreSQL's full-text index", _postgres_text_search),
-    Step(4, "an episode's material and briefing", _material_of_episodes),
+    Step(4, "an Ollama credential's context window", _ollama_context_window),
+    Step(5, "an episode's material and briefing", _material_of_episodes),
 ]
 # Steps 2 and 3 are release 0.2.0's: recorded where it reads them (app.common.migrations).
 HISTORY = History("notebook", MODELS, STEPS, create_extra=_create_search_index, before_phases=3)

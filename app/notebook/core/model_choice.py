@@ -100,6 +100,11 @@ def get_model(public_id, field=None):
     return _get_model(public_id, field)[0]
 
 
+def get_model_and_credential(public_id):
+    """(LanguageModel, its Credential or None) of a model id; 404 when unknown."""
+    return _get_model(public_id, None)
+
+
 def _choose(use, override, field):
     """(LanguageModel, its Credential or None) for `use`: the override, else the
     use's defaults; an Invalid naming what is missing otherwise."""

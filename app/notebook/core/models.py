@@ -149,6 +149,7 @@ class Credential(BaseModel):
     base_url = TextField(null=True)
     api_key_encrypted = TextField(null=True)
     modalities = TextField(null=True)  # a JSON list: language, embedding, ... (null: none; schema step 2)
+    num_ctx = IntegerField(null=True)  # an Ollama credential's context window (null: Ollama's default; step 4)
     created = DateTimeField(default=now, index=True)
     updated = DateTimeField(default=now)
 

@@ -68,12 +68,18 @@ def target_for(config, provider, credential=None):
             raise llm.ProviderError(
                 400, f"the API key of {public('credential', credential.id)} cannot be decrypted ({exc}); store it again"
             ) from None
-        base_url = credential.base_url
+        base_url, num_ctx = credential.base_url, credential.num_ctx
     else:
-        api_key, base_url = llm.env_settings(provider)
+        (api_key, base_url), num_ctx = llm.env_settings(provider), None
     base_url = base_url or llm.DEFAULT_BASE_URLS.get(provider)
     if not base_url:
         raise llm.ProviderError(400, f"provider {provider} needs a base URL: create a credential with base_url")
     return llm.Target(
-        provider, base_url, api_key, config.llm_timeout, config.llm_connect_timeout, config.provider_allowlist
+        provider,
+        base_url,
+        api_key,
+        config.llm_timeout,
+        config.llm_connect_timeout,
+        config.provider_allowlist,
+        num_ctx=num_ctx or None,
     )

@@ -32,6 +32,32 @@ ENV_VARIABLES = {
 }
 
 
+# What each provider is called on screen and where its keys are made (GET /providers),
+# in the order Open Notebook's settings page lists them.
+PROVIDER_INFO = {
+    "openai": ("OpenAI", "https://platform.openai.com/api-keys"),
+    "anthropic": ("Anthropic", "https://console.anthropic.com/settings/keys"),
+    "ollama": ("Ollama", None),
+    "openai_compatible": ("OpenAI Compatible", None),
+}
+# Words in a model's name that tell its type, checked in this order (a listing says
+# only the name); anything else is a language model.
+_TYPE_WORDS = (
+    ("speech_to_text", ("whisper", "transcribe", "stt")),
+    ("text_to_speech", ("tts", "speech")),
+    ("embedding", ("embed", "nomic", "mxbai", "minilm", "bge-", "e5-")),
+)
+
+
+def guess_type(provider, name):
+    """The type a model's name suggests, among what `provider` serves."""
+    lowered = name.lower()
+    for kind, words in _TYPE_WORDS:
+        if kind in CAPABILITIES[provider] and any(word in lowered for word in words):
+            return kind
+    return "language"
+
+
 def env_settings(provider):
     """(API key, base URL) of `provider` from the environment (blank when unset)."""
     key_name, url_name = ENV_VARIABLES.get(provider, (None, None))

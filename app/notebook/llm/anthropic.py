@@ -70,6 +70,10 @@ def chat_stream(target, model, messages):
 def list_models(target):
     answer = call_json(target, NAME, "GET", "/v1/models", _headers(target))
     try:
-        return [{"name": item["id"]} for item in answer["data"]]
-    except (KeyError, TypeError):
+        return [{"name": item["id"], "description": _text_or_none(item.get("display_name"))} for item in answer["data"]]
+    except (KeyError, TypeError, AttributeError):
         raise malformed(NAME, "no data[].id in the models list") from None
+
+
+def _text_or_none(value):
+    return value if isinstance(value, str) else None

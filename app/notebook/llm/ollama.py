@@ -14,6 +14,12 @@ def _headers(target):
     return {"Authorization": f"Bearer {target.api_key}"} if target.api_key else {}
 
 
+def _with_options(target, body):
+    """`body` with the credential's context window, when it sets one (else the
+    server's default, which may cut a long context short)."""
+    return {**body, "options": {"num_ctx": target.num_ctx}} if target.num_ctx else body
+
+
 def _content(record):
     try:
         content = record["message"]["content"]
@@ -26,13 +32,18 @@ def _content(record):
 
 def chat(target, model, messages):
     answer = call_json(
-        target, NAME, "POST", "/api/chat", _headers(target), {"model": model, "messages": messages, "stream": False}
+        target,
+        NAME,
+        "POST",
+        "/api/chat",
+        _headers(target),
+        _with_options(target, {"model": model, "messages": messages, "stream": False}),
     )
     return _content(answer)
 
 
 def chat_stream(target, model, messages):
-    body = {"model": model, "messages": messages, "stream": True}
+    body = _with_options(target, {"model": model, "messages": messages, "stream": True})
     for line in stream_lines(target, NAME, "POST", "/api/chat", _headers(target), body):
         if not line.strip():
             continue
@@ -61,7 +72,8 @@ def list_models(target):
 
 
 def embed(target, model, texts):
-    answer = call_json(target, NAME, "POST", "/api/embed", _headers(target), {"model": model, "input": list(texts)})
+    body = _with_options(target, {"model": model, "input": list(texts)})
+    answer = call_json(target, NAME, "POST", "/api/embed", _headers(target), body)
     vectors = answer.get("embeddings") if isinstance(answer, dict) else None
     if not isinstance(vectors, list) or len(vectors) != len(texts):
         raise malformed(NAME, "not one embedding per text")

@@ -20,11 +20,13 @@ class ProviderError(provider_http.ProviderFailed):
 
 class Target:
     """Where and how to call: provider kind, base URL, API key (plain, in memory
-    only), time-outs and the networks a local model server may be on."""
+    only), time-outs, the networks a local model server may be on, and Ollama's
+    context window (num_ctx, None for the server's default)."""
 
-    def __init__(self, provider, base_url, api_key, timeout, connect_timeout, allowlist):
+    def __init__(self, provider, base_url, api_key, timeout, connect_timeout, allowlist, num_ctx=None):
         self.provider, self.base_url, self.api_key = provider, base_url.rstrip("/"), api_key or ""
         self.timeout, self.connect_timeout, self.allowlist = timeout, connect_timeout, allowlist
+        self.num_ctx = num_ctx
 
     def url(self, path):
         return self.base_url + path

@@ -4,10 +4,9 @@ and an API key encrypted at rest (app.notebook.core.provider_keys), never answer
 
 import json
 import logging
-import os
 from urllib.parse import unquote, urlsplit
 
-from flask import Blueprint
+from flask import Blueprint, request
 from peewee import fn
 
 from app.common.failures import ApiError, Conflict, Failure, Invalid, NotFound
@@ -47,6 +46,13 @@ def _checked_base_url(url):
         except llm.ProviderError as exc:
             raise Invalid(exc.message, field="base_url") from None
     return url
+
+
+def _checked_num_ctx(provider, num_ctx):
+    """The context window to store (None for the default); only Ollama's calls use one."""
+    if num_ctx and provider != "ollama":
+        raise Invalid(f"num_ctx: only an ollama credential takes a context window, not {provider}", field="num_ctx")
+    return num_ctx or None
 
 
 def _unique_name(name, except_key=None):
@@ -100,6 +106,7 @@ def create_credential():
         provider=data["provider"],
         base_url=_checked_base_url(data.get("base_url")),
         modalities=json.dumps(data.get("modalities") or []),
+        num_ctx=_checked_num_ctx(data["provider"], data.get("num_ctx")),
     )
     if data.get("api_key"):
         record.api_key_encrypted = encrypt(settings(), data["api_key"])
@@ -131,6 +138,8 @@ def update_credential(credential_id):
         changes["api_key_encrypted"] = encrypt(settings(), data["api_key"]) if data["api_key"] else None
     if "modalities" in data:
         changes["modalities"] = json.dumps(data["modalities"])
+    if "num_ctx" in data:
+        changes["num_ctx"] = _checked_num_ctx(record.provider, data["num_ctx"])
     with write_transaction():
         if "name" in data:
             _unique_name(data["name"], record.id)
@@ -138,29 +147,54 @@ def update_credential(credential_id):
     return _view(Credential.get_by_id(record.id))
 
 
+def _migration_target(record, public_id):
+    """The credential that takes over `record`'s models (`?migrate_to=`), or None."""
+    if not public_id:
+        return None
+    try:
+        target = get_credential(public_id)
+    except Failure:
+        raise NotFound(f"migrate_to: credential {public_id[:80]!r} not found", field="migrate_to") from None
+    if target.id == record.id:
+        raise Invalid("migrate_to: is the credential being deleted", field="migrate_to")
+    if target.provider != record.provider:
+        raise Invalid(f"migrate_to: is a {target.provider} credential, not {record.provider}", field="migrate_to")
+    return target
+
+
 @bp.delete("/credentials/<credential_id>")
 def delete_credential(credential_id):
-    """A credential that models still use is not deleted (409): they would fall
-    back, silently, to another credential of the provider (another account or
-    server). `?force=true` deletes those models with it and clears the defaults
-    that named them."""
+    """Delete a credential; the models registered under it are deleted with it (as
+    Open Notebook does; their defaults cleared), or move to `?migrate_to=` another
+    credential of the provider. `?delete_models=false` (or our earlier `force=false`)
+    refuses, 409, while models use it."""
     record = get_credential(credential_id)
-    force = query(CredentialDeleteQuery)["force"]
+    args = query(CredentialDeleteQuery)
+    target = _migration_target(record, args.get("migrate_to"))
+    refuse = args.get("delete_models") is False or args.get("force") is False
     with write_transaction():
         keys = [
             key
             for (key,) in LanguageModel.select(LanguageModel.id).where(LanguageModel.credential == record.id).tuples()
         ]
-        if keys and not force:
+        if keys and target is None and refuse:
             raise Conflict(
-                f"{public('credential', record.id)} is used by {len(keys)} model(s): delete "
-                "them first, or delete with ?force=true to delete them with it"
+                f"{public('credential', record.id)} is used by {len(keys)} model(s): delete with "
+                "?delete_models=true to delete them with it, or ?migrate_to=<credential id> to move them"
             )
-        if keys:
+        if keys and target is not None:
+            LanguageModel.update(credential=target.id, updated=now()).where(LanguageModel.id.in_(keys)).execute()
+        elif keys:
             DefaultModel.update(model=None).where(DefaultModel.model.in_(keys)).execute()
             LanguageModel.delete().where(LanguageModel.id.in_(keys)).execute()
         Credential.delete().where(Credential.id == record.id).execute()
-    return {"deleted": public("credential", record.id), "deleted_models": len(keys)}
+    moved = len(keys) if target is not None else 0
+    return {
+        "message": f"credential deleted; {len(keys) - moved} model(s) deleted, {moved} moved",
+        "deleted": public("credential", record.id),
+        "deleted_models": len(keys) - moved,
+        "migrated_models": moved,
+    }
 
 
 # --------------------------------------------------------------------------- provider calls
@@ -196,22 +230,34 @@ def _provider_call(fn_, *args):
         raise ApiError(exc.status, exc.message) from None
 
 
-@bp.post("/credentials/<credential_id>/discover")
-def discover_models(credential_id):
-    """The models the credential's provider lists, each marked when already registered."""
-    record = get_credential(credential_id)
-    listed = _provider_call(llm.list_models, _target_of(record))
-    registered = {
+def _registered_names(record):
+    return {
         name
         for (name,) in LanguageModel.select(LanguageModel.name)
         .where((LanguageModel.provider == record.provider) & (LanguageModel.credential == record.id))
         .tuples()
     }
+
+
+@bp.post("/credentials/<credential_id>/discover")
+def discover_models(credential_id):
+    """The models the credential's provider lists, each with the type its name
+    suggests and whether it is registered under this credential already."""
+    record = get_credential(credential_id)
+    listed = _provider_call(llm.list_models, _target_of(record))
+    registered = _registered_names(record)
     return {
         "provider": record.provider,
         "credential_id": public("credential", record.id),
-        "models": [
-            {"name": m["name"], "provider": record.provider, "registered": m["name"] in registered} for m in listed
+        "discovered": [
+            {
+                "name": m["name"],
+                "provider": record.provider,
+                "model_type": llm.guess_type(record.provider, m["name"]),
+                "description": m.get("description"),
+                "registered": m["name"] in registered,
+            }
+            for m in listed
         ],
     }
 
@@ -224,17 +270,36 @@ def find_model(name, provider, kind, credential_key):
     return LanguageModel.get_or_none(condition)
 
 
+def _without_body():
+    return not request.content_length and "chunked" not in request.headers.get("Transfer-Encoding", "").lower()
+
+
+def _chosen_models(record):
+    """[{name, type}] to register: the body's (each checked against the credential's
+    provider), or, for a request without a body (onb-mcp's register_models sends
+    none), every model the provider lists, typed by its name."""
+    if _without_body():
+        listed = _provider_call(llm.list_models, _target_of(record))
+        return [{"name": m["name"], "type": llm.guess_type(record.provider, m["name"])} for m in listed]
+    choices = body(RegisterModels())["models"]
+    for index, choice in enumerate(choices):
+        if choice.get("provider", record.provider) != record.provider:
+            field = f"models.{index}.provider"
+            raise Invalid(f"{field}: this is a {record.provider} credential, not {choice['provider']}", field=field)
+        if choice["type"] not in llm.CAPABILITIES[record.provider]:
+            raise Invalid(f"models: provider {record.provider} has no {choice['type']} models", field="models")
+    return choices
+
+
 @bp.post("/credentials/<credential_id>/register-models")
 def register_models(credential_id):
     """Register the chosen models under this credential; ones already registered
     are counted as existing, never doubled."""
     record = get_credential(credential_id)
-    data = body(RegisterModels())
+    choices = _chosen_models(record)
     created, existing, answer = 0, 0, []
     with write_transaction():
-        for choice in data["models"]:
-            if choice["type"] not in llm.CAPABILITIES[record.provider]:
-                raise Invalid(f"models: provider {record.provider} has no {choice['type']} models", field="models")
+        for choice in choices:
             model = find_model(choice["name"], record.provider, choice["type"], record.id)
             if model is None:
                 model = LanguageModel.create(
@@ -254,40 +319,46 @@ def register_models(credential_id):
 # --------------------------------------------------------------------------- status, environment
 
 
-def _env_configured(provider):
+def env_configured(provider):
+    """Whether `provider`'s environment variables configure it (Open Notebook's names)."""
     api_key, base_url = llm.env_settings(provider)
     return bool(api_key) if provider in ("openai", "anthropic") else bool(base_url)
 
 
 @bp.get("/credentials/status")
 def credentials_status():
-    """Per provider, whether it is configured, and from where (database or environment)."""
+    """Per provider, whether it is configured and from where (database or
+    environment), as Open Notebook answers; `providers` has both per provider, with
+    how many credentials it has."""
     counts = dict(
         Credential.select(Credential.provider, fn.COUNT(Credential.id)).group_by(Credential.provider).tuples()
     )
     providers = {}
     for provider in llm.PROVIDERS:
-        in_env = _env_configured(provider) if provider in llm.ENV_VARIABLES else False
-        source = "database" if counts.get(provider) else ("environment" if in_env else "none")
+        source = "database" if counts.get(provider) else ("environment" if env_configured(provider) else "none")
         providers[provider] = {"configured": source != "none", "source": source, "credentials": counts.get(provider, 0)}
-    return {"encryption_configured": bool(settings().encryption_key), "providers": providers}
+    return {
+        "configured": {provider: status["configured"] for provider, status in providers.items()},
+        "source": {provider: status["source"] for provider, status in providers.items()},
+        "encryption_configured": bool(settings().encryption_key),
+        "providers": providers,
+    }
 
 
 @bp.get("/credentials/env-status")
 def env_status():
-    """Which variables are set (never their values)."""
-    names = [name for pair in llm.ENV_VARIABLES.values() for name in pair if name]
-    variables = {name: bool(os.environ.get(name, "").strip()) for name in names}
-    return {"variables": variables, "providers": {p: _env_configured(p) for p in llm.ENV_VARIABLES}}
+    """{provider: whether its environment variables configure it} (never their values)."""
+    return {provider: env_configured(provider) for provider in llm.PROVIDERS}
 
 
 @bp.post("/credentials/migrate-from-env")
 def migrate_from_env():
     """One credential per provider configured in the environment and not yet in the
     database (a provider with a credential already is skipped, never doubled)."""
-    migrated, skipped, errors, created = [], [], [], []
+    migrated, skipped, errors, created, not_configured = [], [], [], [], []
     for provider in llm.ENV_VARIABLES:
-        if not _env_configured(provider):
+        if not env_configured(provider):
+            not_configured.append(provider)
             continue
         if newest_credential(provider) is not None:
             skipped.append(provider)
@@ -309,4 +380,11 @@ def migrate_from_env():
             continue
         migrated.append(provider)
         created.append(_view(record))
-    return {"migrated": migrated, "skipped": skipped, "errors": errors, "credentials": created}
+    return {
+        "message": f"migration complete: {len(migrated)} provider(s) migrated",
+        "migrated": migrated,
+        "skipped": skipped,
+        "not_configured": not_configured,
+        "errors": errors,
+        "credentials": created,
+    }

@@ -31,7 +31,8 @@ UI_FILES = {
 }
 
 # (method, path, tag, summary, request, {status: response schema or None}, errors)
-# request: ("json", Schema) | ("query", Schema) | ("source", None) for the JSON-or-multipart add.
+# request: ("json", Schema) | ("optional json", Schema) | ("query", Schema)
+#   | ("source", None) for the JSON-or-multipart add.
 OPERATIONS = [
     ("get", "/health", "system", "Health: 200 when the database answers", None, {200: s.Health}, [503]),
     ("get", "/notebooks", "notebooks", "List notebooks", ("query", s.NotebookListQuery), {200: [s.NotebookOut]}, [400]),
@@ -203,7 +204,7 @@ OPERATIONS = [
         "get",
         "/credentials/status",
         "credentials",
-        "Which providers are configured, and where",
+        "Which providers are configured ({configured}), and where ({source}: database, environment, none)",
         None,
         {200: s.CredentialsStatus},
         [],
@@ -212,7 +213,7 @@ OPERATIONS = [
         "get",
         "/credentials/env-status",
         "credentials",
-        "Which provider environment variables are set",
+        "{provider: whether its environment variables configure it}",
         None,
         {200: s.EnvStatus},
         [],
@@ -240,7 +241,8 @@ OPERATIONS = [
         "delete",
         "/credentials/{credential_id}",
         "credentials",
-        "Delete a credential (409 while models use it; ?force=true deletes them too)",
+        "Delete a credential and its models (?migrate_to=<id> moves them instead; ?delete_models=false "
+        "refuses, 409, while there are any)",
         ("query", s.CredentialDeleteQuery),
         {200: s.CredentialDeleted},
         [400, 404, 409],
@@ -258,7 +260,7 @@ OPERATIONS = [
         "post",
         "/credentials/{credential_id}/discover",
         "credentials",
-        "The provider's models",
+        "The provider's models ({discovered}), each with the type its name suggests",
         None,
         {200: s.Discovered},
         [404, 502, 503, 504],
@@ -267,12 +269,42 @@ OPERATIONS = [
         "post",
         "/credentials/{credential_id}/register-models",
         "credentials",
-        "Register models under the credential (existing ones counted, not doubled)",
-        ("json", s.RegisterModels),
+        "Register models under the credential (existing ones counted, not doubled); without a body, every "
+        "model the provider lists, typed by its name",
+        ("optional json", s.RegisterModels),
         {200: s.Registered},
-        [400, 404, 413, 415],
+        [400, 404, 413, 415, 502, 503, 504],
     ),
+    # -- providers, capabilities
+    (
+        "get",
+        "/providers",
+        "providers",
+        "The providers the notebook can call",
+        None,
+        {200: [s.ProviderInfo]},
+        [],
+    ),
+    ("get", "/capabilities", "providers", "Optional extraction runtimes", None, {200: s.Capabilities}, []),
     # -- models
+    (
+        "post",
+        "/models/auto-assign",
+        "models",
+        "Fill the empty chat and embedding defaults from the registered models",
+        None,
+        {200: s.AutoAssigned},
+        [],
+    ),
+    (
+        "post",
+        "/models/{model_id}/test",
+        "models",
+        "Call the model once: {success, message}",
+        None,
+        {200: s.ModelTested},
+        [404],
+    ),
     ("get", "/models", "models", "Registered models", ("query", s.ModelListQuery), {200: [s.ModelOut]}, [400]),
     (
         "post",
@@ -595,8 +627,11 @@ def _operation(method, path, tag, summary, request, responses, errors):
     ]
     if request and request[0] == "query":
         params.append({"in": "query", "schema": request[1]})
-    elif request and request[0] == "json":
-        op["requestBody"] = {"required": True, "content": {"application/json": {"schema": request[1]}}}
+    elif request and request[0] in ("json", "optional json"):
+        op["requestBody"] = {
+            "required": request[0] == "json",
+            "content": {"application/json": {"schema": request[1]}},
+        }
     elif request and request[0] == "source":
         op["requestBody"] = {
             "required": True,

@@ -5,11 +5,12 @@ from flask import Blueprint
 
 from app.common.failures import Conflict, Invalid
 from app.notebook import llm
+from app.notebook.core import provider_keys
 from app.notebook.core.ids import new_key, public
-from app.notebook.core.model_choice import DEFAULT_TYPES, get_model
+from app.notebook.core.model_choice import DEFAULT_TYPES, get_model, get_model_and_credential
 from app.notebook.core.models import DefaultModel, LanguageModel, write_transaction
 from app.notebook.routes import credentials, serializers
-from app.notebook.routes.http import body, query
+from app.notebook.routes.http import body, query, settings
 from app.notebook.routes.payloads import DEFAULT_KEYS, DefaultsUpdate, ModelCreate, ModelListQuery
 
 bp = Blueprint("model_config", __name__)
@@ -83,12 +84,51 @@ def set_defaults():
         chosen[key] = record.id
     with write_transaction():
         for key, model_key in chosen.items():
-            (
-                DefaultModel.insert(key=key, model=model_key)
-                .on_conflict(conflict_target=[DefaultModel.key], update={DefaultModel.model: model_key})
-                .execute()
-            )
+            _set_default(key, model_key)
     return _defaults()
+
+
+def _set_default(key, model_key):
+    (
+        DefaultModel.insert(key=key, model=model_key)
+        .on_conflict(conflict_target=[DefaultModel.key], update={DefaultModel.model: model_key})
+        .execute()
+    )
+
+
+# The defaults auto-assign fills (Open Notebook's required ones: the others fall back
+# to the chat model, and an empty one may be the user's choice), and the providers
+# it prefers, first first.
+AUTO_ASSIGNED = (("default_chat_model", "language"), ("default_embedding_model", "embedding"))
+PROVIDER_PREFERENCE = tuple(llm.PROVIDER_INFO)
+
+
+def _preferred_model(kind):
+    """The registered model of `kind` of the most preferred provider (by name within it), or None."""
+    candidates = LanguageModel.select().where(LanguageModel.type == kind)
+    ranked = sorted(candidates, key=lambda m: (PROVIDER_PREFERENCE.index(m.provider), m.name, m.id))
+    return ranked[0] if ranked else None
+
+
+@bp.post("/models/auto-assign")
+def auto_assign():
+    """Fill the empty chat and embedding defaults from the registered models,
+    preferring OpenAI, then Anthropic, Ollama, OpenAI-compatible servers; a default
+    set already is left alone."""
+    assigned, skipped, missing = {}, [], []
+    with write_transaction():
+        current = {row.key: row.model_id for row in DefaultModel.select()}
+        for key, kind in AUTO_ASSIGNED:
+            if current.get(key):
+                skipped.append(key)
+                continue
+            best = _preferred_model(kind)
+            if best is None:
+                missing.append(key)
+                continue
+            _set_default(key, best.id)
+            assigned[key] = public("model", best.id)
+    return {"assigned": assigned, "skipped": skipped, "missing": missing}
 
 
 @bp.get("/models/<model_id>")
@@ -105,3 +145,47 @@ def delete_model(model_id):
         DefaultModel.update(model=None).where(DefaultModel.model == record.id).execute()
         LanguageModel.delete().where(LanguageModel.id == record.id).execute()
     return {"deleted": public("model", record.id)}
+
+
+# --------------------------------------------------------------------------- a model's test
+
+
+def _unconfigured(record, credential):
+    """Why the model's provider cannot be called at all (no credential, no
+    environment), or None."""
+    if credential is not None or provider_keys.newest_credential(record.provider) is not None:
+        return None
+    if credentials.env_configured(record.provider):
+        return None
+    variables = [name for name in llm.ENV_VARIABLES.get(record.provider, ()) if name]
+    hint = f" or set {' / '.join(variables)}" if variables else ""
+    return f"provider {record.provider} is not configured: add a credential for it (POST /credentials){hint}"
+
+
+def _try_model(record, target):
+    """A minimal real call of the model's kind: what it answered, in a sentence."""
+    if record.type == "language":
+        text = llm.chat(target, record.name, [{"role": "user", "content": "Hi!"}])
+        return f"Response: {text[:100] or '(empty response)'}"
+    if record.type == "embedding":
+        vectors = llm.embed(target, record.name, ["This is a test."])
+        return f"Embedding dimensions: {len(vectors[0])}"
+    if record.type == "text_to_speech":
+        audio = llm.speech(target, record.name, "Hello from the research notebook.")
+        return f"Audio generated: {len(audio)} bytes"
+    raise llm.ProviderError(400, f"{record.type} models are registered here but not run yet: nothing to test")
+
+
+@bp.post("/models/<model_id>/test")
+def test_model(model_id):
+    """Call the model once through its credential (a short chat, an embedding, a
+    sentence of speech); the outcome is the answer, whatever it is."""
+    record, credential = get_model_and_credential(model_id)
+    reason = _unconfigured(record, credential)
+    if reason:
+        return {"success": False, "message": reason, "details": None}
+    try:
+        target = provider_keys.target_for(settings(), record.provider, credential)
+        return {"success": True, "message": _try_model(record, target), "details": None}
+    except llm.ProviderError as exc:
+        return {"success": False, "message": exc.message, "details": None}

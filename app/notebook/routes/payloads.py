@@ -409,7 +409,36 @@ _modalities = fields.List(
 )
 
 
-class CredentialCreate(_Strict):
+def _other_text() -> fields.Field:
+    return ignored(fields.String(allow_none=True, validate=validate.Length(max=2048)))
+
+
+class _OpenNotebookCredentialFields(_Strict):
+    """Ollama's context window, and the fields of Open Notebook's credential for
+    providers we do not serve (Azure's endpoints, Vertex's project)."""
+
+    num_ctx = fields.Integer(
+        allow_none=True,
+        strict=True,
+        validate=validate.Range(min=0, max=10_000_000),
+        metadata={
+            "description": "an Ollama credential's context window, sent as options.num_ctx; 0 or null: the "
+            "server's default"
+        },
+    )
+
+    endpoint = _other_text()
+    api_version = _other_text()
+    endpoint_llm = _other_text()
+    endpoint_embedding = _other_text()
+    endpoint_stt = _other_text()
+    endpoint_tts = _other_text()
+    project = _other_text()
+    location = _other_text()
+    credentials_path = _other_text()
+
+
+class CredentialCreate(_OpenNotebookCredentialFields):
     name = fields.String(required=True, validate=validate.Length(min=1, max=200))
     provider = fields.String(required=True, validate=validate.OneOf(PROVIDERS))
     api_key = fields.String(validate=validate.Length(min=1, max=2000))
@@ -422,7 +451,7 @@ class CredentialCreate(_Strict):
             raise ValidationError("is required for an openai_compatible provider", "base_url")
 
 
-class CredentialUpdate(_Strict):
+class CredentialUpdate(_OpenNotebookCredentialFields):
     name = fields.String(validate=validate.Length(min=1, max=200))
     api_key = fields.String(
         allow_none=True,
@@ -438,7 +467,7 @@ class CredentialUpdate(_Strict):
     @validates_schema
     def not_empty(self, data, **kwargs):
         if not data:
-            raise ValidationError("give at least one of name, api_key, base_url, modalities")
+            raise ValidationError("give at least one of name, api_key, base_url, modalities, num_ctx")
 
 
 class CredentialListQuery(Schema):
@@ -446,15 +475,44 @@ class CredentialListQuery(Schema):
 
 
 class CredentialDeleteQuery(Schema):
-    force = fields.Boolean(
-        load_default=False,
-        metadata={"description": "also delete the models registered under it (else 409 while there are any)"},
+    delete_models = fields.Boolean(
+        metadata={
+            "description": "delete the models registered under it with it (the default; false refuses, 409, "
+            "while there are any)"
+        }
     )
+    migrate_to = fields.String(
+        validate=validate.Length(min=1, max=100),
+        metadata={"description": "another credential of the same provider that takes over its models"},
+    )
+    force = fields.Boolean(metadata={"description": "the same as delete_models (our earlier name)"})
+
+    @validates_schema
+    def one_choice(self, data, **kwargs):
+        if data.get("migrate_to") and (data.get("delete_models") or data.get("force")):
+            raise ValidationError("give delete_models or migrate_to, not both", "migrate_to")
 
 
 class ModelChoice(_Strict):
+    """One model to register: Open Notebook's UI sends {name, provider, model_type},
+    our earlier clients {name, type}."""
+
     name = fields.String(required=True, validate=validate.Length(min=1, max=300))
-    type = fields.String(load_default="language", validate=validate.OneOf(MODEL_TYPES))
+    type = fields.String(validate=validate.OneOf(MODEL_TYPES))
+    model_type = fields.String(validate=validate.OneOf(MODEL_TYPES), metadata={"description": "the same as type"})
+    provider = fields.String(
+        validate=validate.OneOf(PROVIDERS), metadata={"description": "the credential's provider (any other is a 400)"}
+    )
+
+    @validates_schema
+    def one_type(self, data, **kwargs):
+        if "type" in data and "model_type" in data and data["type"] != data["model_type"]:
+            raise ValidationError("differs from type: give one of them", "model_type")
+
+    @post_load
+    def merged_type(self, data, **kwargs):
+        data["type"] = data.pop("model_type", None) or data.get("type") or "language"
+        return data
 
 
 class RegisterModels(_Strict):
@@ -494,6 +552,7 @@ class CredentialOut(Schema):
     provider = fields.String(required=True)
     base_url = fields.String(allow_none=True, required=True)
     modalities = fields.List(fields.String(), required=True)
+    num_ctx = fields.Integer(allow_none=True, required=True)
     has_api_key = fields.Boolean(required=True)
     decryption_error = fields.String(
         allow_none=True,
@@ -506,8 +565,10 @@ class CredentialOut(Schema):
 
 
 class CredentialDeleted(Schema):
+    message = fields.String(required=True)
     deleted = fields.String(required=True)
     deleted_models = fields.Integer(required=True)
+    migrated_models = fields.Integer(required=True)
 
 
 class CredentialTest(Schema):
@@ -519,13 +580,17 @@ class CredentialTest(Schema):
 class DiscoveredModel(Schema):
     name = fields.String(required=True)
     provider = fields.String(required=True)
-    registered = fields.Boolean(required=True)
+    model_type = fields.String(
+        required=True, metadata={"description": "the type its name suggests (the register call may say otherwise)"}
+    )
+    description = fields.String(allow_none=True, required=True)
+    registered = fields.Boolean(required=True, metadata={"description": "already registered under this credential"})
 
 
 class Discovered(Schema):
     provider = fields.String(required=True)
     credential_id = fields.String(required=True)
-    models = fields.List(fields.Nested(DiscoveredModel), required=True)
+    discovered = fields.List(fields.Nested(DiscoveredModel), required=True)
 
 
 class ModelOut(Schema):
@@ -544,23 +609,60 @@ class Registered(Schema):
     models = fields.List(fields.Nested(ModelOut), required=True)
 
 
+_SOURCES = ("database", "environment", "none")
+
+
 class ProviderStatus(Schema):
     configured = fields.Boolean(required=True)
-    source = fields.String(required=True, validate=validate.OneOf(("database", "environment", "none")))
+    source = fields.String(required=True, validate=validate.OneOf(_SOURCES))
     credentials = fields.Integer(required=True)
 
 
 class CredentialsStatus(Schema):
+    configured = fields.Dict(keys=fields.String(), values=fields.Boolean(), required=True)
+    source = fields.Dict(keys=fields.String(), values=fields.String(validate=validate.OneOf(_SOURCES)), required=True)
     encryption_configured = fields.Boolean(required=True)
-    providers = fields.Dict(keys=fields.String(), values=fields.Nested(ProviderStatus), required=True)
+    providers = fields.Dict(
+        keys=fields.String(),
+        values=fields.Nested(ProviderStatus),
+        required=True,
+        metadata={"description": "the same per provider, with how many credentials it has"},
+    )
 
 
-class EnvStatus(Schema):
-    variables = fields.Dict(keys=fields.String(), values=fields.Boolean(), required=True)
-    providers = fields.Dict(keys=fields.String(), values=fields.Boolean(), required=True)
+# GET /credentials/env-status: {provider: whether its environment variables configure it}.
+EnvStatus = {"type": "object", "additionalProperties": {"type": "boolean"}}
+
+
+class ProviderInfo(Schema):
+    name = fields.String(required=True)
+    display_name = fields.String(required=True)
+    modalities = fields.List(fields.String(), required=True)
+    docs_url = fields.String(allow_none=True, required=True)
+    env_configured = fields.Boolean(required=True)
+
+
+class Capabilities(Schema):
+    docling_available = fields.Boolean(required=True)
+    crawl4ai_available = fields.Boolean(required=True)
+    crawl4ai_remote_configured = fields.Boolean(required=True)
+
+
+class AutoAssigned(Schema):
+    assigned = fields.Dict(keys=fields.String(), values=fields.String(), required=True)
+    skipped = fields.List(fields.String(), required=True, metadata={"description": "defaults set already"})
+    missing = fields.List(fields.String(), required=True, metadata={"description": "no model of the type"})
+
+
+class ModelTested(Schema):
+    success = fields.Boolean(required=True)
+    message = fields.String(required=True)
+    details = fields.String(allow_none=True)
 
 
 class Migrated(Schema):
+    message = fields.String(required=True)
+    not_configured = fields.List(fields.String(), required=True)
     migrated = fields.List(fields.String(), required=True)
     skipped = fields.List(fields.String(), required=True)
     errors = fields.List(fields.String(), required=True)

@@ -132,6 +132,7 @@ def credential(record, decryption_error, model_count):
         "provider": record.provider,
         "base_url": record.base_url,
         "modalities": json.loads(record.modalities or "[]"),
+        "num_ctx": record.num_ctx,
         "has_api_key": bool(record.api_key_encrypted),
         "decryption_error": decryption_error,
         "model_count": model_count,
