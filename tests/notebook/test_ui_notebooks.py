@@ -105,6 +105,7 @@ def test_the_delete_dialog_previews_then_deletes_the_sources_only_it_holds(nb):
     assert nb.post(f"/api/notebooks/{neighbour}/sources/{shared['id']}").status_code == 200
     note = nb.post("/api/notes", json={"content": "A note.", "note_type": "human", "notebook_id": doomed})
     assert note.status_code == 201
+    assert nb.post("/api/chat/sessions", json={"notebook_id": doomed, "title": "Amphibians"}).status_code == 201
 
     preview = nb.get(f"/api/notebooks/{doomed}/delete-preview").json()
     assert preview == {
@@ -116,7 +117,8 @@ def test_the_delete_dialog_previews_then_deletes_the_sources_only_it_holds(nb):
     }
     deleted = nb.delete(f"/api/notebooks/{doomed}", params={"delete_exclusive_sources": "true"})
     assert deleted.status_code == 200
-    assert [deleted.json()[k] for k in ("deleted_notes", "deleted_sources", "unlinked_sources")] == [1, 1, 1]
+    counts = ("deleted_notes", "deleted_sources", "unlinked_sources", "deleted_chat_sessions")
+    assert [deleted.json()[k] for k in counts] == [1, 1, 1, 1]
     assert deleted.json()["message"]
     assert nb.get(f"/api/sources/{only_here['id']}").status_code == 404
     assert nb.get(f"/api/sources/{shared['id']}").json()["notebooks"] == [neighbour]
@@ -331,6 +333,11 @@ def test_a_notebook_context_in_open_notebook_shape(nb):
     assert [n["id"] for n in body["notes"]] == [note["id"]]
     everything = nb.post(f"/api/notebooks/{notebook}/context", json={"notebook_id": notebook}).json()
     assert len(everything["sources"]) == 2 and len(everything["notes"]) == 1
+    # Open Notebook's route leaves out an item whose mode says "not in" (its UI's word).
+    ui_words = {"sources": {kept["id"]: "insights", left["id"]: "not in"}, "notes": {note["id"]: "not in"}}
+    worded = nb.post(f"/api/notebooks/{notebook}/context", json={"context_config": ui_words}).json()
+    assert [s["id"] for s in worded["sources"]] == [kept["id"]] and worded["notes"] == []
+    assert worded["sources"][0]["mode"] == "insights"
     refused = nb.post(
         f"/api/notebooks/{notebook}/context", json={"context_config": {"sources": {kept["id"]: "summarised"}}}
     )

@@ -201,6 +201,18 @@ def recently_viewed():
     return sorted(items, key=lambda item: item["last_viewed_at"], reverse=True)[:limit]
 
 
+PARTS = ("sources", "notes")
+
+
+def _mode(part: str, item_id: str, mode: str) -> str:
+    """One of MODES; Open Notebook's route excludes an item whose mode holds "not in" (its UI sends "not in")."""
+    if mode in MODES:
+        return mode
+    if "not in" in mode:
+        return "not in context"
+    raise Invalid(f"context_config.{part}.{item_id}: must be one of {', '.join(MODES)}", field=f"context_config.{part}")
+
+
 @bp.post("/notebooks/<notebook_id>/context")
 def notebook_context(notebook_id):
     """A notebook's context in Open Notebook's shape ({notebook_id, sources, notes, total_tokens}): the same
@@ -208,13 +220,9 @@ def notebook_context(notebook_id):
     data = body(NotebookContextRequest())
     record = get_notebook(notebook_id)
     config = data.get("context_config") or {}
-    for part in ("sources", "notes"):
-        for item_id, mode in (config.get(part) or {}).items():
-            if mode not in MODES:
-                raise Invalid(
-                    f"context_config.{part}.{item_id}: must be one of {', '.join(MODES)}",
-                    field=f"context_config.{part}",
-                )
+    config = {
+        part: {item: _mode(part, item, mode) for item, mode in (config.get(part) or {}).items()} for part in PARTS
+    }
     context = build_context(record.id, config, settings().context_max_chars)
     counted = sizes(context)
     return {

@@ -390,6 +390,7 @@ class NotebookDeleted(Schema):
     deleted_notes = fields.Integer(required=True)
     deleted_sources = fields.Integer(required=True)
     unlinked_sources = fields.Integer(required=True)
+    deleted_chat_sessions = fields.Integer(required=True)
     kept_sources = fields.Integer(
         required=True,
         metadata={"description": "sources that belonged to this notebook only and were kept (in no notebook now)"},
