@@ -146,9 +146,9 @@ def delete_preview(notebook_id):
 @bp.post("/notebooks/<notebook_id>/sources/<source_id>")
 def add_source(notebook_id, source_id):
     """Add an existing source to the notebook; adding it again changes nothing (200 both times)."""
-    notebook = get_notebook(notebook_id)
-    source = get_source(source_id, [Source.id])
-    with write_transaction():
+    with write_transaction():  # both looked up in it: neither can go before the link is made
+        notebook = get_notebook(notebook_id)
+        source = get_source(source_id, [Source.id])
         SourceNotebook.insert(source=source.id, notebook=notebook.id).on_conflict_ignore().execute()
     return _link_answer("Source linked to notebook successfully", notebook.id, source.id)
 
@@ -157,9 +157,9 @@ def add_source(notebook_id, source_id):
 def remove_source(notebook_id, source_id):
     """Remove a source from the notebook; the source itself stays (in its other notebooks, or in none).
     Removing one the notebook does not hold changes nothing."""
-    notebook = get_notebook(notebook_id)
-    source = get_source(source_id, [Source.id])
     with write_transaction():
+        notebook = get_notebook(notebook_id)
+        source = get_source(source_id, [Source.id])
         SourceNotebook.delete().where(
             (SourceNotebook.notebook == notebook.id) & (SourceNotebook.source == source.id)
         ).execute()
