@@ -33,6 +33,7 @@ def init_app(app):
         commands,
         credentials,
         docs,
+        embedding,
         model_config,
         notebooks,
         notes,
@@ -44,6 +45,7 @@ def init_app(app):
         transformations,
         web,
     )
+    from app.notebook.routes import settings as settings_routes
     from app.notebook.settings import NotebookSettings
     from app.notebook.worker.backlog import backlog
     from app.notebook.worker.jobs import JobQueue
@@ -67,12 +69,14 @@ def init_app(app):
         commands,
         credentials,
         docs,
+        embedding,
         model_config,
         notebooks,
         notes,
         podcasts,
         providers,
         search,
+        settings_routes,
         sources,
         system,
         transformations,

@@ -1,7 +1,7 @@
 """Host-side commands of the notebook service.
 
     python -m app.notebook worker     consume the job queue (sources, note embeddings)
-    python -m app.notebook reembed    queue the embedding of every chunk and note that the
+    python -m app.notebook reembed    queue an embedding rebuild: every chunk and note that the
                                       configured model did not make (after a model change)
     python -m app.notebook copy-to-postgres postgresql://USER:PASSWORD@HOST/DB
                                       move this SQLite database into an empty PostgreSQL one
@@ -119,12 +119,12 @@ def _sweep(database, orphaned):
 
 
 def reembed(args):
-    """Queue one command per source and note whose vectors are missing or of another
-    model; the worker embeds them (vectors of another model are never compared)."""
-    from app.notebook.core import embeddings
+    """Queue an embedding rebuild (mode `all`: whatever the configured model did not
+    embed), the same job as POST /embeddings/rebuild; the worker runs it."""
+    from app.notebook.core import embeddings, reembed
     from app.notebook.core.ids import public
     from app.notebook.core.migrations import open_database
-    from app.notebook.core.models import Chunk, Note, Source, write_transaction
+    from app.notebook.core.models import write_transaction
     from app.notebook.settings import NotebookSettings
     from app.notebook.worker.jobs import JobQueue
 
@@ -135,32 +135,21 @@ def reembed(args):
         sys.stderr.write(f"error: {reason}\n")
         return 1
     try:
-        default = embeddings.default_embedder(settings)
+        name = reembed.model_name(settings)
     except embeddings.EmbeddingUnavailable as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 1
-    # The name vectors are recorded with (the local model is not loaded to learn it).
-    queue, name = JobQueue(settings), default.name if default else settings.embedding_model
-    stale = (Chunk.embedding_model.is_null()) | (Chunk.embedding_model != name)
-    sources = [
-        k
-        for (k,) in Source.select(Source.id)
-        .join(Chunk)
-        .where(stale & (Source.status == "completed"))
-        .distinct()
-        .tuples()
-    ]
-    notes = [
-        k
-        for (k,) in Note.select(Note.id).where(Note.embedding_model.is_null() | (Note.embedding_model != name)).tuples()
-    ]
+    sources, notes = reembed.stale_items(name, "all")
+    queue = JobQueue(settings)
     with write_transaction():
-        commands = [queue.new_command("embed_source", public("source", k)) for k in sources] + [
-            queue.new_command("embed_note", public("note", k)) for k in notes
-        ]
-    for command in commands:
-        queue.enqueue(command)
-    print(f"queued {len(sources)} source(s) and {len(notes)} note(s) for {name}")
+        command = queue.new_command(reembed.KIND, reembed.target(None), reembed.request("all", True, True))
+    if not queue.enqueue(command):
+        sys.stderr.write("error: the job queue is unavailable; try again later\n")
+        return 1
+    print(
+        f"queued {len(sources)} source(s) and {len(notes)} note(s) for {name}: "
+        f"{public('command', command.id)} (GET /embeddings/rebuild/<command>/status)"
+    )
     return 0
 
 

@@ -585,7 +585,9 @@ def _check_notebook(service, fx, worker, FakeProviders, provider_host):
         for insight in recorded:
             assert get(f"/insights/{insight['id']}") == insight
     assert get("/models/defaults") == {**views["defaults"], "default_tools_model": None}  # a slot added since
-    assert get("/commands", params={"limit": 100}) == views["commands"]
+    commands = get("/commands", params={"limit": 100})
+    assert all(c.pop("job_id") == c["id"] for c in commands["commands"])  # Open Notebook's name, added since
+    assert commands == views["commands"]
     compatible = get(f"/credentials/{fx['credentials']['compatible']['id']}")
     assert compatible["has_api_key"] is True and compatible["decryption_error"] is None
     talked = get(f"/chat/sessions/{fx['chat_sessions']['talked']}")
@@ -623,7 +625,7 @@ def _check_notebook(service, fx, worker, FakeProviders, provider_host):
     completed = get("/commands", params={"status": "completed"})
     assert completed["total_count"] == views["commands"]["total_count"]
     for command in views["commands"]["commands"]:
-        assert get(f"/commands/{command['id']}") == command
+        assert get(f"/commands/{command['id']}") == {**command, "job_id": command["id"]}
     for route in (
         "/health",
         "/openapi.json",

@@ -80,8 +80,9 @@ def test_openai_compatible_endpoint(openai_stack):
 
 
 def test_reembed_after_a_model_change(openai_stack):
-    """Vectors record their model: after a change, `reembed` queues what the new model
-    has not embedded, and vectors of one model are never compared with another's."""
+    """Vectors record their model: after a change, `reembed` queues the rebuild of what
+    the new model has not embedded, and vectors of one model are never compared with
+    another's."""
     nb = openai_stack
     notebook = nb.notebook()
     added = nb.post(
@@ -104,8 +105,11 @@ def test_reembed_after_a_model_change(openai_stack):
         timeout=120,
     )
     assert queued.returncode == 0 and "queued 1 source(s)" in queued.stdout, queued.stderr
-    command = _command_for(nb, added.json()["id"], "embed_source")
-    assert nb.wait_command(command)["result"]["embedding_model"] == "fake-embed-1"
+    command = _command_for(nb, "embeddings", "rebuild_embeddings")  # the job POST /embeddings/rebuild queues
+    done = nb.wait_command(command)["result"]
+    assert (done["embedding_model"], done["sources"], done["failed"]) == ("fake-embed-1", 1, 0)
+    status = nb.get(f"/embeddings/rebuild/{command}/status").json()
+    assert status["status"] == "completed" and status["stats"]["sources"] == 1
     query = {"query": "glaciers carve valleys", "type": "vector", "notebook_id": notebook}
     assert [h["id"] for h in nb.post("/search", json=query).json()["results"]] == [added.json()["id"]]
 
@@ -122,7 +126,7 @@ def test_reembed_after_a_model_change(openai_stack):
         timeout=120,
     )
     assert "queued 1 source(s)" in queued.stdout, queued.stderr
-    command = _command_for(nb, added.json()["id"], "embed_source", skip=1)
+    command = _command_for(nb, "embeddings", "rebuild_embeddings", skip=1)
     assert nb.wait_command(command)["result"]["embedding_model"] == "fake-embed-2"
     # Same dimension, other model: not compared, so no hit (and no wrong hit).
     assert nb.post("/search", json=query).json()["results"] == []

@@ -213,6 +213,7 @@ def test_notebook_crud_and_delete_semantics(nb):
         "deleted_notes": 1,
         "deleted_sources": 0,
         "unlinked_sources": 1,
+        "deleted_chat_sessions": 0,
         "kept_sources": 1,
     }
     assert "1 source(s) that only it held kept" in body["message"]

@@ -5,8 +5,9 @@ that called it): the same paths and bodies, JSON on every success (it calls
 with hard key access. Where our spec differs on purpose, their form is an alias
 (/api/sources/json, /api/search/ask, /api/commands/jobs/{id}).
 
-Left out, as not in our spec: settings, episode and speaker profiles, /embed and the
-embedding rebuild, a notebook's /context (ours is /chat/context/build)."""
+Settings, /embed, the embedding rebuild and its status, and a notebook's /context are
+served in their shapes (the context is /chat/context/build's, in their fields); command
+status carries their `job_id`. Left out, as not in our spec: episode and speaker profiles."""
 
 import time
 
@@ -219,6 +220,39 @@ class OpenNotebookStyleClient:
 
     def get_command(self, command_id):
         return self._make_request("GET", f"/commands/jobs/{command_id}")
+
+    # embedding, settings, context
+    def embed_content(self, item_id, item_type, async_processing=False):
+        return self._make_request(
+            "POST", "/embed", json={"item_id": item_id, "item_type": item_type, "async_processing": async_processing}
+        )
+
+    def rebuild_embeddings(self, mode="existing", include_sources=True, include_notes=True, include_insights=True):
+        return self._make_request(
+            "POST",
+            "/embeddings/rebuild",
+            json={
+                "mode": mode,
+                "include_sources": include_sources,
+                "include_notes": include_notes,
+                "include_insights": include_insights,
+            },
+        )
+
+    def get_rebuild_status(self, command_id):
+        return self._make_request("GET", f"/embeddings/rebuild/{command_id}/status")
+
+    def get_settings(self):
+        return self._make_request("GET", "/settings")
+
+    def update_settings(self, **settings):
+        return self._make_request("PUT", "/settings", json=settings)
+
+    def get_notebook_context(self, notebook_id, context_config=None):
+        data = {"notebook_id": notebook_id}
+        if context_config:
+            data["context_config"] = context_config
+        return self._make_request("POST", f"/notebooks/{notebook_id}/context", json=data)
 
 
 # -- what their service wrappers read -------------------------------------------------
@@ -494,3 +528,70 @@ def test_sources_sort_by_whether_they_are_embedded(nb):
     first_desc = client.get_sources(notebook, sort_by="embedded", sort_order="desc")[0]["id"]
     first_asc = client.get_sources(notebook, sort_by="embedded", sort_order="asc")[0]["id"]
     assert (first_desc, first_asc) == (embedded["id"], plain["id"])
+
+
+SETTINGS_THEY_SEND = (
+    "default_content_processing_engine_doc",
+    "default_content_processing_engine_url",
+    "default_embedding_option",
+    "auto_delete_files",
+    "youtube_preferred_languages",
+)
+
+
+def test_settings_as_their_service_reads_and_writes_them(client):
+    """Their SettingsService: `.get()` of five fields, and an update sending all five back."""
+    before = client.get_settings()
+    read = {field: before.get(field) for field in SETTINGS_THEY_SEND}
+    assert read["default_embedding_option"] == "ask" and read["auto_delete_files"] in ("yes", "no")
+    try:
+        saved = client.update_settings(**{**read, "default_embedding_option": "never", "auto_delete_files": None})
+        assert saved["default_embedding_option"] == "never"
+        assert saved["auto_delete_files"] == read["auto_delete_files"]  # null: unchanged
+        with pytest.raises(RuntimeError, match="400 .*default_embedding_option"):
+            client.update_settings(default_embedding_option="often")
+    finally:
+        client.update_settings(**before)
+    assert client.get_settings() == before
+
+
+def test_a_notebook_context_as_their_context_service_asks(client):
+    notebook = client.create_notebook(f"context {time.monotonic_ns()}")["id"]
+    source = client.create_source(notebook_id=notebook, title="Seracs", content="Seracs are blocks of glacier ice.")
+    note = client.create_note("Seracs topple.", notebook_id=notebook)
+    whole = client.get_notebook_context(notebook)
+    assert [s["id"] for s in whole["sources"]] == [source["id"]] and [n["id"] for n in whole["notes"]] == [note["id"]]
+    assert whole["notebook_id"] == notebook and whole["total_tokens"] > 0
+    config = {"sources": {source["id"]: "full content"}, "notes": {note["id"]: "not in context"}}
+    part = client.get_notebook_context(notebook, config)
+    assert "blocks of glacier ice" in part["sources"][0]["content"] and part["notes"] == []
+    with pytest.raises(RuntimeError, match="404"):
+        client.get_notebook_context("notebook:nosuch")
+
+
+def test_embedding_and_its_rebuild_as_their_client_asks(nb):
+    """On the stack with the embedding model: their EmbeddingService embeds without
+    async_processing (it waits here), the rebuild is polled by its status."""
+    client = OpenNotebookStyleClient(nb.url)
+    notebook = client.create_notebook(f"embed {time.monotonic_ns()}")["id"]
+    source = client.create_source(notebook_id=notebook, content="Crevasses open in moving ice.")  # embed=False
+    assert source["embedded"] is False
+    embedded = client.embed_content(source["id"], "source")
+    assert embedded["success"] is True and embedded["item_id"] == source["id"]
+    assert client.get_source(source["id"])["embedded"] is True
+    note = client.create_note("Crevasses can be bridged by snow.", notebook_id=notebook)
+    queued = client.embed_content(note["id"], "note", async_processing=True)
+    deadline = time.monotonic() + JOB_DEADLINE
+    while (job := client.get_command(queued["command_id"]))["status"] not in ("completed", "failed"):
+        assert time.monotonic() < deadline, job
+        time.sleep(0.1)  # polling the job, with a deadline, as their UI does
+    assert job["job_id"] == queued["command_id"] and job["status"] == "completed"
+
+    started = client.rebuild_embeddings(mode="existing")
+    assert started["command_id"].startswith("command:") and started["total_items"] >= 0
+    while (status := client.get_rebuild_status(started["command_id"]))["status"] not in ("completed", "failed"):
+        assert time.monotonic() < deadline, status
+        time.sleep(0.1)  # polling the rebuild, with a deadline
+    assert status["status"] == "completed" and status["progress"]["processed"] == status["progress"]["total"]
+    with pytest.raises(RuntimeError, match="400 .*mode"):
+        client.rebuild_embeddings(mode="some")

@@ -6,7 +6,7 @@ import os
 
 from app.notebook.core import index
 from app.notebook.core.ids import public
-from app.notebook.core.models import Command, Note, Source, SourceNotebook, bump_vectors, now
+from app.notebook.core.models import ChatSession, Command, Note, Source, SourceNotebook, bump_vectors, now
 
 log = logging.getLogger("bundle.notebook")
 UNFINISHED = ("new", "running")
@@ -72,9 +72,11 @@ def delete_notebook(record, uploads, delete_exclusive_sources):
             deleted += 1
             if path:
                 files.append(path)
+    chats = ChatSession.select().where(ChatSession.notebook == record.id).count()  # they go with it (cascade)
     record.delete_instance()
     return {
         "deleted_notes": len(notes),
+        "deleted_chat_sessions": chats,
         "deleted_sources": deleted,
         "unlinked_sources": unlinked,
         "kept_sources": kept,

@@ -2,7 +2,7 @@
 how a process opens the database. Add a step at the end of STEPS for every change of
 a model's table, and change the model to match."""
 
-from peewee import ForeignKeyField, IntegerField, SqliteDatabase, TextField
+from peewee import DateTimeField, ForeignKeyField, IntegerField, Model, SqliteDatabase, TextField
 from playhouse.migrate import migrate
 
 from app.common.db import connect_database
@@ -61,6 +61,31 @@ def _ollama_context_window(db, migrator):
     migrate(migrator.add_column("credential", "num_ctx", IntegerField(null=True)))
 
 
+def _open_notebook_ui(db, migrator):
+    """What Open Notebook's web UI needs: notebooks may share a name (the unique index
+    becomes a plain one: an older release only loses its 409, so this is an expand
+    step), views are stamped for /recently-viewed, and the settings have a table."""
+    migrate(
+        migrator.drop_index("notebook", "notebook_name_key"),
+        migrator.add_index("notebook", ("name_key",), False),
+        migrator.add_column("notebook", "last_viewed_at", DateTimeField(null=True)),
+        migrator.add_index("notebook", ("last_viewed_at",), False),
+        migrator.add_column("source", "last_viewed_at", DateTimeField(null=True)),
+        migrator.add_index("source", ("last_viewed_at",), False),
+    )
+
+    class AppSettings(Model):  # the table as this step makes it (the model may move on)
+        id = IntegerField(primary_key=True)
+        values = TextField(default="{}")
+        updated = DateTimeField()
+
+        class Meta:
+            database = db
+            table_name = "app_settings"
+
+    db.create_tables([AppSettings])
+
+
 def index_everything(db):
     """Index every source and note of `db` (the models' proxy is connected to it)."""
     # Raw SQL: the models may have moved on by the time a migration step runs this.
@@ -85,6 +110,7 @@ STEPS = [
     Step(3, "PostgreSQL's full-text index", _postgres_text_search),
     Step(4, "an Ollama credential's context window", _ollama_context_window),
     Step(5, "an episode's material and briefing", _material_of_episodes),
+    Step(6, "Open Notebook's UI: shared notebook names, views, settings", _open_notebook_ui),
 ]
 # Steps 2 and 3 are release 0.2.0's: recorded where it reads them (app.common.migrations).
 HISTORY = History("notebook", MODELS, STEPS, create_extra=_create_search_index, before_phases=3)

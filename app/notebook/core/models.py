@@ -39,11 +39,14 @@ class BaseModel(Model):
 class Notebook(BaseModel):
     id = CharField(primary_key=True, max_length=20)
     name = CharField(max_length=200)
-    name_key = CharField(unique=True)  # lower case: two notebooks never share a name (409)
+    # Lower case, for sorting by name. Not unique: two notebooks may share a name, as in
+    # Open Notebook (unique until schema step 4).
+    name_key = CharField(index=True)
     description = TextField(default="")
     archived = BooleanField(default=False)
     created = DateTimeField(default=now)
     updated = DateTimeField(default=now, index=True)
+    last_viewed_at = DateTimeField(null=True, index=True)  # GET /notebooks/{id} stamps it (/recently-viewed)
 
 
 class Source(BaseModel):
@@ -63,6 +66,7 @@ class Source(BaseModel):
     delete_file = BooleanField(default=False)  # delete_source: drop the file once processed
     created = DateTimeField(default=now, index=True)
     updated = DateTimeField(default=now, index=True)
+    last_viewed_at = DateTimeField(null=True, index=True)  # GET /sources/{id} stamps it (/recently-viewed)
 
 
 class SourceNotebook(BaseModel):
@@ -251,6 +255,18 @@ class Episode(BaseModel):
     updated = DateTimeField(default=now)
 
 
+class AppSettings(BaseModel):
+    """Open Notebook's application settings (GET/PUT /settings): one row (id 1) holding
+    the values set so far; what is not set has its default (core/app_settings.py)."""
+
+    id = IntegerField(primary_key=True)
+    values = JSONField(default=dict)
+    updated = DateTimeField(default=now)
+
+    class Meta:
+        table_name = "app_settings"
+
+
 MODELS = [
     Notebook,
     Source,
@@ -269,6 +285,7 @@ MODELS = [
     ChatSession,
     ChatMessage,
     Episode,
+    AppSettings,
 ]
 
 FTS_DDL = (

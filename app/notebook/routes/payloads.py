@@ -75,14 +75,12 @@ class NotebookCreate(_Strict):
 
 
 class NotebookUpdate(_Strict):
+    """Every field is optional and an empty body changes nothing (200), as in Open
+    Notebook: its UI sends `{}` when a description is cleared."""
+
     name = fields.String(validate=validate.Length(min=1, max=200))
     description = fields.String(validate=validate.Length(max=10000))
     archived = fields.Boolean()
-
-    @validates_schema
-    def not_empty(self, data, **kwargs):
-        if not data:
-            raise ValidationError("give at least one of name, description, archived")
 
 
 NOTEBOOK_ORDER_FIELDS = ("updated", "created", "name")
@@ -126,9 +124,12 @@ class SourceCreate(_Strict):
     content = fields.String(validate=validate.Length(min=1))
     title = fields.String(validate=validate.Length(max=500))
     async_processing = fields.Boolean(load_default=False)
-    embed = fields.Boolean(load_default=True)
+    embed = fields.Boolean(
+        metadata={"description": "default: false when the setting default_embedding_option is never, else true"}
+    )
     delete_source = fields.Boolean(
-        load_default=False, metadata={"description": "delete the uploaded file once processed"}
+        load_default=False,
+        metadata={"description": "delete the uploaded file once processed (also when auto_delete_files is yes)"},
     )
     file_path = fields.String(metadata={"description": "not taken: upload the file itself (multipart `file`)"})
     transformations = fields.List(
@@ -189,8 +190,12 @@ class SourceListQuery(Schema):
     sort_order = fields.String(load_default="desc", validate=validate.OneOf(("asc", "desc")))
 
 
+_note_topics = ignored(fields.List(fields.String(), validate=validate.Length(max=100)))  # onb-mcp sends them
+
+
 class NoteCreate(_Strict):
     title = fields.String(validate=validate.Length(max=500))
+    topics = _note_topics
     content = fields.String(required=True, validate=validate.Length(min=1))
     note_type = fields.String(load_default="human", validate=validate.OneOf(NOTE_TYPES))
     notebook_id = fields.String(
@@ -209,6 +214,7 @@ class NoteUpdate(_Strict):
     title = fields.String(validate=validate.Length(max=500))
     content = fields.String(validate=validate.Length(min=1))
     note_type = fields.String(validate=validate.OneOf(NOTE_TYPES))
+    topics = _note_topics
 
     @validates_schema
     def not_empty(self, data, **kwargs):
@@ -226,6 +232,119 @@ class CommandListQuery(Schema):
     status = fields.String(validate=validate.OneOf(STATUSES))
     limit = fields.Integer(load_default=50, validate=validate.Range(min=1, max=100))
     offset = fields.Integer(load_default=0, validate=validate.Range(min=0, max=10_000_000))
+
+
+class SettingsUpdate(_Strict):
+    """Open Notebook's settings; null (or left out) keeps the value (its Python client
+    sends every field, null included)."""
+
+    default_content_processing_engine_doc = fields.String(
+        allow_none=True, validate=validate.OneOf(("auto", "docling", "simple"))
+    )
+    default_content_processing_engine_url = fields.String(
+        allow_none=True, validate=validate.OneOf(("auto", "firecrawl", "jina", "crawl4ai", "simple"))
+    )
+    default_embedding_option = fields.String(allow_none=True, validate=validate.OneOf(("ask", "always", "never")))
+    auto_delete_files = fields.String(allow_none=True, validate=validate.OneOf(("yes", "no")))
+    docling_ocr = fields.Boolean(allow_none=True)
+    docling_formulas = fields.Boolean(allow_none=True)
+    docling_vision = fields.Boolean(allow_none=True)
+    youtube_preferred_languages = fields.List(
+        fields.String(validate=validate.Length(min=1, max=20)), allow_none=True, validate=validate.Length(max=50)
+    )
+
+
+class SettingsOut(Schema):
+    default_content_processing_engine_doc = fields.String(required=True)
+    default_content_processing_engine_url = fields.String(required=True)
+    default_embedding_option = fields.String(required=True)
+    auto_delete_files = fields.String(required=True)
+    docling_ocr = fields.Boolean(required=True)
+    docling_formulas = fields.Boolean(required=True)
+    docling_vision = fields.Boolean(required=True)
+    youtube_preferred_languages = fields.List(fields.String(), required=True)
+
+
+class EmbedRequest(_Strict):
+    item_id = fields.String(required=True, validate=validate.Length(min=1, max=100))
+    item_type = fields.String(required=True, validate=validate.OneOf(("source", "note")))
+    async_processing = fields.Boolean(
+        load_default=False, metadata={"description": "answer at once (else wait for the job, like a source add)"}
+    )
+
+    @pre_load
+    def lower_type(self, data, **kwargs):
+        """Open Notebook takes the type in any case."""
+        if isinstance(data, dict) and isinstance(data.get("item_type"), str):
+            return {**data, "item_type": data["item_type"].strip().lower()}
+        return data
+
+
+class EmbedOut(Schema):
+    success = fields.Boolean(required=True)
+    message = fields.String(required=True)
+    item_id = fields.String(required=True)
+    item_type = fields.String(required=True)
+    command_id = fields.String(allow_none=True, required=True)
+
+
+class RebuildRequest(_Strict):
+    mode = fields.String(
+        validate=validate.OneOf(("existing", "all")),
+        metadata={
+            "description": "existing (default of /embeddings/rebuild): what has vectors of another model; all "
+            "(default of /rebuild): also what has none. What has the configured model's vectors is not embedded again"
+        },
+    )
+    include_sources = fields.Boolean(load_default=True)
+    include_notes = fields.Boolean(load_default=True)
+    include_insights = ignored(fields.Boolean())
+    notebook_id = fields.String(
+        validate=validate.Length(min=1, max=100),
+        metadata={"description": "only this notebook's sources and notes (onb-mcp's /rebuild sends it)"},
+    )
+
+
+class RebuildOut(Schema):
+    command_id = fields.String(required=True)
+    total_items = fields.Integer(required=True)
+    estimated_items = fields.Integer(required=True, metadata={"description": "the same (the UI's name)"})
+    message = fields.String(required=True)
+
+
+class RebuildStatus(Schema):
+    command_id = fields.String(required=True)
+    status = fields.String(required=True, validate=validate.OneOf(("queued", "running", "completed", "failed")))
+    progress = fields.Dict(allow_none=True, required=True)
+    stats = fields.Dict(allow_none=True, required=True)
+    started_at = fields.String(allow_none=True, required=True)
+    completed_at = fields.String(allow_none=True, required=True)
+    error_message = fields.String(allow_none=True, required=True)
+
+
+class RecentlyViewedQuery(Schema):
+    limit = fields.Integer(load_default=12, validate=validate.Range(min=1, max=50))
+
+
+class RecentlyViewed(Schema):
+    type = fields.String(required=True, validate=validate.OneOf(("notebook", "source")))
+    id = fields.String(required=True)
+    title = fields.String(required=True)
+    last_viewed_at = fields.String(required=True)
+
+
+class NotebookDeletePreview(Schema):
+    notebook_id = fields.String(required=True)
+    notebook_name = fields.String(required=True)
+    note_count = fields.Integer(required=True)
+    exclusive_source_count = fields.Integer(required=True)
+    shared_source_count = fields.Integer(required=True)
+
+
+class LinkChanged(Schema):
+    message = fields.String(required=True)
+    notebook_id = fields.String(required=True)
+    source_id = fields.String(required=True)
 
 
 class SearchRequest(_Strict):
@@ -273,6 +392,7 @@ class NotebookDeleted(Schema):
     deleted_notes = fields.Integer(required=True)
     deleted_sources = fields.Integer(required=True)
     unlinked_sources = fields.Integer(required=True)
+    deleted_chat_sessions = fields.Integer(required=True)
     kept_sources = fields.Integer(
         required=True,
         metadata={"description": "sources that belonged to this notebook only and were kept (in no notebook now)"},
@@ -349,6 +469,7 @@ class Deleted(Schema):
 
 class CommandOut(Schema):
     id = fields.String(required=True)
+    job_id = fields.String(required=True, metadata={"description": "the same id (Open Notebook's name)"})
     type = fields.String(required=True)
     target = fields.String(required=True)
     status = fields.String(required=True, validate=validate.OneOf(STATUSES))
@@ -795,6 +916,26 @@ class ChatContextRequest(_Strict):
     context_config = fields.Nested(
         ContextConfig, metadata={"description": "per id: 'full content' (default), 'insights' or 'not in context'"}
     )
+
+
+class NotebookContextRequest(_Strict):
+    """Open Notebook's POST /notebooks/{id}/context (its Python client's): answered from
+    the same context as /chat/context/build."""
+
+    notebook_id = fields.String(
+        validate=validate.Length(min=1, max=100), metadata={"description": "the path's (its client repeats it)"}
+    )
+    context_config = fields.Nested(
+        ContextConfig, allow_none=True, metadata={"description": "per id: its mode; without it, every item in full"}
+    )
+
+
+class NotebookContextOut(Schema):
+    notebook_id = fields.String(required=True)
+    sources = fields.List(fields.Dict(), required=True)
+    notes = fields.List(fields.Dict(), required=True)
+    total_tokens = fields.Integer(required=True)
+    char_count = fields.Integer(required=True)
 
 
 class ContextItem(Schema):

@@ -114,6 +114,7 @@ def note(record):
 def command(record):
     return {
         "id": public("command", record.id),
+        "job_id": public("command", record.id),  # Open Notebook's name (its /commands/jobs/{id})
         "type": record.kind,
         "target": record.target,
         "status": record.status,

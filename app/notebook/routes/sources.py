@@ -11,14 +11,14 @@ from werkzeug.exceptions import RequestEntityTooLarge
 from app.common.body import validated
 from app.common.failures import ApiError, Invalid, NotFound, TooLarge, UnsupportedType
 from app.common.offload import blocking
-from app.notebook.core import cleanup, index
+from app.notebook.core import app_settings, cleanup, index
 from app.notebook.core.ids import new_key, public
 from app.notebook.core.models import Chunk, Command, Insight, Source, SourceNotebook, database, now, write_transaction
 from app.notebook.core.records import get_source
 from app.notebook.ingest import extract, ssrf, uploads
 from app.notebook.routes import serializers, transformations
 from app.notebook.routes.http import body, check_text, jobs, query, read_text_body, settings
-from app.notebook.routes.notebooks import get_notebook
+from app.notebook.routes.notebooks import get_notebook, stamp_view
 from app.notebook.routes.payloads import SourceCreate, SourceListQuery, SourceUpdate
 
 bp = Blueprint("sources", __name__)
@@ -57,8 +57,10 @@ def list_sources():
 
 @bp.get("/sources/<source_id>")
 def read_source(source_id):
-    """One source with its full text."""
-    return serializers.source(get_source(source_id), detail=True)
+    """One source with its full text; the view is recorded (/recently-viewed)."""
+    record = get_source(source_id)
+    stamp_view(Source, record.id)
+    return serializers.source(record, detail=True)
 
 
 @bp.get("/sources/<source_id>/status")
@@ -170,12 +172,14 @@ def _checked_upload(upload):
 def _new_source(data, upload):
     """The Source row (not saved) for the request; the upload is stored here."""
     kind = data["type"]
+    embed = data["embed"] if "embed" in data else app_settings.embed_by_default()
+    delete_file = data["delete_source"] or app_settings.auto_delete_files()
     source = Source(
         id=new_key(),
         kind=kind,
         title=data.get("title") or "",
-        embed=data["embed"],
-        delete_file=data["delete_source"] and kind == "upload",
+        embed=embed,
+        delete_file=delete_file and kind == "upload",
     )
     if kind == "upload":
         _checked_upload(upload)
@@ -198,7 +202,7 @@ def _new_source(data, upload):
     return source
 
 
-def _wait_finished(command_key, timeout):
+def wait_finished(command_key, timeout):
     """Poll the command until it finishes or `timeout` passes (a synchronous add
     waits for the worker); its last status."""
     deadline = gevent.get_hub().loop.now() + timeout
@@ -258,7 +262,7 @@ def _queued(source_key):
 
 
 def _answer_sync(source, command):
-    status = _wait_finished(command.id, settings().sync_timeout)
+    status = wait_finished(command.id, settings().sync_timeout)
     if status == "completed":
         # Done: no job to follow (Open Notebook's clients read a command_id or a status
         # here as a job still running). GET /sources/{id} shows both.

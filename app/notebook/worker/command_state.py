@@ -8,9 +8,18 @@ from app.notebook.core.ids import new_key
 from app.notebook.core.models import Command, Source, bump_vectors, now, write_transaction
 
 
-def new_command(kind, target):
-    """A new command row (call inside the transaction that makes its target)."""
-    command = Command(id=new_key(), kind=kind, target=target, status="new", progress={"stage": "queued", "percent": 0})
+def new_command(kind, target, request=None):
+    """A new command row (call inside the transaction that makes its target).
+    `request`: what the job is asked beyond its target, kept as its result until the
+    job writes its own (an embedding rebuild's options)."""
+    command = Command(
+        id=new_key(),
+        kind=kind,
+        target=target,
+        status="new",
+        progress={"stage": "queued", "percent": 0},
+        result=request,
+    )
     command.save(force_insert=True)
     return command
 

@@ -46,7 +46,7 @@ def _huey(settings):
 # by a web of another release (a queue not yet drained at an upgrade, hosts upgraded one
 # at a time on one Redis queue, a rollback) is still found by this worker, and the reverse.
 QUEUED_TASK_MODULE = "app.notebook.processing"
-TASK_NAMES = ("process_source", "embed_source", "embed_note", "insight", "podcast")
+TASK_NAMES = ("process_source", "embed_source", "embed_note", "insight", "podcast", "rebuild_embeddings")
 
 
 def _run_command(command_key):

@@ -14,7 +14,7 @@ from contextlib import nullcontext
 
 from app.common.failures import Failure
 from app.notebook import llm
-from app.notebook.core import embeddings, index, model_choice, transform
+from app.notebook.core import embeddings, index, model_choice, reembed, transform
 from app.notebook.core.ids import new_key, public
 from app.notebook.core.models import (
     Chunk,
@@ -24,6 +24,7 @@ from app.notebook.core.models import (
     Note,
     Source,
     Transformation,
+    bump_vectors,
     now,
     write_transaction,
 )
@@ -241,6 +242,25 @@ def _drop_file(source):
     Source.update(file_name=None).where(Source.id == source.id).execute()
 
 
+def _stale_chunks(source_key, model_name):
+    return list(
+        Chunk.select(Chunk.id, Chunk.text)
+        .where(
+            (Chunk.source == source_key) & ((Chunk.embedding_model.is_null()) | (Chunk.embedding_model != model_name))
+        )
+        .order_by(Chunk.ordinal)
+    )
+
+
+def _store_chunk_vectors(stale, vectors, model_name):
+    for chunk, vector in zip(stale, vectors):
+        (
+            Chunk.update(embedding=embeddings.to_blob(vector), embedding_model=model_name, embedding_dim=len(vector))
+            .where(Chunk.id == chunk.id)
+            .execute()
+        )
+
+
 def embed_source(command):
     """Re-embed the chunks of a processed source that the configured model did not
     make (the model changed, or it was added without embeddings): no extraction."""
@@ -248,25 +268,91 @@ def embed_source(command):
     if source is None:
         raise Canceled(f"{command.target} was deleted")
     model = embeddings.embedder(_settings)
-    stale = list(
-        Chunk.select(Chunk.id, Chunk.text)
-        .where(
-            (Chunk.source == source.id) & ((Chunk.embedding_model.is_null()) | (Chunk.embedding_model != model.name))
-        )
-        .order_by(Chunk.ordinal)
-    )
+    stale = _stale_chunks(source.id, model.name)
     vectors, _ = _embed(command, [chunk.text for chunk in stale]) if stale else ([], model.name)
     with write_transaction():
         ensure_running(command)
-        for chunk, vector in zip(stale, vectors):
-            (
-                Chunk.update(
-                    embedding=embeddings.to_blob(vector), embedding_model=model.name, embedding_dim=len(vector)
-                )
-                .where(Chunk.id == chunk.id)
-                .execute()
-            )
+        _store_chunk_vectors(stale, vectors, model.name)
         complete(command, {"source_id": command.target, "embedded_chunks": len(stale), "embedding_model": model.name})
+
+
+# --------------------------------------------------------------------------- embedding rebuild
+
+
+def rebuild_embeddings(command):
+    """Embed, one after the other, the sources and notes whose vectors the configured
+    model did not make (core/reembed.py chooses them), counting them in the command's
+    progress; an item the model fails on is counted failed and the rebuild goes on
+    (all of them failing fails it). Each item's vectors are committed as they come: a
+    rebuild canceled half way keeps what it embedded."""
+    asked = (command.result or {}).get("request") or {}
+    model = embeddings.embedder(_settings)
+    notebook_key = command.target.split(":", 1)[1] if command.target.startswith("notebook:") else None
+    sources, notes = reembed.stale_items(
+        model.name,
+        asked.get("mode", "all"),
+        asked.get("include_sources", True),
+        asked.get("include_notes", True),
+        notebook_key,
+    )
+    counts = {"total": len(sources) + len(notes), "processed": 0, "sources": 0, "notes": 0, "failed": 0}
+    last_error = None
+    for kind, key in [("sources", k) for k in sources] + [("notes", k) for k in notes]:
+        try:
+            (_rebuild_source if kind == "sources" else _rebuild_note)(command, key, model)
+            counts[kind] += 1
+        except (embeddings.EmbeddingUnavailable, llm.ProviderError) as exc:
+            counts["failed"] += 1
+            last_error = str(exc)
+        counts["processed"] += 1
+        _rebuild_progress(command, counts)
+    if counts["failed"] and counts["failed"] == counts["total"]:
+        raise embeddings.EmbeddingUnavailable(f"no item could be embedded: {last_error}")
+    with write_transaction():
+        ensure_running(command)
+        complete(command, {**asked, **counts, "embedding_model": model.name, "last_error": last_error})
+
+
+def _rebuild_progress(command, counts):
+    percent = int(100 * counts["processed"] / counts["total"]) if counts["total"] else 100
+    (
+        Command.update(progress={"stage": "embedding", "percent": percent, **counts}, updated=now())
+        .where((Command.id == command.id) & (Command.status == "running"))
+        .execute()
+    )
+    ensure_running(command)
+
+
+def _rebuild_source(command, source_key, model):
+    stale = _stale_chunks(source_key, model.name)
+    vectors = []
+    for start in range(0, len(stale), EMBED_BATCH):
+        vectors.extend(model.embed([chunk.text for chunk in stale[start : start + EMBED_BATCH]]))
+        ensure_running(command)
+    with write_transaction():
+        ensure_running(command)
+        _store_chunk_vectors(stale, vectors, model.name)  # a chunk deleted meanwhile: no row to update
+        bump_vectors()
+
+
+def _rebuild_note(command, note_key, model):
+    note = Note.get_or_none(Note.id == note_key)
+    if note is None:  # deleted meanwhile: nothing to embed
+        return
+    vector = model.embed([f"{note.title}\n{note.content}"])[0]
+    with write_transaction():
+        ensure_running(command)
+        _store_note_vector(note, vector, model.name)
+        bump_vectors()
+
+
+def _store_note_vector(note, vector, model_name):
+    """Only if the note still says what was embedded (a newer edit has its own command)."""
+    (
+        Note.update(embedding=embeddings.to_blob(vector), embedding_model=model_name, embedding_dim=len(vector))
+        .where((Note.id == note.id) & (Note.content == note.content) & (Note.title == note.title))
+        .execute()
+    )
 
 
 # --------------------------------------------------------------------------- notes
@@ -283,12 +369,7 @@ def embed_note(command):
     vector = model.embed([text])[0]
     with write_transaction():
         ensure_running(command)
-        # Only if the note still says what was embedded (a newer edit has its own command).
-        (
-            Note.update(embedding=embeddings.to_blob(vector), embedding_model=model.name, embedding_dim=len(vector))
-            .where((Note.id == key) & (Note.content == note.content) & (Note.title == note.title))
-            .execute()
-        )
+        _store_note_vector(note, vector, model.name)
         complete(command, {"note_id": command.target, "embedding_model": model.name, "dimensions": len(vector)})
 
 
@@ -343,4 +424,5 @@ HANDLERS = {
     "embed_note": embed_note,
     "insight": insight,
     "podcast": podcast,
+    "rebuild_embeddings": rebuild_embeddings,
 }

@@ -13,6 +13,10 @@ RELEASE_0_1_0_TASKS = {
     "app.notebook.processing.insight",
     "app.notebook.processing.podcast",
 }
+# Tasks added since, under the same module name. A worker of an older release does not
+# know them: it drops such a message and the command stays `new`, until a worker of
+# this release starts and queues every `new` command again (processing.requeue_waiting).
+LATER_TASKS = {"app.notebook.processing.rebuild_embeddings"}
 
 
 def test_the_worker_finds_the_tasks_release_0_1_0_queued(tmp_path, monkeypatch):
@@ -24,4 +28,5 @@ def test_the_worker_finds_the_tasks_release_0_1_0_queued(tmp_path, monkeypatch):
     for queued_name in RELEASE_0_1_0_TASKS:
         assert registry.string_to_task(queued_name).__name__ == queued_name.rsplit(".", 1)[1]
     made_now = {registry.task_to_string(type(task.s("c"))) for task in queue._tasks.values()}
-    assert made_now == RELEASE_0_1_0_TASKS and len(TASK_NAMES) == len(RELEASE_0_1_0_TASKS)
+    assert made_now == RELEASE_0_1_0_TASKS | LATER_TASKS
+    assert len(TASK_NAMES) == len(RELEASE_0_1_0_TASKS | LATER_TASKS)
