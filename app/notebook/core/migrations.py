@@ -9,7 +9,7 @@ from app.common.db import connect_database
 from app.common.migrations import History, Step
 from app.notebook.core import index
 from app.notebook.core.ids import public
-from app.notebook.core.models import FTS_DDL, FTS_RANK, MODELS, LanguageModel, database
+from app.notebook.core.models import FTS_DDL, FTS_RANK, MODELS, LanguageModel, Setting, Source, database
 
 # PostgreSQL's full-text index (see index.py): columns of `searchdoc` that the model
 # does not declare, so that SQLite's schema stays what it was.
@@ -56,6 +56,19 @@ def _postgres_text_search(db, migrator):
     index_everything(db)
 
 
+def _source_chat_and_settings(db, migrator):
+    """A chat session tied to a source (Open Notebook's source chat) and the settings
+    table (the default transformation instructions)."""
+    migrate(
+        migrator.add_column(
+            "chatsession",
+            "source_id",
+            ForeignKeyField(Source, null=True, on_delete="CASCADE", field=Source.id),
+        ),
+    )
+    db.create_tables([Setting])
+
+
 def index_everything(db):
     """Index every source and note of `db` (the models' proxy is connected to it)."""
     # Raw SQL: the models may have moved on by the time a migration step runs this.
@@ -70,6 +83,7 @@ STEPS = [
     Step(1, "release 0.1.0"),
     Step(2, "a transformation's model, a credential's modalities", _model_of_transformations_and_modalities),
     Step(3, "PostgreSQL's full-text index", _postgres_text_search),
+    Step(4, "a chat session's source, the settings", _source_chat_and_settings),
 ]
 # Steps 2 and 3 are release 0.2.0's: recorded where it reads them (app.common.migrations).
 HISTORY = History("notebook", MODELS, STEPS, create_extra=_create_search_index, before_phases=3)

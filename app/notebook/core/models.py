@@ -215,9 +215,13 @@ class InsightRequest(BaseModel):
 
 
 class ChatSession(BaseModel):
+    """A chat: about a notebook (its sources and notes), about one source (the source
+    chat, schema step 4), or about nothing in particular."""
+
     id = CharField(primary_key=True, max_length=20)
     title = CharField(max_length=500, default="")
     notebook = ForeignKeyField(Notebook, null=True, backref="chat_sessions", on_delete="CASCADE")
+    source = ForeignKeyField(Source, null=True, backref="chat_sessions", on_delete="CASCADE")
     model_override = CharField(null=True, max_length=20)  # a LanguageModel key
     created = DateTimeField(default=now, index=True)
     updated = DateTimeField(default=now, index=True)
@@ -248,6 +252,14 @@ class Episode(BaseModel):
     updated = DateTimeField(default=now)
 
 
+class Setting(BaseModel):
+    """A notebook-wide setting stored as JSON under its name (schema step 4):
+    `transformation_instructions`, the text put before every transformation's prompt."""
+
+    key = CharField(primary_key=True, max_length=100)
+    value = JSONField(null=True)
+
+
 MODELS = [
     Notebook,
     Source,
@@ -266,6 +278,7 @@ MODELS = [
     ChatSession,
     ChatMessage,
     Episode,
+    Setting,
 ]
 
 FTS_DDL = (

@@ -1,4 +1,6 @@
-"""Health: 200 only when the database answers."""
+"""Health (200 only when the database answers), and the two public routes Open
+Notebook's UI reads before anything else: its configuration (`/config`) and whether
+a password is needed (`/auth/status`)."""
 
 import logging
 
@@ -6,7 +8,9 @@ from flask import Blueprint
 from peewee import PeeweeException
 
 from app.common import readiness
+from app.common.config import RELEASE
 from app.notebook.core.models import database
+from app.notebook.routes.http import settings
 
 bp = Blueprint("system", __name__)
 
@@ -33,3 +37,25 @@ def health():
 # The bundle's tools (dev runner, tests, staging checks) wait on /healthz.
 bp.add_url_rule("/healthz", "healthz", health)
 bp.add_url_rule("/readyz", view_func=readiness.readyz)
+
+
+@bp.get("/config")
+def frontend_config():
+    """Open Notebook's UI configuration: this release, no update check (nothing here asks GitHub), and whether
+    the database answers. Public."""
+    return {
+        "version": RELEASE,
+        "latestVersion": None,
+        "hasUpdate": False,
+        "dbStatus": "online" if _database_answers() else "offline",
+    }
+
+
+@bp.get("/auth/status")
+def auth_status():
+    """Whether the notebook asks for a password (Bearer). Public."""
+    enabled = settings().auth_enabled
+    return {
+        "auth_enabled": enabled,
+        "message": "Authentication is required" if enabled else "Authentication is disabled",
+    }
