@@ -15,6 +15,7 @@ hooks), with its bodies and headers, read as it reads them.
 import json
 import time
 from dataclasses import dataclass, field
+from urllib.parse import quote
 
 import pytest
 import requests
@@ -47,6 +48,11 @@ class UiClient:
         response = self.call(method, path, json_body, params)
         assert response.ok, f"{method} {path}: {response.status_code} {response.text}"
         return response.json()
+
+    def source_chat_message(self, source_id, session_id, body):
+        """The Next route of a source chat's messages: both ids encodeURIComponent'd."""
+        path = f"/sources/{quote(source_id, safe='')}/chat/sessions/{quote(session_id, safe='')}/messages"
+        return self.proxy_stream(path, body)
 
     def proxy_stream(self, path, body):
         """sseProxy: the browser's body re-posted as text, only Authorization forwarded."""
@@ -346,7 +352,7 @@ def test_the_source_chat_as_the_ui_drives_it(llm_nb, ui, chat_model, studied_sou
     assert session["messages"] == [] and session["context_indicators"] is None and session["created"]
 
     marker = f"How deep are they? {time.monotonic_ns()}"
-    response = ui.proxy_stream(f"/sources/{source}/chat/sessions/{session['id']}/messages", {"message": marker})
+    response = ui.source_chat_message(source, session["id"], {"message": marker})
     assert response.status_code == 200 and response.headers["Content-Type"].startswith("text/event-stream")
     read = read_source_chat(response)
     assert read.unparsed == [] and read.error is None
@@ -363,12 +369,7 @@ def test_the_source_chat_as_the_ui_drives_it(llm_nb, ui, chat_model, studied_sou
     assert again["context_indicators"] == read.indicators and again["message_count"] == 2
     # A second turn carries the first as history.
     follow_up = f"And their width? {time.monotonic_ns()}"
-    assert (
-        read_source_chat(
-            ui.proxy_stream(f"/sources/{source}/chat/sessions/{session['id']}/messages", {"message": follow_up})
-        ).error
-        is None
-    )
+    assert read_source_chat(ui.source_chat_message(source, session["id"], {"message": follow_up})).error is None
     (second,) = completions_with(llm_nb.fake, follow_up)
     assert [m["role"] for m in second["messages"]] == ["system", "user", "assistant", "user"]
 
@@ -431,6 +432,9 @@ def test_the_source_chat_refuses_bad_input(llm_nb, ui, chat_model, studied_sourc
     for session in (mine, theirs):  # nothing changed
         assert stored_messages(llm_nb, session) == 0
     assert [s["id"] for s in ui.ok("GET", sessions)] == [mine]
+    # A source's chat sessions go with it.
+    assert ui.call("DELETE", f"/sources/{other}").status_code == 200
+    assert [tuple(r) for r in llm_nb.query("SELECT COUNT(*) FROM chatsession WHERE id = ?", (theirs[13:],))] == [(0,)]
 
 
 def test_the_source_chat_without_a_model_says_so(llm_nb, ui, chat_model, studied_source):
@@ -438,7 +442,7 @@ def test_the_source_chat_without_a_model_says_so(llm_nb, ui, chat_model, studied
     session = ui.ok("POST", f"/sources/{source}/chat/sessions", {"title": "no model"})["id"]
     assert llm_nb.post("/models/config", json={"default_chat_model": None}).status_code == 200
     try:
-        response = ui.proxy_stream(f"/sources/{source}/chat/sessions/{session}/messages", {"message": "Anyone?"})
+        response = ui.source_chat_message(source, session, {"message": "Anyone?"})
         read = read_source_chat(response)
         assert read.types == ["user_message", "error"] and read.ai_text is None
         assert "default_chat_model" in read.error  # what the UI shows in its toast

@@ -49,12 +49,12 @@ def _source_session(source, session_id):
     return session
 
 
-def _view(session, with_messages=False):
-    """Open Notebook's source chat session: the chat session's fields, the indicators
-    of the source's context once it has been used."""
-    view = session_view(session, with_messages)
-    if with_messages:
-        source = get_source(public("source", session.source_id))
+def _view(session, source=None):
+    """Open Notebook's source chat session: the chat session's fields; given its
+    `source`, its messages too and the indicators of the source's context once it has
+    been used."""
+    view = session_view(session, with_messages=source is not None)
+    if source is not None:
         used = view["message_count"] > 0
         view["context_indicators"] = source_context(source, settings().context_max_chars)[1] if used else None
     return view
@@ -87,19 +87,21 @@ def create_session(source_id):
         source=source.id,
         model_override=model_key(data.get("model_override")),
     )
-    return _view(session, with_messages=True), 201
+    return _view(session, source), 201
 
 
 @bp.get("/sources/<source_id>/chat/sessions/<session_id>")
 def read_session(source_id, session_id):
     """A source chat session with its messages and the indicators of its context."""
-    return _view(_source_session(get_source(source_id), session_id), with_messages=True)
+    source = get_source(source_id)
+    return _view(_source_session(source, session_id), source)
 
 
 @bp.put("/sources/<source_id>/chat/sessions/<session_id>")
 def update_session(source_id, session_id):
     """Rename a source chat session or change its model (null: the default)."""
-    session = _source_session(get_source(source_id), session_id)
+    source = get_source(source_id)
+    session = _source_session(source, session_id)
     data = body(SourceChatUpdate())
     changes = {"updated": now()}
     if "title" in data:
@@ -107,7 +109,7 @@ def update_session(source_id, session_id):
     if "model_override" in data:
         changes["model_override"] = model_key(data["model_override"])
     ChatSession.update(**changes).where(ChatSession.id == session.id).execute()
-    return _view(ChatSession.get_by_id(session.id), with_messages=True)
+    return _view(ChatSession.get_by_id(session.id), source)
 
 
 @bp.delete("/sources/<source_id>/chat/sessions/<session_id>")
