@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
+import psycopg
 import pytest
 import requests
 
@@ -221,6 +222,27 @@ def test_the_first_screens_need_no_password(browser_facing):
     assert UiClient(browser_facing.base_url, token="wrong").call("GET", "/notebooks").status_code == 401
     assert ui.call("GET", "/notebooks").status_code == 200
     assert ui.call("GET", "/notebooks", auth=False).status_code == 401  # the rest still needs it
+
+
+def test_the_config_says_offline_while_the_database_refuses(start_service, postgres_server, tmp_path):
+    """dbStatus is a real query, made even when no connection can be had (the UI then
+    shows "database offline" rather than "unable to connect")."""
+    database_url = postgres_server.new_database()
+    name = database_url.rsplit("/", 1)[1]
+    env = notebook_env(tmp_path / "data", NOTEBOOK_EMBEDDING_PROVIDER="none", DATABASE_URL=database_url)
+    service = start_service("notebook", data_dir=tmp_path / "data", env=env)
+    config = service.base_url + "/api/config"
+    assert requests.get(config, timeout=10).json()["dbStatus"] == "online"
+    with psycopg.connect(postgres_server.url(), autocommit=True) as admin:
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
+        try:
+            offline = requests.get(config, timeout=10)
+            assert offline.status_code == 200 and offline.json()["dbStatus"] == "offline", offline.text
+            assert requests.get(service.base_url + "/health", timeout=10).status_code == 503
+        finally:
+            admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+    assert requests.get(config, timeout=10).json()["dbStatus"] == "online"
 
 
 def test_the_auth_status_of_a_notebook_without_password(start_module_service, tmp_path_factory):

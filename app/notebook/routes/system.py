@@ -9,10 +9,16 @@ from peewee import PeeweeException
 
 from app.common import readiness
 from app.common.config import RELEASE
+from app.common.db import bounded_read
 from app.notebook.core.models import database
 from app.notebook.routes.http import settings
 
 bp = Blueprint("system", __name__)
+
+# Views that take no connection per request (app.common.db.bind_to_requests): /config
+# must say "offline" while the database is down, where taking one would answer 503.
+NO_CONNECTION = frozenset({"frontend_config"})
+CONFIG_CHECK_SECONDS = 2.0  # as Open Notebook's own check
 
 log = logging.getLogger("bundle.notebook")
 
@@ -47,8 +53,20 @@ def frontend_config():
         "version": RELEASE,
         "latestVersion": None,
         "hasUpdate": False,
-        "dbStatus": "online" if _database_answers() else "offline",
+        "dbStatus": "online" if _database_online() else "offline",
     }
+
+
+def _database_online() -> bool:
+    """A real query on a connection of its own, bounded in time: a database host that
+    stopped answering is "offline" within CONFIG_CHECK_SECONDS, not after TCP's minutes."""
+    try:
+        with bounded_read(database, CONFIG_CHECK_SECONDS):
+            database.execute_sql("SELECT 1").fetchone()
+        return True
+    except (PeeweeException, OSError) as exc:  # TimeoutError is an OSError
+        log.warning("config: the database does not answer: %s", exc)
+        return False
 
 
 @bp.get("/auth/status")
