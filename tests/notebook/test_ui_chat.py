@@ -401,9 +401,13 @@ def test_the_source_chat_as_the_ui_drives_it(llm_nb, ui, chat_model, studied_sou
     assert ui.ok("GET", f"/chat/sessions/{session['id']}")["source_id"] == source
     notebook_chats = ui.ok("GET", "/chat/sessions", params={"notebook_id": studied_source["notebook"]})
     assert session["id"] not in {s["id"] for s in notebook_chats}
+    via_execute = f"Asked through /chat/execute {time.monotonic_ns()}"  # without a context: the source's
+    assert len(ui.ok("POST", "/chat/execute", {"session_id": session["id"], "message": via_execute})["messages"]) == 6
+    (third,) = completions_with(llm_nb.fake, via_execute)
+    assert "coastal mountains" in system_of(third)
 
     renamed = ui.ok("PUT", f"/sources/{source}/chat/sessions/{session['id']}", {"title": "Fjord depths"})
-    assert renamed["title"] == "Fjord depths" and renamed["message_count"] == 4
+    assert renamed["title"] == "Fjord depths" and renamed["message_count"] == 6
     with_model = ui.ok("PUT", f"/sources/{source}/chat/sessions/{session['id']}", {"model_override": chat_model["id"]})
     assert with_model["model_override"] == chat_model["id"]
     deleted = ui.call("DELETE", f"/sources/{source}/chat/sessions/{session['id']}")
