@@ -133,7 +133,7 @@ def context_route():
 # --------------------------------------------------------------------------- execute
 
 
-def default_context(session):
+def _default_context(session):
     """The context of a turn that brings none: the session's source, or its notebook."""
     if session.source_id:
         source = Source.get_or_none(Source.id == session.source_id)
@@ -151,7 +151,7 @@ def execute():
     # The request's override, else the session's, else the default chat model.
     override = data.get("model_override") or public("model", session.model_override)
     resolved = model_choice.resolve(settings(), "chat", override, "model_override")
-    context = data["context"] if data.get("context") is not None else default_context(session)
+    context = data["context"] if data.get("context") is not None else _default_context(session)
     messages = turns.messages_for(session.id, SYSTEM_PROMPT, context, data["message"], settings().context_max_chars)
     if data["stream"]:
         return streams.sse(_streamed_reply(session, data["message"], resolved, messages))
