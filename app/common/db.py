@@ -193,11 +193,12 @@ def switch_to_wal(path: str) -> None:
         time.sleep(WAL_RETRY_SECONDS)
 
 
-def bind_to_requests(app: _App, proxy: DatabaseProxy) -> None:
+def bind_to_requests(app: _App, proxy: DatabaseProxy, no_connection: frozenset[str] = frozenset()) -> None:
     """Each request takes a connection (from the pool) and gives it back at its end,
     but for the endpoints of NO_CONNECTION_ENDPOINTS (`/metrics`: a scrape must answer
     while the pool is exhausted or the database down; a collector that reads the
-    database takes a connection itself, `bounded_read`).
+    database takes a connection itself, `bounded_read`) and the service's own
+    `no_connection` (view names, whatever their blueprint) that say the same.
     In a gevent web worker (gunicorn's, patched) the worker also registers itself as a
     live process of its release (app.common.live_processes) until it exits; an app
     made in an unpatched process (a test's client) does not."""
@@ -214,9 +215,12 @@ def bind_to_requests(app: _App, proxy: DatabaseProxy) -> None:
     def note_endpoint(name: str | None, values: dict[str, Any] | None) -> None:
         endpoint.name = name
 
+    skipped = NO_CONNECTION_ENDPOINTS | no_connection
+
     @app.before_request
     def connect_for_request() -> None:
-        if getattr(endpoint, "name", None) not in NO_CONNECTION_ENDPOINTS:
+        name = getattr(endpoint, "name", None) or ""
+        if name.rsplit(".", 1)[-1] not in skipped:
             proxy.connect(reuse_if_open=True)
 
     @app.teardown_request

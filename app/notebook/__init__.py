@@ -40,6 +40,7 @@ def init_app(app):
         podcasts,
         providers,
         search,
+        source_chat,
         sources,
         system,
         transformations,
@@ -60,7 +61,7 @@ def init_app(app):
     metrics.on_scrape(backlog)  # the job queue's backlog, read from the database at each scrape
     web.register(app, settings)  # /readyz is public (web.PUBLIC_ENDPOINTS)
     readiness.register(app, database, HISTORY, redis=True)  # before bind_to_requests: /readyz goes first
-    bind_to_requests(app, database)
+    bind_to_requests(app, database, no_connection=system.NO_CONNECTION)
 
     # Every route module's blueprint, at the spec's paths and again under /api.
     for module in (
@@ -76,6 +77,7 @@ def init_app(app):
         podcasts,
         providers,
         search,
+        source_chat,
         settings_routes,
         sources,
         system,

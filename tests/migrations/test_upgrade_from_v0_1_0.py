@@ -120,26 +120,14 @@ def assert_schema_history(data_dir, service):
     migrations = registry.service(service).migrations
     history = importlib.import_module(migrations).HISTORY
     path = data_dir / DATABASE_FILES[service]
-    with sqlite3.connect(path) as connection:  # expand steps since 0.2.0 are in schema_expansions
-        tables = [name for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-        started = connection.execute(
-            "SELECT version FROM schema_migrations"
-            + (" UNION SELECT version FROM schema_expansions" if "schema_expansions" in tables else "")
-            + " ORDER BY version"
-        ).fetchall()
+    started = [(version,) for version, _ in recorded_history(path)]
     assert started == [(step.version,) for step in history.steps if step.phase == EXPAND]
     db = open_for_command(f"sqlite:///{path}", history)
     try:
         contract(db, history, live_processes.RELEASE)
     finally:
         db.close()
-    with sqlite3.connect(path) as connection:  # an expand step after the newest contract one stays in expansions
-        recorded = connection.execute(
-            "SELECT version, name FROM schema_migrations"
-            + (" UNION SELECT version, name FROM schema_expansions" if "schema_expansions" in tables else "")
-            + " ORDER BY version"
-        ).fetchall()
-    assert recorded == [(step.version, step.name) for step in history.steps]
+    assert recorded_history(path) == [(step.version, step.name) for step in history.steps]
     fresh = data_dir.parent / f"{service}-fresh-{data_dir.name}.db"
     subprocess.run(
         [
@@ -153,6 +141,19 @@ def assert_schema_history(data_dir, service):
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert schema_of(path) == schema_of(fresh), f"the migrated {service} schema is not the one a new database gets"
+
+
+def recorded_history(path):
+    """[(version, name)] of the database's history: both tables (the expand steps since
+    0.2.0 are in schema_expansions, a contract step copies every step below it into
+    schema_migrations)."""
+    with sqlite3.connect(path) as connection:
+        tables = [name for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return connection.execute(
+            "SELECT version, name FROM schema_migrations"
+            + (" UNION SELECT version, name FROM schema_expansions" if "schema_expansions" in tables else "")
+            + " ORDER BY version"
+        ).fetchall()
 
 
 def schema_of(path):

@@ -809,9 +809,12 @@ LONG_ROUTES = [
     "/chat/context/build",
     "/chat/execute",
     "/ask",
+    "/search/ask",
+    "/search/ask/simple",
     "/search",
     "/sources",
     "/sources/source:abc/insights",
+    "/sources/source:abc/chat/sessions/chat_session:def/messages",
 ]
 
 

@@ -44,13 +44,14 @@ def notebook_with_models(tmp_path_factory):
             stop_stack(client)
 
 
-def test_ask_records_are_not_buffered_by_nginx(notebook_with_models, nginx_for):
+@pytest.mark.parametrize("path", ["/api/ask", "/api/search/ask"])  # ours, and Open Notebook's (its UI's proxy)
+def test_ask_records_are_not_buffered_by_nginx(notebook_with_models, nginx_for, path):
     nb = notebook_with_models
     proxy = nginx_for(nb.service)
     started = time.monotonic()
     # The answer model drips until the time-out: the strategy record must arrive long before the end.
     response = requests.post(
-        proxy.url + "/api/ask",
+        proxy.url + path,
         headers=proxy.headers("notebook", **AUTH),
         stream=True,
         json={

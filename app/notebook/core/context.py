@@ -7,7 +7,11 @@ from app.notebook.core.models import Insight, Note, Source, SourceNotebook
 
 CHARS_PER_TOKEN = 4  # a rough estimate, said to be one in the answer
 
-MODES = ("full content", "insights", "not in context")
+# What a chat's context takes of each source or note. Open Notebook's UI sends "not in"
+# for an item left out (its server matches "not in" as a substring); both spellings of
+# "left out" are taken, nothing else.
+EXCLUDED = ("not in context", "not in")
+MODES = ("full content", "insights", *EXCLUDED)
 
 
 def _source_text(source, mode):
@@ -34,13 +38,27 @@ def build_context(notebook_key, config, max_chars):
     context = {"sources": [], "notes": []}
     for row in source_rows:
         mode = wanted_sources.get(public("source", row.id), "full content")
-        if mode != "not in context":
+        if mode not in EXCLUDED:
             context["sources"].append(_item(public("source", row.id), row.title, _source_text(row, mode), mode, budget))
     for row in note_rows:
         mode = wanted_notes.get(public("note", row.id), "full content")
-        if mode != "not in context":
+        if mode not in EXCLUDED:
             context["notes"].append(_item(public("note", row.id), row.title, row.content, mode, budget))
     return context
+
+
+def source_context(source, max_chars):
+    """The context of a chat about one source: its text and its insights (each an item
+    of `sources`, cut at `max_chars` together), and what it holds as Open Notebook's
+    context indicators ({sources, insights, notes}: ids)."""
+    budget = [max_chars]
+    items = [_item(public("source", source.id), source.title, source.full_text or "", "full content", budget)]
+    insight_ids = []
+    for insight in Insight.select().where(Insight.source == source.id).order_by(Insight.created, Insight.id):
+        insight_ids.append(public("insight", insight.id))
+        items.append(_item(insight_ids[-1], insight.insight_type, insight.content, "insights", budget))
+    indicators = {"sources": [public("source", source.id)], "insights": insight_ids, "notes": []}
+    return {"sources": items, "notes": []}, indicators
 
 
 def _item(item_id, title, text, mode, budget):

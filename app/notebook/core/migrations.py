@@ -2,14 +2,14 @@
 how a process opens the database. Add a step at the end of STEPS for every change of
 a model's table, and change the model to match."""
 
-from peewee import DateTimeField, ForeignKeyField, IntegerField, Model, SqliteDatabase, TextField
+from peewee import DateTimeField, ForeignKeyField, IntegerField, SqliteDatabase, TextField
 from playhouse.migrate import migrate
 
 from app.common.db import connect_database
 from app.common.migrations import History, Step
 from app.notebook.core import index
 from app.notebook.core.ids import public
-from app.notebook.core.models import FTS_DDL, FTS_RANK, MODELS, LanguageModel, database
+from app.notebook.core.models import FTS_DDL, FTS_RANK, MODELS, LanguageModel, Setting, Source, database
 
 # PostgreSQL's full-text index (see index.py): columns of `searchdoc` that the model
 # does not declare, so that SQLite's schema stays what it was.
@@ -64,7 +64,7 @@ def _ollama_context_window(db, migrator):
 def _open_notebook_ui(db, migrator):
     """What Open Notebook's web UI needs: notebooks may share a name (the unique index
     becomes a plain one: an older release only loses its 409, so this is an expand
-    step), views are stamped for /recently-viewed, and the settings have a table."""
+    step), and views are stamped for /recently-viewed."""
     migrate(
         migrator.drop_index("notebook", "notebook_name_key"),
         migrator.add_index("notebook", ("name_key",), False),
@@ -74,16 +74,18 @@ def _open_notebook_ui(db, migrator):
         migrator.add_index("source", ("last_viewed_at",), False),
     )
 
-    class AppSettings(Model):  # the table as this step makes it (the model may move on)
-        id = IntegerField(primary_key=True)
-        values = TextField(default="{}")
-        updated = DateTimeField()
 
-        class Meta:
-            database = db
-            table_name = "app_settings"
-
-    db.create_tables([AppSettings])
+def _source_chat_and_settings(db, migrator):
+    """A chat session tied to a source (Open Notebook's source chat) and the settings
+    table (Open Notebook's settings and the default transformation instructions)."""
+    migrate(
+        migrator.add_column(
+            "chatsession",
+            "source_id",
+            ForeignKeyField(Source, null=True, on_delete="CASCADE", field=Source.id),
+        ),
+    )
+    db.create_tables([Setting])
 
 
 def index_everything(db):
@@ -110,7 +112,8 @@ STEPS = [
     Step(3, "PostgreSQL's full-text index", _postgres_text_search),
     Step(4, "an Ollama credential's context window", _ollama_context_window),
     Step(5, "an episode's material and briefing", _material_of_episodes),
-    Step(6, "Open Notebook's UI: shared notebook names, views, settings", _open_notebook_ui),
+    Step(6, "Open Notebook's UI: shared notebook names, views", _open_notebook_ui),
+    Step(7, "a chat session's source, the settings", _source_chat_and_settings),
 ]
 # Steps 2 and 3 are release 0.2.0's: recorded where it reads them (app.common.migrations).
 HISTORY = History("notebook", MODELS, STEPS, create_extra=_create_search_index, before_phases=3)

@@ -220,9 +220,13 @@ class InsightRequest(BaseModel):
 
 
 class ChatSession(BaseModel):
+    """A chat: about a notebook (its sources and notes), about one source (the source
+    chat, schema step 4), or about nothing in particular."""
+
     id = CharField(primary_key=True, max_length=20)
     title = CharField(max_length=500, default="")
     notebook = ForeignKeyField(Notebook, null=True, backref="chat_sessions", on_delete="CASCADE")
+    source = ForeignKeyField(Source, null=True, backref="chat_sessions", on_delete="CASCADE")
     model_override = CharField(null=True, max_length=20)  # a LanguageModel key
     created = DateTimeField(default=now, index=True)
     updated = DateTimeField(default=now, index=True)
@@ -255,16 +259,14 @@ class Episode(BaseModel):
     updated = DateTimeField(default=now)
 
 
-class AppSettings(BaseModel):
-    """Open Notebook's application settings (GET/PUT /settings): one row (id 1) holding
-    the values set so far; what is not set has its default (core/app_settings.py)."""
+class Setting(BaseModel):
+    """A notebook-wide setting stored as JSON under its name (schema step 7):
+    Open Notebook's application settings (GET/PUT /settings) and
+    `transformation_instructions`, the text put before every transformation's prompt
+    (core/app_settings.py reads and writes them)."""
 
-    id = IntegerField(primary_key=True)
-    values = JSONField(default=dict)
-    updated = DateTimeField(default=now)
-
-    class Meta:
-        table_name = "app_settings"
+    key = CharField(primary_key=True, max_length=100)
+    value = JSONField(null=True)
 
 
 MODELS = [
@@ -285,7 +287,7 @@ MODELS = [
     ChatSession,
     ChatMessage,
     Episode,
-    AppSettings,
+    Setting,
 ]
 
 FTS_DDL = (

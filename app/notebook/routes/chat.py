@@ -7,17 +7,11 @@ A turn is stored only once the model answered: a failed call changes nothing."""
 from flask import Blueprint
 
 from app.common.failures import Invalid, NotFound
-from app.notebook import llm
+from app.notebook.core import chat as turns
 from app.notebook.core import model_choice
-from app.notebook.core.context import MODES, build_context, render_context, sizes
+from app.notebook.core.context import MODES, build_context, sizes, source_context
 from app.notebook.core.ids import key_of, new_key, public
-from app.notebook.core.models import (
-    ChatMessage,
-    ChatSession,
-    database,
-    now,
-    write_transaction,
-)
+from app.notebook.core.models import ChatMessage, ChatSession, Source, now
 from app.notebook.routes import serializers, streams
 from app.notebook.routes.http import body, query, settings
 from app.notebook.routes.notebooks import get_notebook
@@ -36,7 +30,6 @@ SYSTEM_PROMPT = (
     "source or note, cite it by its id in brackets, for example [source:<id>]. Say so when the "
     "context does not hold the answer."
 )
-HISTORY_TURNS = 50  # the most recent messages sent back to the model
 
 
 def get_session(public_id):
@@ -46,12 +39,8 @@ def get_session(public_id):
     return record
 
 
-def _history(session_key):
-    return list(ChatMessage.select().where(ChatMessage.session == session_key).order_by(ChatMessage.id))
-
-
-def _session_view(record, with_messages=False):
-    messages = _history(record.id) if with_messages else None
+def session_view(record, with_messages=False):
+    messages = turns.history(record.id) if with_messages else None
     count = (
         len(messages)
         if messages is not None
@@ -60,7 +49,7 @@ def _session_view(record, with_messages=False):
     return serializers.chat_session(record, count, messages)
 
 
-def _model_key(model_id, field="model_override"):
+def model_key(model_id, field="model_override"):
     if not model_id:
         return None
     return model_choice.choose("chat", model_id, field).id
@@ -71,12 +60,13 @@ def _model_key(model_id, field="model_override"):
 
 @bp.get("/chat/sessions")
 def list_sessions():
-    """The chat sessions, optionally of one notebook, most recently updated first."""
+    """The chat sessions, optionally of one notebook, most recently updated first (a source's chat sessions are
+    listed under the source)."""
     args = query(ChatSessionQuery)
-    selection = ChatSession.select()
+    selection = ChatSession.select().where(ChatSession.source.is_null())
     if args.get("notebook_id"):
         selection = selection.where(ChatSession.notebook == get_notebook(args["notebook_id"]).id)
-    return [_session_view(s) for s in selection.order_by(ChatSession.updated.desc(), ChatSession.id)]
+    return [session_view(s) for s in selection.order_by(ChatSession.updated.desc(), ChatSession.id)]
 
 
 @bp.post("/chat/sessions")
@@ -85,15 +75,15 @@ def create_session():
     data = body(ChatSessionCreate())
     notebook_key = get_notebook(data["notebook_id"]).id if data.get("notebook_id") else None
     record = ChatSession.create(
-        id=new_key(), title=data["title"], notebook=notebook_key, model_override=_model_key(data.get("model_override"))
+        id=new_key(), title=data["title"], notebook=notebook_key, model_override=model_key(data.get("model_override"))
     )
-    return _session_view(record, with_messages=True), 201
+    return session_view(record, with_messages=True), 201
 
 
 @bp.get("/chat/sessions/<session_id>")
 def read_session(session_id):
     """One chat session with its messages."""
-    return _session_view(get_session(session_id), with_messages=True)
+    return session_view(get_session(session_id), with_messages=True)
 
 
 @bp.put("/chat/sessions/<session_id>")
@@ -105,9 +95,9 @@ def update_session(session_id):
     if "title" in data:
         changes["title"] = data["title"]
     if "model_override" in data:
-        changes["model_override"] = _model_key(data["model_override"])
+        changes["model_override"] = model_key(data["model_override"])
     ChatSession.update(**changes).where(ChatSession.id == record.id).execute()
-    return _session_view(ChatSession.get_by_id(record.id), with_messages=True)
+    return session_view(ChatSession.get_by_id(record.id), with_messages=True)
 
 
 @bp.delete("/chat/sessions/<session_id>")
@@ -124,8 +114,8 @@ def delete_session(session_id):
 @bp.post("/chat/context/build")
 @bp.post("/chat/context")
 def context_route():
-    """The context a notebook gives a chat (each source and note included in full, as insights, or not), with its
-    sizes."""
+    """The context a notebook gives a chat (each source and note included in full, as insights, or not: "not in
+    context" or Open Notebook's "not in"), with its sizes."""
     data = body(ChatContextRequest())
     notebook = get_notebook(data["notebook_id"])
     config = data.get("context_config") or {}
@@ -143,23 +133,14 @@ def context_route():
 # --------------------------------------------------------------------------- execute
 
 
-def _messages(session, context, message):
-    system = SYSTEM_PROMPT
-    text = render_context(context) if context else ""
-    if text:
-        system += "\n\nContext:\n" + text[: settings().context_max_chars]
-    history = [
-        {"role": "user" if m.role == "human" else "assistant", "content": m.content}
-        for m in _history(session.id)[-HISTORY_TURNS:]
-    ]
-    return [{"role": "system", "content": system}, *history, {"role": "user", "content": message}]
-
-
-def _store_turn(session, message, reply):
-    with write_transaction():
-        ChatMessage.create(session=session.id, role="human", content=message)
-        ChatMessage.create(session=session.id, role="ai", content=reply)
-        ChatSession.update(updated=now()).where(ChatSession.id == session.id).execute()
+def _default_context(session):
+    """The context of a turn that brings none: the session's source, or its notebook."""
+    if session.source_id:
+        source = Source.get_or_none(Source.id == session.source_id)
+        return source_context(source, settings().context_max_chars)[0] if source else None
+    if session.notebook_id:
+        return build_context(session.notebook_id, {}, settings().context_max_chars)
+    return None
 
 
 @bp.post("/chat/execute")
@@ -170,33 +151,28 @@ def execute():
     # The request's override, else the session's, else the default chat model.
     override = data.get("model_override") or public("model", session.model_override)
     resolved = model_choice.resolve(settings(), "chat", override, "model_override")
-    context = data.get("context")
-    if context is None and session.notebook_id:
-        context = build_context(session.notebook_id, {}, settings().context_max_chars)
-    messages = _messages(session, context, data["message"])
+    context = data["context"] if data.get("context") is not None else _default_context(session)
+    messages = turns.messages_for(session.id, SYSTEM_PROMPT, context, data["message"], settings().context_max_chars)
     if data["stream"]:
         return streams.sse(_streamed_reply(session, data["message"], resolved, messages))
     reply = model_choice.complete(resolved, messages)
-    _store_turn(session, data["message"], reply)
+    turns.store_turn(session.id, data["message"], reply)
     return {
         "session_id": public("chat_session", session.id),
         "model_id": resolved.id,
-        "messages": [serializers.chat_message(m) for m in _history(session.id)],
+        "messages": [serializers.chat_message(m) for m in turns.history(session.id)],
     }
 
 
 def _streamed_reply(session, message, resolved, messages):
     """Records: `delta` per piece of the reply, then `complete` with the stored reply."""
     parts = []
-    for delta in llm.chat_stream(resolved.target, resolved.name, messages):
+    for delta in turns.streamed_turn(session.id, message, resolved, messages):
         parts.append(delta)
         yield {"type": "delta", "content": delta}
-    reply = "".join(parts)
-    with database.connection_context():  # the stream's greenlet holds none across the model call
-        _store_turn(session, message, reply)
     yield {
         "type": "complete",
         "session_id": public("chat_session", session.id),
         "model_id": resolved.id,
-        "reply": reply,
+        "reply": "".join(parts),
     }

@@ -35,6 +35,16 @@ UI_FILES = {
 #   | ("source", None) for the JSON-or-multipart add.
 OPERATIONS = [
     ("get", "/health", "system", "Health: 200 when the database answers", None, {200: s.Health}, [503]),
+    (
+        "get",
+        "/config",
+        "system",
+        "Open Notebook's UI configuration: version, no update check, dbStatus (public)",
+        None,
+        {200: s.ConfigOut},
+        [],
+    ),
+    ("get", "/auth/status", "system", "Whether a password is needed (public)", None, {200: s.AuthStatus}, []),
     ("get", "/notebooks", "notebooks", "List notebooks", ("query", s.NotebookListQuery), {200: [s.NotebookOut]}, [400]),
     (
         "post",
@@ -448,6 +458,24 @@ OPERATIONS = [
         [400, 404, 409, 413, 415],
     ),
     (
+        "get",
+        "/transformations/default-prompt",
+        "transformations",
+        "The instructions put before every transformation's prompt",
+        None,
+        {200: s.DefaultPrompt},
+        [],
+    ),
+    (
+        "put",
+        "/transformations/default-prompt",
+        "transformations",
+        "Set the instructions put before every transformation's prompt",
+        ("json", s.DefaultPrompt),
+        {200: s.DefaultPrompt},
+        [400, 413, 415],
+    ),
+    (
         "post",
         "/transformations/execute",
         "transformations",
@@ -559,6 +587,61 @@ OPERATIONS = [
         ("json", s.ChatExecute),
         {200: s.ChatReply},
         [400, 404, 413, 415, 502, 503, 504],
+    ),
+    (
+        "get",
+        "/sources/{source_id}/chat/sessions",
+        "chat",
+        "A source's chat sessions",
+        None,
+        {200: [s.SourceChatSessionOut]},
+        [404],
+    ),
+    (
+        "post",
+        "/sources/{source_id}/chat/sessions",
+        "chat",
+        "Start a chat session about a source",
+        ("json", s.SourceChatCreate),
+        {201: s.SourceChatSessionOut},
+        [400, 404, 413, 415],
+    ),
+    (
+        "get",
+        "/sources/{source_id}/chat/sessions/{session_id}",
+        "chat",
+        "A source chat session with its messages",
+        None,
+        {200: s.SourceChatSessionOut},
+        [404],
+    ),
+    (
+        "put",
+        "/sources/{source_id}/chat/sessions/{session_id}",
+        "chat",
+        "Update a source chat session",
+        ("json", s.SourceChatUpdate),
+        {200: s.SourceChatSessionOut},
+        [400, 404, 413, 415],
+    ),
+    (
+        "delete",
+        "/sources/{source_id}/chat/sessions/{session_id}",
+        "chat",
+        "Delete a source chat session and its messages",
+        None,
+        {200: s.SourceChatDeleted},
+        [404],
+    ),
+    (
+        "post",
+        "/sources/{source_id}/chat/sessions/{session_id}/messages",
+        "chat",
+        "Send a message about the source: SSE records user_message, ai_message…, context_indicators, complete "
+        "(or error)",
+        ("json", s.SourceChatMessage),
+        {200: "sse"},
+        [400, 404, 413, 415],
     ),
     (
         "post",
@@ -734,18 +817,21 @@ def _operation(method, path, tag, summary, request, responses, errors):
         }
     if params:
         op["parameters"] = params
-    for code in sorted({*errors, 400, 401, 405, 500} if path != "/health" else set(errors)):
+    for code in sorted({*errors, 400, 401, 405, 500} if path not in PUBLIC_PATHS else set(errors)):
         if str(code) not in op["responses"]:
             op["responses"][str(code)] = {
                 "description": _ERROR_TEXT.get(code, "Error"),
                 "content": {"application/json": {"schema": "Error"}},
             }
-    if path == "/health":
+    if path in PUBLIC_PATHS:
         op["security"] = []
     else:
         op["responses"]["401"]["headers"] = {"WWW-Authenticate": {"schema": {"type": "string"}}}
     return op
 
+
+# Documented without the password (web.PUBLIC_ENDPOINTS serves them so).
+PUBLIC_PATHS = {"/health", "/config", "/auth/status"}
 
 _ERROR_TEXT = {
     400: "Invalid input",

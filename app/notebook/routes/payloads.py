@@ -914,7 +914,11 @@ class ContextConfig(Schema):
 class ChatContextRequest(_Strict):
     notebook_id = fields.String(required=True, validate=validate.Length(min=1, max=100))
     context_config = fields.Nested(
-        ContextConfig, metadata={"description": "per id: 'full content' (default), 'insights' or 'not in context'"}
+        ContextConfig,
+        metadata={
+            "description": "per id: 'full content' (default), 'insights', or 'not in context' ('not in', as Open "
+            "Notebook's UI sends it)"
+        },
     )
 
 
@@ -967,6 +971,29 @@ class ChatExecute(_Strict):
             raise ValidationError("must not be blank", "message")
 
 
+class SourceChatCreate(_Strict):
+    source_id = fields.String(
+        validate=validate.Length(min=1, max=100),
+        metadata={"description": "the path's source again (Open Notebook's UI sends its key): any other is a 400"},
+    )
+    title = fields.String(validate=validate.Length(max=500))
+    model_override = _model_ref
+
+
+class SourceChatUpdate(ChatSessionUpdate):
+    pass
+
+
+class SourceChatMessage(_Strict):
+    message = fields.String(required=True, validate=validate.Length(min=1, max=100_000))
+    model_override = _model_ref
+
+    @validates_schema
+    def has_text(self, data, **kwargs):
+        if not data.get("message", "").strip():
+            raise ValidationError("must not be blank", "message")
+
+
 class AskAnswer(Schema):
     answer = fields.String(required=True)
     question = fields.String(required=True)
@@ -996,11 +1023,54 @@ class ChatSessionOut(Schema):
     id = fields.String(required=True)
     title = fields.String(required=True)
     notebook_id = fields.String(allow_none=True, required=True)
+    source_id = fields.String(
+        allow_none=True, required=True, metadata={"description": "the source of a source chat session, else null"}
+    )
     model_override = fields.String(allow_none=True, required=True)
     message_count = fields.Integer(required=True)
     created = fields.String(required=True)
     updated = fields.String(required=True)
     messages = fields.List(fields.Nested(ChatMessageOut))
+
+
+class ContextIndicators(Schema):
+    sources = fields.List(fields.String(), required=True)
+    insights = fields.List(fields.String(), required=True)
+    notes = fields.List(fields.String(), required=True)
+
+
+class SourceChatSessionOut(ChatSessionOut):
+    context_indicators = fields.Nested(
+        ContextIndicators,
+        allow_none=True,
+        metadata={"description": "with the messages: what the context holds (ids), null before the first message"},
+    )
+
+
+class SourceChatDeleted(Schema):
+    success = fields.Boolean(required=True)
+    message = fields.String(required=True)
+    deleted = fields.String(required=True)
+
+
+class DefaultPrompt(_Strict):
+    transformation_instructions = fields.String(
+        required=True,
+        validate=validate.Length(max=100_000),
+        metadata={"description": "put before every transformation's prompt (empty: nothing)"},
+    )
+
+
+class ConfigOut(Schema):
+    version = fields.String(required=True)
+    latestVersion = fields.String(allow_none=True, required=True)  # Open Notebook's field names (camelCase)
+    hasUpdate = fields.Boolean(required=True)
+    dbStatus = fields.String(required=True, validate=validate.OneOf(("online", "offline")))
+
+
+class AuthStatus(Schema):
+    auth_enabled = fields.Boolean(required=True)
+    message = fields.String(required=True)
 
 
 class ChatReply(Schema):

@@ -195,6 +195,7 @@ def chat_session(record, message_count, messages=None):
         "id": public("chat_session", record.id),
         "title": record.title,
         "notebook_id": public("notebook", record.notebook_id),
+        "source_id": public("source", record.source_id),
         "model_override": public("model", record.model_override),
         "message_count": message_count,
         "created": timestamp(record.created),

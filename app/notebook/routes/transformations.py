@@ -13,10 +13,16 @@ from app.notebook.core import model_choice
 from app.notebook.core.ids import key_of, new_key, public
 from app.notebook.core.models import Insight, InsightRequest, Transformation, now, write_transaction
 from app.notebook.core.records import get_source, get_transformation
-from app.notebook.core.transform import messages_for, model_override
+from app.notebook.core.transform import (
+    default_instructions,
+    messages_for,
+    model_override,
+    set_default_instructions,
+)
 from app.notebook.routes import serializers
 from app.notebook.routes.http import body, jobs, settings
 from app.notebook.routes.payloads import (
+    DefaultPrompt,
     InsightCreate,
     TransformationCreate,
     TransformationExecute,
@@ -56,6 +62,21 @@ def create_transformation():
         _unique_name(data["name"])
         record = Transformation.create(id=new_key(), **data)
     return serializers.transformation(record), 201
+
+
+@bp.get("/transformations/default-prompt")
+def read_default_prompt():
+    """The instructions put before every transformation's prompt (Open Notebook's default prompt)."""
+    return {"transformation_instructions": default_instructions()}
+
+
+@bp.put("/transformations/default-prompt")
+def update_default_prompt():
+    """Set the instructions put before every transformation's prompt (empty: none)."""
+    data = body(DefaultPrompt())
+    with write_transaction():
+        set_default_instructions(data["transformation_instructions"])
+    return {"transformation_instructions": default_instructions()}
 
 
 @bp.get("/transformations/<transformation_id>")

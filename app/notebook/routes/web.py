@@ -7,10 +7,25 @@ from flask import make_response, request
 from app.common.failures import Forbidden, Unauthenticated
 
 # Routes anyone may read: the health and readiness checks, the metrics (loopback only:
-# nginx never serves them) and the documentation.
-PUBLIC_ENDPOINTS = {"health", "healthz", "readyz", "metrics", "docs_page", "openapi_document", "docs_vendor", "static"}
-ALLOWED_HEADERS = "Authorization, Content-Type, X-Password, X-Request-Id"
-ALLOWED_METHODS = "GET, POST, PUT, DELETE, OPTIONS"
+# nginx never serves them), the documentation, and what Open Notebook's UI reads before
+# it has a password (its configuration, whether a password is needed).
+PUBLIC_ENDPOINTS = {
+    "health",
+    "healthz",
+    "readyz",
+    "metrics",
+    "docs_page",
+    "openapi_document",
+    "docs_vendor",
+    "static",
+    "frontend_config",
+    "auth_status",
+}
+# What a browser may send cross-origin: Open Notebook's UI sends Authorization and
+# Content-Type (JSON), Cache-Control (on /auth/status) and Accept (SSE); ours X-Password
+# and X-Request-Id. PATCH for clients of Open Notebook's API (its server allows any method).
+ALLOWED_HEADERS = "Accept, Authorization, Cache-Control, Content-Type, X-Password, X-Request-Id"
+ALLOWED_METHODS = "GET, POST, PUT, PATCH, DELETE, OPTIONS"
 
 
 def _endpoint_name():
