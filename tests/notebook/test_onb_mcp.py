@@ -16,16 +16,10 @@ reads the SSE stream of `/api/search/ask` as a non-JSON body (its text comes bac
 as `content`), and `rebuild_embeddings` posts to `/api/rebuild`, which Open
 Notebook itself lacks.
 
-Left out, as Open Notebook's podcast design and not our spec's (our podcasts are
-made from `speakers` and `length`, with no profiles):
-- list_speaker_profiles, get_speaker_profile, create_speaker_profile,
-  update_speaker_profile, delete_speaker_profile (`/api/speaker-profiles`);
-- list_episode_profiles, get_episode_profile, create_episode_profile,
-  update_episode_profile, delete_episode_profile (`/api/episode-profiles`);
-- generate_podcast (its required `episode_profile` and `speaker_profile` name
-  profiles), retry_podcast (`/api/podcasts/episodes/{id}/retry`, for an episode
-  made that way) and get_podcast_job_status (`/api/podcasts/jobs/{id}`, the job
-  of such a generation).
+Podcasts: our profiles are built in and read-only (one episode profile per length,
+one speaker profile per number of speakers: docs/decisions/notebook.md), so the
+profile tools that read work and those that write (create, update, delete) fail with
+our 405 saying so; the test checks both.
 onb-mcp has no tool for the commands, for setting the default models, for
 creating a credential or for the notebook-source links: those are made through
 our API where a step needs them."""
@@ -89,15 +83,18 @@ IN_SCOPE = {
     "create_transformation",
     "apply_transformation",
     "rebuild_embeddings",
-}
-LEFT_OUT = {
-    *(f"{verb}_speaker_profile" for verb in ("get", "create", "update", "delete")),
-    *(f"{verb}_episode_profile" for verb in ("get", "create", "update", "delete")),
     "list_speaker_profiles",
+    "get_speaker_profile",
     "list_episode_profiles",
+    "get_episode_profile",
     "generate_podcast",
     "retry_podcast",
     "get_podcast_job_status",
+}
+# Refused with a 405 that says why: the profiles are built in.
+READ_ONLY = {
+    *(f"{verb}_speaker_profile" for verb in ("create", "update", "delete")),
+    *(f"{verb}_episode_profile" for verb in ("create", "update", "delete")),
 }
 DEADLINE = 60.0
 T = TypeVar("T")
@@ -175,7 +172,7 @@ def wait_until(condition: Callable[[], Any], what: str) -> Any:
 def test_its_tools_are_listed_and_described(llm_nb):
     async def scenario(tools: McpTools) -> None:
         listed = {tool.name: tool for tool in (await tools.session.list_tools()).tools}
-        assert set(listed) == IN_SCOPE | LEFT_OUT  # a new onb-mcp tool shows up here
+        assert set(listed) == IN_SCOPE | READ_ONLY  # a new onb-mcp tool shows up here
         assert "notebook_id" in listed["create_source"].inputSchema["properties"]
         found = await tools.call("search_capabilities", query="notebook create", detail="full", limit=5)
         create = next(match for match in found["matches"] if match["name"] == "create_notebook")
@@ -390,3 +387,44 @@ def test_rebuild_embeddings(llm_nb, defaults):
     command = llm_nb.wait_command(job["command_id"])
     assert command["status"] == "completed", command
     assert llm_nb.get(f"/sources/{source_id}").json()["embedded"] is True
+
+
+def test_podcasts_from_the_built_in_profiles(llm_nb, defaults):
+    notebook_id = llm_nb.notebook(unique("MCP podcast"))
+    add_text_source(llm_nb, notebook_id, "Owls", "Owls hunt at night and fly silently.")
+
+    async def scenario(tools: McpTools) -> dict[str, Any]:
+        episode_profiles = (await tools.call("list_episode_profiles"))["episode_profiles"]
+        speaker_profiles = (await tools.call("list_speaker_profiles"))["speaker_profiles"]
+        assert [p["name"] for p in episode_profiles] == ["short", "medium", "long"]
+        two = (await tools.call("get_speaker_profile", profile_id="speaker_profile:2"))["speaker_profile"]
+        assert two in speaker_profiles and [s["name"] for s in two["speakers"]] == ["Alex", "Sam"]
+        short = (await tools.call("get_episode_profile", profile_id="short"))["episode_profile"]
+        assert short["speaker_config"] == two["id"]
+        refused = await tools.fails("create_episode_profile", name="mine", speaker_config=two["id"])
+        assert "read-only" in refused
+        assert "read-only" in await tools.fails("delete_speaker_profile", profile_id=two["id"])
+        queued = (
+            await tools.call(
+                "generate_podcast",
+                notebook_id=notebook_id,
+                episode_name="Night hunters",
+                episode_profile="short",
+                speaker_profile=two["name"],
+                briefing_suffix="Mention silence.",
+            )
+        )["command"]
+        assert queued["episode_name"] == "Night hunters"
+        return queued
+
+    queued = with_onb_mcp(llm_nb, scenario)
+    assert llm_nb.wait_command(queued["job_id"])["status"] == "completed"
+
+    async def afterwards(tools: McpTools) -> None:
+        status = (await tools.call("get_podcast_job_status", job_id=queued["job_id"]))["status"]
+        assert status["status"] == "completed" and status["job_id"] == queued["job_id"]
+        assert "completed" in await tools.fails("retry_podcast", episode_id=queued["episode_id"])
+
+    with_onb_mcp(llm_nb, afterwards)
+    episode = llm_nb.get(f"/podcasts/episodes/{queued['episode_id']}").json()
+    assert episode["speakers"] == 2 and episode["length"] == "short" and episode["briefing"] == "Mention silence."

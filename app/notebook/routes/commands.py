@@ -35,6 +35,7 @@ def list_commands():
 
 @bp.get("/commands/<command_id>")
 @bp.get("/commands/jobs/<command_id>")  # Open Notebook's path; the same answer
+@bp.get("/podcasts/jobs/<command_id>")  # Open Notebook's path for a podcast's job (onb-mcp)
 def read_command(command_id):
     """One background job: its status, progress and result."""
     return serializers.command(get_command(command_id))

@@ -219,6 +219,15 @@ OPERATIONS = [
         [404],
     ),
     (
+        "get",
+        "/podcasts/jobs/{command_id}",
+        "podcasts",
+        "Status of a podcast's job (Open Notebook's path; the same as /commands/{command_id})",
+        None,
+        {200: s.CommandOut},
+        [404],
+    ),
+    (
         "delete",
         "/commands/{command_id}",
         "commands",
