@@ -815,6 +815,12 @@ LONG_ROUTES = [
     "/sources",
     "/sources/source:abc/insights",
     "/sources/source:abc/chat/sessions/chat_session:def/messages",
+    "/notebooks/notebook:abc/context",
+    "/podcasts/episodes/episode:abc/retry",
+    "/embed",
+    "/embeddings/rebuild",
+    "/rebuild",
+    "/models/model:abc/test",
 ]
 
 

@@ -2,6 +2,9 @@
 full text or their insights) and notes, each with its size, cut at a budget; and its
 rendering as text. No Flask here: the job worker uses it too."""
 
+from typing import Any
+
+from app.common.failures import Invalid
 from app.notebook.core.ids import public
 from app.notebook.core.models import Insight, Note, Source, SourceNotebook
 
@@ -12,6 +15,21 @@ CHARS_PER_TOKEN = 4  # a rough estimate, said to be one in the answer
 # "left out" are taken, nothing else.
 EXCLUDED = ("not in context", "not in")
 MODES = ("full content", "insights", *EXCLUDED)
+PARTS = ("sources", "notes")
+
+
+def checked_config(config: dict[str, Any] | None) -> dict[str, Any]:
+    """A request's context_config, every mode one of MODES (else a 400 naming its part):
+    the one rule of /chat/context and Open Notebook's /notebooks/{id}/context."""
+    config = config or {}
+    for part in PARTS:
+        for item_id, mode in (config.get(part) or {}).items():
+            if mode not in MODES:
+                raise Invalid(
+                    f"context_config.{part}.{item_id}: must be one of {', '.join(MODES)}",
+                    field=f"context_config.{part}",
+                )
+    return config
 
 
 def _source_text(source, mode):

@@ -2,14 +2,14 @@
 how a process opens the database. Add a step at the end of STEPS for every change of
 a model's table, and change the model to match."""
 
-from peewee import DateTimeField, ForeignKeyField, IntegerField, SqliteDatabase, TextField
+from peewee import CharField, DateTimeField, ForeignKeyField, IntegerField, Model, SqliteDatabase, TextField
 from playhouse.migrate import migrate
 
-from app.common.db import connect_database
+from app.common.db import JSONField, connect_database
 from app.common.migrations import History, Step
 from app.notebook.core import index
 from app.notebook.core.ids import public
-from app.notebook.core.models import FTS_DDL, FTS_RANK, MODELS, LanguageModel, Setting, Source, database
+from app.notebook.core.models import FTS_DDL, FTS_RANK, MODELS, LanguageModel, Source, database
 
 # PostgreSQL's full-text index (see index.py): columns of `searchdoc` that the model
 # does not declare, so that SQLite's schema stays what it was.
@@ -85,6 +85,15 @@ def _source_chat_and_settings(db, migrator):
             ForeignKeyField(Source, null=True, on_delete="CASCADE", field=Source.id),
         ),
     )
+
+    class Setting(Model):  # the table as this step makes it (the model may move on)
+        key = CharField(primary_key=True, max_length=100)
+        value = JSONField(null=True)
+
+        class Meta:
+            database = db
+            table_name = "setting"
+
     db.create_tables([Setting])
 
 

@@ -40,7 +40,7 @@ class Notebook(BaseModel):
     id = CharField(primary_key=True, max_length=20)
     name = CharField(max_length=200)
     # Lower case, for sorting by name. Not unique: two notebooks may share a name, as in
-    # Open Notebook (unique until schema step 4).
+    # Open Notebook (unique until schema step 6).
     name_key = CharField(index=True)
     description = TextField(default="")
     archived = BooleanField(default=False)
@@ -221,7 +221,7 @@ class InsightRequest(BaseModel):
 
 class ChatSession(BaseModel):
     """A chat: about a notebook (its sources and notes), about one source (the source
-    chat, schema step 4), or about nothing in particular."""
+    chat, schema step 7), or about nothing in particular."""
 
     id = CharField(primary_key=True, max_length=20)
     title = CharField(max_length=500, default="")

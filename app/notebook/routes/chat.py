@@ -6,10 +6,10 @@ A turn is stored only once the model answered: a failed call changes nothing."""
 
 from flask import Blueprint
 
-from app.common.failures import Invalid, NotFound
+from app.common.failures import NotFound
 from app.notebook.core import chat as turns
 from app.notebook.core import model_choice
-from app.notebook.core.context import MODES, build_context, sizes, source_context
+from app.notebook.core.context import build_context, checked_config, sizes, source_context
 from app.notebook.core.ids import key_of, new_key, public
 from app.notebook.core.models import ChatMessage, ChatSession, Source, now
 from app.notebook.routes import serializers, streams
@@ -118,14 +118,7 @@ def context_route():
     context" or Open Notebook's "not in"), with its sizes."""
     data = body(ChatContextRequest())
     notebook = get_notebook(data["notebook_id"])
-    config = data.get("context_config") or {}
-    for part in ("sources", "notes"):
-        for item_id, mode in (config.get(part) or {}).items():
-            if mode not in MODES:
-                raise Invalid(
-                    f"context_config.{part}.{item_id}: must be one of {', '.join(MODES)}",
-                    field=f"context_config.{part}",
-                )
+    config = checked_config(data.get("context_config"))
     context = build_context(notebook.id, config, settings().context_max_chars)
     return {"notebook_id": public("notebook", notebook.id), "context": context, **sizes(context)}
 

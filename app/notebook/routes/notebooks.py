@@ -8,9 +8,9 @@ from typing import Any
 from flask import Blueprint
 from peewee import fn
 
-from app.common.failures import Invalid, NotFound
+from app.common.failures import NotFound
 from app.notebook.core import cleanup
-from app.notebook.core.context import MODES, build_context, sizes
+from app.notebook.core.context import build_context, checked_config, sizes
 from app.notebook.core.ids import key_of, new_key, public
 from app.notebook.core.models import Note, Notebook, Source, SourceNotebook, now, write_transaction
 from app.notebook.core.records import get_source
@@ -40,10 +40,11 @@ def get_notebook(public_id):
 
 def stamp_view(model: Any, key: str) -> None:
     """Record that a notebook or a source was viewed (/recently-viewed), as Open
-    Notebook does on reading one. Best effort: a read never fails for it."""
+    Notebook does on reading one. Best effort: a read never fails for it. One UPDATE
+    that reads nothing first, so no write transaction: a read does not take the
+    service-wide write lock (write_transaction's) and queue behind every writer."""
     try:
-        with write_transaction():
-            model.update(last_viewed_at=now()).where(model.id == key).execute()
+        model.update(last_viewed_at=now()).where(model.id == key).execute()
     except Exception as exc:  # the database's error, whichever database
         log.warning("could not record the view of %s %s: %s", model.__name__.lower(), key, exc)
 
@@ -54,7 +55,7 @@ def list_notebooks():
     args = query(NotebookListQuery)
     field, *direction = args["order_by"].lower().split()
     order = _ORDER[field].desc() if direction == ["desc"] else _ORDER[field].asc()
-    selection = Notebook.select().order_by(order)
+    selection = Notebook.select().order_by(order, Notebook.id)  # names may repeat: the id breaks ties
     if "archived" in args:
         selection = selection.where(Notebook.archived == args["archived"])
     records = list(selection)
@@ -201,28 +202,13 @@ def recently_viewed():
     return sorted(items, key=lambda item: item["last_viewed_at"], reverse=True)[:limit]
 
 
-PARTS = ("sources", "notes")
-
-
-def _mode(part: str, item_id: str, mode: str) -> str:
-    """One of MODES; Open Notebook's route excludes an item whose mode holds "not in" (its UI sends "not in")."""
-    if mode in MODES:
-        return mode
-    if "not in" in mode:
-        return "not in context"
-    raise Invalid(f"context_config.{part}.{item_id}: must be one of {', '.join(MODES)}", field=f"context_config.{part}")
-
-
 @bp.post("/notebooks/<notebook_id>/context")
 def notebook_context(notebook_id):
     """A notebook's context in Open Notebook's shape ({notebook_id, sources, notes, total_tokens}): the same
     context as /chat/context/build (an item the config does not name is included in full)."""
     data = body(NotebookContextRequest())
     record = get_notebook(notebook_id)
-    config = data.get("context_config") or {}
-    config = {
-        part: {item: _mode(part, item, mode) for item, mode in (config.get(part) or {}).items()} for part in PARTS
-    }
+    config = checked_config(data.get("context_config"))
     context = build_context(record.id, config, settings().context_max_chars)
     counted = sizes(context)
     return {

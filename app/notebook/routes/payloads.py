@@ -974,7 +974,10 @@ class ChatExecute(_Strict):
 class SourceChatCreate(_Strict):
     source_id = fields.String(
         validate=validate.Length(min=1, max=100),
-        metadata={"description": "the path's source again (Open Notebook's UI sends its key): any other is a 400"},
+        metadata={
+            "description": "the path's source again (Open Notebook's UI sends its key): another source is a 400, "
+            "an unknown one 404"
+        },
     )
     title = fields.String(validate=validate.Length(max=500))
     model_override = _model_ref

@@ -6,6 +6,7 @@ import logging
 
 from flask import Blueprint
 from peewee import PeeweeException
+from playhouse.pool import MaxConnectionsExceeded
 
 from app.common import readiness
 from app.common.config import RELEASE
@@ -64,7 +65,9 @@ def _database_online() -> bool:
         with bounded_read(database, CONFIG_CHECK_SECONDS):
             database.execute_sql("SELECT 1").fetchone()
         return True
-    except (PeeweeException, OSError) as exc:  # TimeoutError is an OSError
+    # TimeoutError is an OSError; a pool with no connection left raises
+    # MaxConnectionsExceeded, a ValueError: offline too, not a 500.
+    except (PeeweeException, OSError, MaxConnectionsExceeded) as exc:
         log.warning("config: the database does not answer: %s", exc)
         return False
 
