@@ -29,7 +29,7 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -38,7 +38,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from tests.support.notebook import PASSWORD, add_text_source, credential
-from tests.support.open_notebook_ui import fake_openai_models, set_default_models
+from tests.support.open_notebook_ui import default_models, fake_openai_models
 
 ONB_MCP = str(Path(sys.executable).parent / "onb-mcp")
 IN_SCOPE = {
@@ -149,9 +149,10 @@ def mcp_models(llm_nb) -> dict[str, str]:
 
 
 @pytest.fixture
-def defaults(llm_nb, mcp_models) -> dict[str, str]:
-    set_default_models(llm_nb, mcp_models)
-    return mcp_models
+def defaults(llm_nb, mcp_models) -> Iterator[dict[str, str]]:
+    """The fake's models as the defaults for the test, the defaults before set back after it."""
+    with default_models(llm_nb, mcp_models) as chosen:
+        yield chosen
 
 
 def unique(name: str) -> str:

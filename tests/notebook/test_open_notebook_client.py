@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from app.common.sse_client import iter_records
-from tests.support.notebook import AUTH, credential
+from tests.support.notebook import AUTH, credential, restored
 
 JOB_DEADLINE = 60.0
 DEFAULT_SLOTS = (
@@ -304,16 +304,17 @@ def client(llm_nb):
 
 @pytest.fixture(scope="module")
 def chat_model(llm_nb, client):
-    """A language model under an openai credential (the fake provider), the default chat model."""
+    """A language model under an openai credential (the fake provider), the default chat
+    model for this module (the defaults before set back at its end: the stack is shared)."""
     cred = credential(llm_nb, "openai", key="sk-good")
     made = llm_nb.post(
         "/models", json={"name": "fake-chat", "provider": "openai", "type": "language", "credential": cred["id"]}
     ).json()
-    defaults = client.get_default_models()
-    client.update_default_models(
-        **{**{slot: defaults.get(slot) for slot in DEFAULT_SLOTS}, "default_chat_model": made["id"]}
-    )
-    return made
+    with restored(llm_nb, "/models/defaults") as (defaults,):
+        client.update_default_models(
+            **{**{slot: defaults.get(slot) for slot in DEFAULT_SLOTS}, "default_chat_model": made["id"]}
+        )
+        yield made
 
 
 def test_notebooks_as_their_client_lists_sorts_and_deletes_them(client):
@@ -419,11 +420,11 @@ def test_models_defaults_and_transformations_with_their_model(client, chat_model
     names = {m["name"] for m in client.get_models("language")}
     assert "fake-chat" in names
     spare = client.create_model(f"spare-{time.monotonic_ns()}", "openai", "language")
-    defaults = client.get_default_models()
-    assert set(DEFAULT_SLOTS) <= set(defaults)
-    saved = client.update_default_models(**{**defaults, "default_tools_model": chat_model["id"]})
-    assert saved["default_tools_model"] == chat_model["id"]
-    assert client.get_default_models()["default_tools_model"] == chat_model["id"]
+    with restored(llm_nb, "/models/defaults") as (defaults,):
+        assert set(DEFAULT_SLOTS) <= set(client.get_default_models())
+        saved = client.update_default_models(**{**defaults, "default_tools_model": chat_model["id"]})
+        assert saved["default_tools_model"] == chat_model["id"]
+        assert client.get_default_models()["default_tools_model"] == chat_model["id"]
     assert client.delete_model(spare["id"])
 
     made = client.create_transformation(f"summary {time.monotonic_ns()}", "Summary", "Short", "Summarize.")
@@ -545,10 +546,12 @@ def test_settings_as_their_service_reads_and_writes_them(client):
     """Their SettingsService: `.get()` of five fields, and an update sending all five back."""
     before = client.get_settings()
     read = {field: before.get(field) for field in SETTINGS_THEY_SEND}
-    assert read["default_embedding_option"] == "ask" and read["auto_delete_files"] in ("yes", "no")
+    # The stack is shared: whatever another module left is read, a different value written.
+    assert read["default_embedding_option"] in ("ask", "always", "never") and read["auto_delete_files"] in ("yes", "no")
+    other = "always" if read["default_embedding_option"] == "never" else "never"
     try:
-        saved = client.update_settings(**{**read, "default_embedding_option": "never", "auto_delete_files": None})
-        assert saved["default_embedding_option"] == "never"
+        saved = client.update_settings(**{**read, "default_embedding_option": other, "auto_delete_files": None})
+        assert saved["default_embedding_option"] == other
         assert saved["auto_delete_files"] == read["auto_delete_files"]  # null: unchanged
         with pytest.raises(RuntimeError, match="400 .*default_embedding_option"):
             client.update_settings(default_embedding_option="often")
@@ -589,11 +592,27 @@ def test_embedding_and_its_rebuild_as_their_client_asks(nb):
         time.sleep(0.1)  # polling the job, with a deadline, as their UI does
     assert job["job_id"] == queued["command_id"] and job["status"] == "completed"
 
-    started = client.rebuild_embeddings(mode="existing")
-    assert started["command_id"].startswith("command:") and started["total_items"] >= 0
-    while (status := client.get_rebuild_status(started["command_id"]))["status"] not in ("completed", "failed"):
-        assert time.monotonic() < deadline, status
-        time.sleep(0.1)  # polling the rebuild, with a deadline
+    # A source embedded by no model (their client's embed=False): what `existing` leaves
+    # (it re-embeds other models' vectors only) and `all` embeds.
+    stale = client.create_source(notebook_id=notebook, content="Seracs fall from icefalls.")
+    assert stale["embedded"] is False
+    deadline = time.monotonic() + JOB_DEADLINE
+    existing = client.rebuild_embeddings(mode="existing")
+    assert existing["command_id"].startswith("command:")
+    assert _finished_rebuild(client, existing["command_id"], deadline)["status"] == "completed"
+    assert client.get_source(stale["id"])["embedded"] is False
+    started = client.rebuild_embeddings(mode="all")
+    assert started["total_items"] >= 1 and started["estimated_items"] == started["total_items"]
+    status = _finished_rebuild(client, started["command_id"], deadline)
     assert status["status"] == "completed" and status["progress"]["processed"] == status["progress"]["total"]
+    assert status["stats"]["sources"] >= 1 and status["stats"]["failed"] == 0, status
+    assert client.get_source(stale["id"])["embedded"] is True
     with pytest.raises(RuntimeError, match="400 .*mode"):
         client.rebuild_embeddings(mode="some")
+
+
+def _finished_rebuild(client, command_id, deadline):
+    while (status := client.get_rebuild_status(command_id))["status"] not in ("completed", "failed"):
+        assert time.monotonic() < deadline, status
+        time.sleep(0.1)  # polling the rebuild, with a deadline, as their UI does
+    return status

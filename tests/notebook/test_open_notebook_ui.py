@@ -15,18 +15,19 @@ not our spec), `/embeddings/rebuild` (Advanced page), the credential migrations.
 import json
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from tests.support import documents
-from tests.support.notebook import PASSWORD
+from tests.support.notebook import PASSWORD, restored
 from tests.support.open_notebook_ui import (
     FormValue,
     UiCallFailed,
     UiClient,
+    default_models,
     fake_openai_models,
-    set_default_models,
 )
 
 STILL_PROCESSING = ("running", "queued", "new")  # lib/hooks/use-sources.ts: refetchInterval while one of these
@@ -39,9 +40,20 @@ def ui_models(llm_nb) -> dict[str, str]:
 
 
 @pytest.fixture
-def setup_models(llm_nb, ui_models) -> dict[str, str]:
-    set_default_models(llm_nb, ui_models)
-    return ui_models
+def setup_models(llm_nb, ui_models) -> Iterator[dict[str, str]]:
+    """The fake's models as the defaults for the test, the defaults before set back after it."""
+    with default_models(llm_nb, ui_models) as chosen:
+        yield chosen
+
+
+@pytest.fixture
+def sources_embedded(llm_nb) -> Iterator[None]:
+    """The add-source dialog embeds (`default_embedding_option` ask) during the test,
+    whatever an earlier module left; the settings before are set back after it."""
+    with restored(llm_nb, "/settings"):
+        answer = llm_nb.put("/settings", json={"default_embedding_option": "ask"})
+        assert answer.status_code == 200, answer.text
+        yield
 
 
 def logged_in(nb) -> UiClient:
@@ -318,7 +330,7 @@ def search_body(query: str, kind: str) -> dict[str, Any]:
     }
 
 
-def test_search_both_ways(llm_nb, setup_models):
+def test_search_both_ways(llm_nb, setup_models, sources_embedded):
     ui = logged_in(llm_nb)
     notebook = create_notebook(ui, unique("Search"))
     volcano = add_text(ui, notebook["id"], "Volcanoes", "Volcanoes erupt molten lava and ash.")

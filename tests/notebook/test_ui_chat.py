@@ -22,7 +22,7 @@ import pytest
 import requests
 
 from app.common.config import RELEASE
-from tests.support.notebook import PASSWORD, add_note, add_text_source, credential, notebook_env
+from tests.support.notebook import PASSWORD, add_note, add_text_source, credential, notebook_env, restored
 
 ORIGIN = "https://notebook-ui.example.org"
 
@@ -499,9 +499,10 @@ def test_ask_streams_through_the_api_prefix(llm_nb, ui, chat_model, studied_sour
 
 
 def test_the_default_prompt_goes_before_every_transformation(llm_nb, ui, chat_model, studied_source):
-    assert ui.ok("GET", "/transformations/default-prompt") == {"transformation_instructions": ""}
     marker = f"Write in plain words ({time.monotonic_ns()})."
-    try:
+    # The stack is shared: the prompt another module left is read, and set back after.
+    with restored(llm_nb, "/transformations/default-prompt") as (before,):
+        assert set(before) == {"transformation_instructions"} and isinstance(before["transformation_instructions"], str)
         saved = ui.ok("PUT", "/transformations/default-prompt", {"transformation_instructions": marker})
         assert saved == {"transformation_instructions": marker}
         assert llm_nb.get("/transformations/default-prompt").json() == saved  # stored: any path, any worker
@@ -527,5 +528,3 @@ def test_the_default_prompt_goes_before_every_transformation(llm_nb, ui, chat_mo
             refused = ui.call("PUT", "/transformations/default-prompt", body)
             assert refused.status_code == 400 and named in refused.json()["detail"], refused.text
         assert ui.ok("GET", "/transformations/default-prompt") == saved  # unchanged by the refusals
-    finally:
-        ui.ok("PUT", "/transformations/default-prompt", {"transformation_instructions": ""})

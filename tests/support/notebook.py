@@ -9,7 +9,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import requests
 
@@ -223,6 +226,22 @@ def llm_stack(tmp_path_factory, fake_providers, backend, **env):
     )
     client.fake = fake_providers
     return client
+
+
+@contextmanager
+def restored(nb: Any, *paths: str) -> Iterator[list[Any]]:
+    """The documents at `paths` as they were (GET), put back (PUT) on leaving: the
+    stacks are shared between modules, so a test that changes the settings, the
+    default models or the default prompt leaves them as it found them. Yields them."""
+    answers = [nb.get(path) for path in paths]
+    assert all(answer.status_code == 200 for answer in answers), [answer.text for answer in answers]
+    before = [answer.json() for answer in answers]
+    try:
+        yield before
+    finally:
+        for path, document in zip(paths, before, strict=True):
+            answer = nb.put(path, json=document)
+            assert answer.status_code == 200, f"{path} not set back: {answer.text}"
 
 
 def credential(nb, provider, key=None, base_url=None, name=None):

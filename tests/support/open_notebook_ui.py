@@ -19,11 +19,12 @@ What the UI does that matters to a server:
 import codecs
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import requests
 
-from tests.support.notebook import credential, model
+from tests.support.notebook import credential, model, restored
 
 FormValue = str | tuple[str, bytes, str]  # a FormData field: a string or (file name, bytes, type)
 TIMEOUT = 120  # a chat or an ask with the fake providers answers in seconds
@@ -174,14 +175,19 @@ def fake_openai_models(nb: Any) -> dict[str, str]:
     }
 
 
-def set_default_models(nb: Any, models: dict[str, str]) -> None:
-    """The defaults the model journeys need (the stack is shared between modules: set them each time)."""
-    answer = nb.put(
-        "/models/defaults",
-        json={
-            "default_chat_model": models["chat"],
-            "default_transformation_model": models["chat"],
-            "default_embedding_model": models["embedding"],
-        },
-    )
-    assert answer.status_code == 200, answer.text
+@contextmanager
+def default_models(nb: Any, models: dict[str, str]) -> Iterator[dict[str, str]]:
+    """The defaults the model journeys need, set for the `with` block and the ones
+    before put back after it (the stack is shared between modules: a later one must
+    not inherit, say, an embedding default). Yields `models`."""
+    with restored(nb, "/models/defaults"):
+        answer = nb.put(
+            "/models/defaults",
+            json={
+                "default_chat_model": models["chat"],
+                "default_transformation_model": models["chat"],
+                "default_embedding_model": models["embedding"],
+            },
+        )
+        assert answer.status_code == 200, answer.text
+        yield models
