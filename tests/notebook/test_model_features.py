@@ -332,3 +332,4 @@ def test_podcast_from_open_notebook_profiles_and_content(llm_nb, models, materia
     assert audio.status_code == 200 and audio.headers["Content-Type"] == "audio/mpeg"
     retried = nb.post(f"/api/podcasts/episodes/{episode['id']}/retry")
     assert retried.status_code == 400 and "completed" in retried.json()["detail"]
+    assert nb.delete(f"/api/podcasts/episodes/{episode['id']}").status_code == 200  # the stack is shared
