@@ -2,7 +2,9 @@
 and job worker, the fake providers answering: the model, messages, overrides and
 keys our code sent, what it did with the answers, and how it fails."""
 
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -236,6 +238,44 @@ def test_podcast_episode_with_espeak(llm_nb, models, material):
     assert nb.get(f"/podcasts/episodes/{episode['id']}/audio").status_code == 404
 
 
+def test_a_failed_episode_is_made_again_once_when_two_retries_race(llm_nb, models, material):
+    """Its model's key rejected, the episode fails; with the key fixed, of two retries at
+    once one starts a job (202) and the other is a 409; the job completes the episode,
+    which is then refused a retry, even once its job's row is gone."""
+    nb = llm_nb
+    notebook, _ = material
+    cred = credential(nb, "openai", key="sk-wrong-123456")
+    # think-1500: the retried job runs a while, so the second retry meets it unfinished.
+    slow = model(nb, f"fake-think-1500-{time.monotonic_ns()}", "openai", cred)
+    queued = nb.post(
+        "/podcasts/generate", json={"notebook_id": notebook, "episode_name": "Retried", "model_id": slow["id"]}
+    )
+    assert queued.status_code == 202, queued.text
+    assert nb.wait_command(queued.json()["command_id"])["status"] == "failed"
+    episode_id = queued.json()["episode_id"]
+    assert nb.put(f"/credentials/{cred['id']}", json={"api_key": "sk-good"}).status_code == 200
+    start = threading.Barrier(2)
+
+    def retry(_):
+        start.wait(timeout=30)
+        return nb.post(f"/api/podcasts/episodes/{episode_id}/retry")
+
+    with ThreadPoolExecutor(2) as pool:
+        answers = list(pool.map(retry, range(2)))
+    assert sorted(a.status_code for a in answers) == [202, 409], [a.text for a in answers]
+    [started] = [a.json() for a in answers if a.status_code == 202]
+    assert nb.wait_command(started["job_id"])["status"] == "completed"
+    episode = nb.get(f"/podcasts/episodes/{episode_id}").json()
+    assert nb.get(episode["audio_url"]).status_code == 200
+    again = nb.post(f"/api/podcasts/episodes/{episode_id}/retry")
+    assert again.status_code == 400 and "completed" in again.json()["detail"]
+    # Its job's row gone, the episode's own audio still refuses a remake.
+    assert len(nb.query("DELETE FROM command WHERE id = ? RETURNING id", (started["job_id"].split(":", 1)[1],))) == 1
+    again = nb.post(f"/api/podcasts/episodes/{episode_id}/retry")
+    assert again.status_code == 400 and "completed" in again.json()["detail"]
+    assert nb.delete(f"/podcasts/episodes/{episode_id}").status_code == 200
+
+
 def test_podcast_from_open_notebook_profiles_and_content(llm_nb, models, material):
     """Open Notebook's UI: the built-in profiles, then a generate with a profile's name,
     a speaker profile's id and the context it built as `content`, no notebook; the
@@ -292,3 +332,4 @@ def test_podcast_from_open_notebook_profiles_and_content(llm_nb, models, materia
     assert audio.status_code == 200 and audio.headers["Content-Type"] == "audio/mpeg"
     retried = nb.post(f"/api/podcasts/episodes/{episode['id']}/retry")
     assert retried.status_code == 400 and "completed" in retried.json()["detail"]
+    assert nb.delete(f"/api/podcasts/episodes/{episode['id']}").status_code == 200  # the stack is shared

@@ -18,7 +18,7 @@ import redis
 from devtools import services
 from devtools.redis_server import RedisServer
 from devtools.waiting import wait_for
-from tests.support.notebook import Client, Worker, notebook_env
+from tests.support.notebook import PROVIDER_HOST, Client, Worker, notebook_env
 
 JOBS = 12
 PROCESS_STOP = 20.0
@@ -81,6 +81,7 @@ def scaled(tmp_path, postgres_server, redis_of_its_own, link_server):
         REDIS_URL=redis_of_its_own.url(1),
         NOTEBOOK_EMBEDDING_PROVIDER="none",
         NOTEBOOK_FETCH_TIMEOUT="120",
+        NOTEBOOK_MODEL_HOST_ALLOWLIST=f"{PROVIDER_HOST}/32",
     )
     stack = Stack(data_dir, env, link_server)
     stack.redis = redis_of_its_own
@@ -189,6 +190,17 @@ def test_a_job_queued_while_redis_is_down_fails_at_once_and_is_retried_after(sca
     nb, tag = scaled.client, uuid.uuid4().hex
     worker = scaled.add_worker()
     notebook = nb.notebook()
+    cred = nb.post(
+        "/credentials",
+        json={"name": "closed", "provider": "openai_compatible", "base_url": f"http://{PROVIDER_HOST}:9/v1"},
+    )
+    assert cred.status_code == 201, cred.text
+    made = nb.post(
+        "/models",
+        json={"name": "m", "provider": "openai_compatible", "type": "language", "credential": cred.json()["id"]},
+    )
+    assert made.status_code == 201, made.text
+    model = made.json()["id"]
     scaled.redis.stop()
     try:
         added = scaled.add_link(notebook, _page(tag, "down"))
@@ -198,8 +210,15 @@ def test_a_job_queued_while_redis_is_down_fails_at_once_and_is_retried_after(sca
         # A synchronous add says so and changes nothing.
         sync = nb.post("/sources", json={"type": "text", "notebook_id": notebook, "content": "Tides.", "embed": False})
         assert sync.status_code == 400 and "job queue is unavailable" in sync.json()["detail"], sync.text
+        # A podcast: 503 (as /embed), its episode kept with its job failed, to retry.
+        episode = nb.post("/podcasts/generate", json={"episode_name": "Down", "content": "Tides.", "model_id": model})
+        assert episode.status_code == 503 and "job queue is unavailable" in episode.json()["detail"], episode.text
+        [kept] = nb.get("/podcasts/episodes").json()
+        assert kept["job_status"] == "failed", kept
     finally:
         scaled.redis.start()
+    remade = nb.post(f"/podcasts/episodes/{kept['id']}/retry")
+    assert remade.status_code == 202, remade.text
     retried = nb.post(f"/sources/{added['id']}/retry")
     assert retried.status_code == 202, retried.text
     assert nb.wait_command(retried.json()["command_id"])["status"] == "completed"

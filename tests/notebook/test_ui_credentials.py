@@ -4,6 +4,9 @@ bodies, checking the fields they read (lfnovo/open-notebook frontend/src/lib/api
 credentials.ts, providers.ts, capabilities.ts, models.ts; onb_mcp/tools/credentials.py),
 and their bad inputs answered 400/404 naming the field, with nothing changed."""
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from tests.support.notebook import PROVIDER_HOST
@@ -32,6 +35,24 @@ def ollama_credential(nb, name):
         "num_ctx": 8192,
     }
     return created(nb.post("/api/credentials", json=body))
+
+
+@pytest.fixture
+def kept_defaults(llm_nb):
+    """The defaults as they were, put back however the test ends (the stack is shared)."""
+    before = ok(llm_nb.get("/api/models/defaults"))
+    yield before
+    ok(llm_nb.put("/api/models/defaults", json=before))
+
+
+def unconfigured_provider(nb):
+    """A provider with no credential and no environment (none of ours is deleted to
+    make one: the stack is shared between modules)."""
+    status = ok(nb.get("/api/credentials/status"))
+    free = [p for p in ("anthropic", "openai_compatible") if not status["configured"][p]]
+    if not free:
+        pytest.skip("every provider that can be unconfigured has a credential on this shared stack")
+    return free[0]
 
 
 def state(nb):
@@ -83,7 +104,7 @@ def test_providers_and_capabilities(llm_nb):
 # --------------------------------------------------------------------------- the credential journey
 
 
-def test_configure_discover_register_default_test_and_delete(llm_nb):
+def test_configure_discover_register_default_test_and_delete(llm_nb, kept_defaults):
     nb = llm_nb
     cred = ollama_credential(nb, "ui ollama")
     for field in ("id", "name", "provider", "modalities", "has_api_key", "model_count", "created", "updated"):
@@ -120,7 +141,6 @@ def test_configure_discover_register_default_test_and_delete(llm_nb):
     assert ok(nb.get(f"/api/credentials/{cred['id']}"))["model_count"] == 2
 
     # Auto-assign fills the empty chat and embedding defaults, preferring OpenAI's models.
-    kept = {key: value for key, value in ok(nb.get("/api/models/defaults")).items() if value}
     ok(nb.put("/api/models/defaults", json={"default_chat_model": None, "default_embedding_model": None}))
     assigned = ok(nb.post("/api/models/auto-assign"))
     assert set(assigned["assigned"]) == {"default_chat_model", "default_embedding_model"}
@@ -166,7 +186,6 @@ def test_configure_discover_register_default_test_and_delete(llm_nb):
     for model in mine.values():
         assert nb.get(f"/api/models/{model['id']}").status_code == 404
     assert ok(nb.get("/api/models/defaults"))["large_context_model"] is None
-    ok(nb.put("/api/models/defaults", json={**dict.fromkeys(assigned["assigned"]), **kept}))
 
 
 def test_onb_mcp_registers_without_a_body_every_listed_model(llm_nb):
@@ -193,14 +212,11 @@ def test_onb_mcp_registers_without_a_body_every_listed_model(llm_nb):
 
 def test_a_model_test_says_when_its_provider_is_not_configured_or_fails(llm_nb):
     nb = llm_nb
-    for cred in ok(nb.get("/api/credentials", params={"provider": "openai_compatible"})):
-        ok(nb.delete(f"/api/credentials/{cred['id']}", params={"delete_models": "true"}))
-    lonely = created(
-        nb.post("/api/models", json={"name": "x-chat", "provider": "openai_compatible", "type": "language"})
-    )
+    provider = unconfigured_provider(nb)
+    lonely = created(nb.post("/api/models", json={"name": "x-chat", "provider": provider, "type": "language"}))
     nb.fake.reset()
     tested = ok(nb.post(f"/api/models/{lonely['id']}/test"))
-    assert tested["success"] is False and "openai_compatible is not configured" in tested["message"]
+    assert tested["success"] is False and f"{provider} is not configured" in tested["message"]
     assert not nb.fake.seen
     ok(nb.delete(f"/api/models/{lonely['id']}"))
 
@@ -236,6 +252,97 @@ def test_a_model_test_says_when_its_provider_is_not_configured_or_fails(llm_nb):
     assert tested["success"] is False and "could not be reached" in tested["message"]
     for each in (cred, closed):
         ok(nb.delete(f"/api/credentials/{each['id']}"))
+
+
+def test_auto_assign_passes_over_a_model_whose_provider_cannot_be_called(llm_nb, kept_defaults):
+    nb = llm_nb
+    provider = unconfigured_provider(nb)
+    unusable = created(nb.post("/api/models", json={"name": "aaa-nobody", "provider": provider, "type": "language"}))
+    cred = ollama_credential(nb, "auto-assign ollama")
+    try:
+        registered = ok(
+            nb.post(
+                f"/api/credentials/{cred['id']}/register-models",
+                json={"models": [{"name": "llama-fake:latest", "provider": "ollama", "model_type": "language"}]},
+            )
+        )
+        ok(nb.put("/api/models/defaults", json={"default_chat_model": None}))
+        chosen = ok(nb.post("/api/models/auto-assign"))["assigned"]["default_chat_model"]
+        assert chosen != unusable["id"]
+        if provider == "anthropic" and not ok(nb.get("/api/models", params={"provider": "openai"})):
+            assert chosen == registered["models"][0]["id"]  # ranked below the unusable one, chosen
+        tested = ok(nb.post(f"/api/models/{chosen}/test"))
+        assert "not configured" not in tested["message"]
+    finally:
+        ok(nb.delete(f"/api/models/{unusable['id']}"))
+        ok(nb.delete(f"/api/credentials/{cred['id']}"))
+
+
+# --------------------------------------------------------------------------- delete and migrate_to
+
+
+def credential_with_models(nb, name, models):
+    cred = ollama_credential(nb, name)
+    choices = [{"name": n, "provider": "ollama", "model_type": kind} for n, kind in models]
+    ok(nb.post(f"/api/credentials/{cred['id']}/register-models", json={"models": choices}))
+    return cred
+
+
+def test_migrate_to_a_credential_deleted_before_is_404_and_changes_nothing(llm_nb):
+    nb = llm_nb
+    first = credential_with_models(nb, "crossed a", [("llama-fake:latest", "language")])
+    second = credential_with_models(nb, "crossed b", [("nomic-fake:latest", "embedding")])
+    ok(nb.delete(f"/api/credentials/{second['id']}", params={"migrate_to": first["id"]}))
+    before = state(nb)
+    refused = nb.delete(f"/api/credentials/{first['id']}", params={"migrate_to": second["id"]})
+    assert refused.status_code == 404 and refused.json()["field"] == "migrate_to", refused.text
+    assert state(nb) == before
+    assert ok(nb.get(f"/api/credentials/{first['id']}"))["model_count"] == 2
+    ok(nb.delete(f"/api/credentials/{first['id']}"))
+
+
+def test_crossed_deletes_at_once_answer_200_and_404_never_500(llm_nb):
+    """Two deletes, each moving its models to the other: the first to write wins, the
+    second finds its target gone (404 on migrate_to), whichever order they meet in."""
+    nb = llm_nb
+    for round_ in range(4):
+        pair = [
+            credential_with_models(nb, f"race {round_} a", [("llama-fake:latest", "language")]),
+            credential_with_models(nb, f"race {round_} b", [("nomic-fake:latest", "embedding")]),
+        ]
+        start = threading.Barrier(2)
+
+        def delete(one, other, start=start):
+            start.wait(timeout=30)
+            return nb.delete(f"/api/credentials/{one['id']}", params={"migrate_to": other["id"]})
+
+        with ThreadPoolExecutor(2) as pool:
+            answers = list(pool.map(delete, pair, reversed(pair)))
+        assert sorted(a.status_code for a in answers) == [200, 404], [a.text for a in answers]
+        [kept] = [cred for cred, answer in zip(reversed(pair), answers, strict=True) if answer.status_code == 200]
+        assert ok(nb.get(f"/api/credentials/{kept['id']}"))["model_count"] == 2
+        ok(nb.delete(f"/api/credentials/{kept['id']}"))
+
+
+def test_migrate_to_merges_a_model_the_target_has_already(llm_nb, kept_defaults):
+    nb = llm_nb
+    both = [("llama-fake:latest", "language")]
+    moving = credential_with_models(nb, "merge from", [*both, ("nomic-fake:latest", "embedding")])
+    target = credential_with_models(nb, "merge into", both)
+    models = ok(nb.get("/api/models", params={"provider": "ollama"}))
+    [moved_copy] = [m for m in models if m["credential"] == moving["id"] and m["type"] == "language"]
+    [existing] = [m for m in models if m["credential"] == target["id"]]
+    ok(nb.put("/api/models/defaults", json={"large_context_model": moved_copy["id"]}))
+    answer = ok(nb.delete(f"/api/credentials/{moving['id']}", params={"migrate_to": target["id"]}))
+    assert (answer["migrated_models"], answer["merged_models"], answer["deleted_models"]) == (2, 1, 0)
+    assert nb.get(f"/api/models/{moved_copy['id']}").status_code == 404
+    assert ok(nb.get("/api/models/defaults"))["large_context_model"] == existing["id"]
+    under_target = [m for m in ok(nb.get("/api/models")) if m["credential"] == target["id"]]
+    assert sorted((m["name"], m["type"]) for m in under_target) == [
+        ("llama-fake:latest", "language"),
+        ("nomic-fake:latest", "embedding"),
+    ]
+    ok(nb.delete(f"/api/credentials/{target['id']}"))
 
 
 # --------------------------------------------------------------------------- bad inputs

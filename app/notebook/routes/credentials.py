@@ -162,17 +162,47 @@ def _migration_target(record, public_id):
     return target
 
 
+def _still_there(target):
+    """`target` read again inside the write transaction: a delete that committed since
+    the request looked it up (two crossed deletes, each moving to the other) is a 404
+    on `migrate_to`, not a foreign-key failure."""
+    if not Credential.select().where(Credential.id == target.id).exists():
+        raise NotFound(
+            f"migrate_to: credential {public('credential', target.id)!r} was deleted meanwhile", field="migrate_to"
+        )
+
+
+def _move_models(keys, target):
+    """Move the models to `target`; one it has already (same name, provider and type)
+    is not doubled: the defaults naming the moved copy name the existing one, and the
+    copy goes. How many were merged so."""
+    merged = 0
+    for model in LanguageModel.select().where(LanguageModel.id.in_(keys)):
+        existing = find_model(model.name, model.provider, model.type, target.id)
+        if existing is None:
+            LanguageModel.update(credential=target.id, updated=now()).where(LanguageModel.id == model.id).execute()
+            continue
+        DefaultModel.update(model=existing.id).where(DefaultModel.model == model.id).execute()
+        LanguageModel.delete().where(LanguageModel.id == model.id).execute()
+        merged += 1
+    return merged
+
+
 @bp.delete("/credentials/<credential_id>")
 def delete_credential(credential_id):
     """Delete a credential; the models registered under it are deleted with it (as
     Open Notebook does; their defaults cleared), or move to `?migrate_to=` another
-    credential of the provider. `?delete_models=false` (or our earlier `force=false`)
-    refuses, 409, while models use it."""
+    credential of the provider (one registered there already is merged into it, not
+    doubled). `?delete_models=false` (or our earlier `force=false`) refuses, 409, while
+    models use it."""
     record = get_credential(credential_id)
     args = query(CredentialDeleteQuery)
     target = _migration_target(record, args.get("migrate_to"))
     refuse = args.get("delete_models") is False or args.get("force") is False
+    merged = 0
     with write_transaction():
+        if target is not None:
+            _still_there(target)
         keys = [
             key
             for (key,) in LanguageModel.select(LanguageModel.id).where(LanguageModel.credential == record.id).tuples()
@@ -183,17 +213,19 @@ def delete_credential(credential_id):
                 "?delete_models=true to delete them with it, or ?migrate_to=<credential id> to move them"
             )
         if keys and target is not None:
-            LanguageModel.update(credential=target.id, updated=now()).where(LanguageModel.id.in_(keys)).execute()
+            merged = _move_models(keys, target)
         elif keys:
             DefaultModel.update(model=None).where(DefaultModel.model.in_(keys)).execute()
             LanguageModel.delete().where(LanguageModel.id.in_(keys)).execute()
         Credential.delete().where(Credential.id == record.id).execute()
     moved = len(keys) if target is not None else 0
     return {
-        "message": f"credential deleted; {len(keys) - moved} model(s) deleted, {moved} moved",
+        "message": f"credential deleted; {len(keys) - moved} model(s) deleted, {moved} moved"
+        + (f" ({merged} merged into ones the target had)" if merged else ""),
         "deleted": public("credential", record.id),
         "deleted_models": len(keys) - moved,
         "migrated_models": moved,
+        "merged_models": merged,
     }
 
 

@@ -13,7 +13,7 @@ from app.notebook.core import embeddings, reembed
 from app.notebook.core.ids import key_of, public
 from app.notebook.core.models import Command, Source, write_transaction
 from app.notebook.core.records import get_source
-from app.notebook.routes.http import body, jobs, settings
+from app.notebook.routes.http import body, enqueue, jobs, settings
 from app.notebook.routes.notebooks import get_notebook
 from app.notebook.routes.notes import get_note
 from app.notebook.routes.payloads import EmbedRequest, RebuildRequest
@@ -68,8 +68,7 @@ def embed_item():
         "message": "Embedding queued for background processing",
         "command_id": public("command", command.id),
     }
-    if not jobs().enqueue(command):
-        raise ApiError(503, "the job queue is unavailable; retry later")
+    enqueue(command)
     if data["async_processing"]:
         return queued, 202
     status = wait_finished(command.id, settings().sync_timeout)
@@ -95,8 +94,7 @@ def _start_rebuild(default_mode: str) -> dict[str, Any]:
     sources, notes = reembed.stale_items(name, mode, data["include_sources"], data["include_notes"], notebook_key)
     with write_transaction():
         command = jobs().new_command(reembed.KIND, reembed.target(notebook_key), asked)
-    if not jobs().enqueue(command):
-        raise ApiError(503, "the job queue is unavailable; retry later")
+    enqueue(command)
     total = len(sources) + len(notes)
     return {
         "command_id": public("command", command.id),

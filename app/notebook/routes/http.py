@@ -5,7 +5,7 @@ from marshmallow import EXCLUDE
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from app.common.body import json_object, read_body, validated
-from app.common.failures import Invalid, TooLarge
+from app.common.failures import ApiError, Invalid, TooLarge
 
 
 def settings():
@@ -14,6 +14,13 @@ def settings():
 
 def jobs():
     return current_app.extensions["notebook_jobs"]
+
+
+def enqueue(command) -> None:
+    """Hand a committed command to the worker; 503 when the queue does not take it
+    (Redis down: the command is failed then, so its item can be retried later)."""
+    if not jobs().enqueue(command):
+        raise ApiError(503, "the job queue is unavailable; retry later")
 
 
 # The notebook's write limits, the same on every route that stores text (sources added

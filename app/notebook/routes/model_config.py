@@ -104,17 +104,21 @@ PROVIDER_PREFERENCE = tuple(llm.PROVIDER_INFO)
 
 
 def _preferred_model(kind):
-    """The registered model of `kind` of the most preferred provider (by name within it), or None."""
-    candidates = LanguageModel.select().where(LanguageModel.type == kind)
+    """The registered model of `kind` of the most preferred provider (by name within
+    it) that can be called (the rule a model's test says "not configured" by), or None."""
+    candidates = [
+        m for m in LanguageModel.select().where(LanguageModel.type == kind) if _unconfigured(m, m.credential) is None
+    ]
     ranked = sorted(candidates, key=lambda m: (PROVIDER_PREFERENCE.index(m.provider), m.name, m.id))
     return ranked[0] if ranked else None
 
 
 @bp.post("/models/auto-assign")
 def auto_assign():
-    """Fill the empty chat and embedding defaults from the registered models,
-    preferring OpenAI, then Anthropic, Ollama, OpenAI-compatible servers; a default
-    set already is left alone."""
+    """Fill the empty chat and embedding defaults from the registered models whose
+    provider can be called (a credential or the environment), preferring OpenAI,
+    then Anthropic, Ollama, OpenAI-compatible servers; a default set already is left
+    alone."""
     assigned, skipped, missing = {}, [], []
     with write_transaction():
         current = {row.key: row.model_id for row in DefaultModel.select()}

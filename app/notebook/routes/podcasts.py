@@ -9,12 +9,12 @@ from typing import cast
 
 from flask import Blueprint, send_file
 
-from app.common.failures import ApiError, Invalid, NotFound
+from app.common.failures import ApiError, Conflict, Invalid, NotFound
 from app.notebook.core import context, model_choice, podcast_profiles
 from app.notebook.core.ids import key_of, new_key, public
 from app.notebook.core.models import Command, DefaultModel, Episode, now, write_transaction
 from app.notebook.routes import serializers
-from app.notebook.routes.http import body, jobs, settings
+from app.notebook.routes.http import body, enqueue, jobs, settings
 from app.notebook.routes.notebooks import get_notebook
 from app.notebook.routes.payloads import PodcastCreate
 
@@ -52,7 +52,8 @@ def audio_path(config, record):
 
 @bp.post("/podcasts/generate")
 def generate():
-    """Queue a podcast episode about a notebook's sources and notes; 202 with the job's and the episode's ids."""
+    """Queue a podcast episode about a notebook's sources and notes; 202 with the job's and the episode's ids
+    (503 when the job queue is down: the episode is kept with its job failed, to retry)."""
     data = body(PodcastCreate())
     notebook = get_notebook(data["notebook_id"]) if data.get("notebook_id") else None
     resolved = model_choice.resolve(settings(), "chat", data.get("model_id"))
@@ -72,7 +73,7 @@ def generate():
         )
         command = jobs().new_command("podcast", public("episode", record.id))
         Episode.update(command_id=command.id).where(Episode.id == record.id).execute()
-    jobs().enqueue(command)
+    enqueue(command)
     command_id = public("command", command.id)
     return {
         "command_id": command_id,
@@ -127,15 +128,29 @@ def delete_episode(episode_id):
     return {"deleted": public("episode", record.id)}
 
 
+def _check_retryable(record) -> None:
+    """Inside the write transaction: the episode as it is now may be made again only
+    when its job failed or was canceled, or is gone without having made it (no audio:
+    the episode's own state decides, not a command row that may have been purged)."""
+    current = Episode.get_or_none(Episode.id == record.id)
+    if current is None:
+        raise NotFound(f"episode {public('episode', record.id)!r} not found")
+    if current.command_id != record.command_id:
+        raise Conflict("this episode is being made again already")
+    status = Command.select(Command.status).where(Command.id == current.command_id).scalar()
+    if status in ("new", "running"):
+        raise Conflict(f"this episode is being made already (its job is {status})")
+    if current.audio_file or status == "completed":
+        raise Invalid("only a failed or canceled episode can be made again; this one is completed")
+
+
 @bp.post("/podcasts/episodes/<episode_id>/retry")
 def retry_episode(episode_id):
     """Make a failed (or canceled) episode again: a new job, compare-and-set on the old
-    one's state, so two retries at once start one job."""
+    one, so of two retries at once one starts a job and the other is a 409."""
     record = get_episode(episode_id)
     with write_transaction():
-        status = Command.select(Command.status).where(Command.id == record.command_id).scalar()
-        if status not in ("failed", "canceled", None):
-            raise Invalid(f"only a failed or canceled episode can be made again; this one is {status}")
+        _check_retryable(record)
         command = jobs().new_command("podcast", public("episode", record.id))
         claimed = (
             Episode.update(command_id=command.id, updated=now())
@@ -143,8 +158,8 @@ def retry_episode(episode_id):
             .execute()
         )
         if not claimed:  # raising rolls the new command back
-            raise Invalid("this episode is being made again already")
-    jobs().enqueue(command)
+            raise Conflict("this episode is being made again already")
+    enqueue(command)
     command_id = public("command", command.id)
     return {"job_id": command_id, "command_id": command_id, "message": "the episode is being made again"}, 202
 
