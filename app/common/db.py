@@ -232,8 +232,8 @@ def bind_to_requests(app: _App, proxy: DatabaseProxy, no_connection: frozenset[s
 @contextmanager
 def connection_for_block(proxy: DatabaseProxy) -> Iterator[None]:
     """The caller's open connection (a request's), or, outside any request (a
-    greenlet of its own, a threadpool thread), one taken for the block and given back
-    after it."""
+    greenlet of its own, a job worker's thread), one taken for the block and given
+    back after it. Never in a web worker's threadpool (app.common.offload.blocking)."""
     if not proxy.is_closed():
         yield
         return

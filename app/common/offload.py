@@ -31,7 +31,12 @@ class _Raised:
 def blocking(fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
     """Run `fn` in the threadpool and return its result, or raise its exception here
     (caught in the thread, so the hub does not print it as a crash). The Flask app
-    context, if any, goes along, so `current_app` works there too."""
+    context, if any, goes along, so `current_app` works there too.
+
+    `fn` must not use the database: the connection pool's lock and condition are
+    gevent's in a patched worker, and a real thread waiting on them deadlocks with the
+    greenlets (and SQLite's connections are bound to a thread). Read first, then hand
+    the rows to `fn`."""
     app = _current_app()
 
     def call() -> R | _Raised:

@@ -16,12 +16,14 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+import requests
 
 from tests.support import documents
-from tests.support.notebook import PASSWORD, restored
+from tests.support.notebook import AUTH, LLM_TIMEOUT, PASSWORD, restored
 from tests.support.open_notebook_ui import (
     FormValue,
     UiCallFailed,
@@ -348,6 +350,31 @@ def test_search_both_ways(llm_nb, setup_models, sources_embedded):
             assert result["parent_id"].split(":")[0] in ("source", "note", "source_insight")
             score = result.get("relevance", result.get("similarity", result.get("score")))
             assert isinstance(score, (int, float)), result
+
+
+def test_vector_and_text_searches_at_once_beside_page_loads(llm_nb, setup_models, sources_embedded):
+    """The UI's pages load while searches run. A vector search's CPU work runs in the
+    threadpool, whose real threads must never take a pooled database connection: on
+    SQLite one moved between threads answered 500 (sqlite3's per-thread check); on
+    PostgreSQL a thread waiting on the pool's (gevent) lock deadlocked the burst."""
+    ui = logged_in(llm_nb)
+    notebook = create_notebook(ui, unique("Burst"))
+    add_text(ui, notebook["id"], "Geysers", "Geysers spout boiling water and steam.")
+    calls = [("POST", "/api/search", search_body("boiling water", "vector"))] * 16
+    calls += [("POST", "/api/search", search_body("boiling water", "text"))] * 8
+    calls += [("GET", "/api/notebooks", None)] * 40
+    with ThreadPoolExecutor(len(calls)) as pool:
+        answers = list(
+            pool.map(
+                lambda call: requests.request(
+                    call[0], llm_nb.url + call[1], json=call[2], headers=AUTH, timeout=LLM_TIMEOUT * 20
+                ),
+                calls,
+            )
+        )
+    failed = [(call[1], answer.status_code, answer.text[:200]) for call, answer in zip(calls, answers, strict=True)]
+    assert [f for f in failed if f[1] != 200] == []
+    assert ui.get("/config")["dbStatus"] == "online"
 
 
 def test_ask_and_read_the_stream(llm_nb, setup_models):

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.support.notebook import PROVIDER_HOST
+from tests.support.notebook import PROVIDER_HOST, llm_stack, stop_stack
 
 PROVIDERS = ["openai", "anthropic", "ollama", "openai_compatible"]
 
@@ -45,13 +45,21 @@ def kept_defaults(llm_nb):
     ok(llm_nb.put("/api/models/defaults", json=before))
 
 
+@pytest.fixture(scope="module")
+def bare_nb(tmp_path_factory, fake_providers):
+    """A stack of this module's own (SQLite: the rule is the same on both databases),
+    where anthropic and openai_compatible have no credential: by the time this module
+    runs, the shared stack has a credential of every provider."""
+    client = llm_stack(tmp_path_factory, fake_providers, "sqlite")
+    yield client
+    stop_stack(client)
+
+
 def unconfigured_provider(nb):
-    """A provider with no credential and no environment (none of ours is deleted to
-    make one: the stack is shared between modules)."""
+    """A provider with no credential and no environment."""
     status = ok(nb.get("/api/credentials/status"))
     free = [p for p in ("anthropic", "openai_compatible") if not status["configured"][p]]
-    if not free:
-        pytest.skip("every provider that can be unconfigured has a credential on this shared stack")
+    assert free, status
     return free[0]
 
 
@@ -210,8 +218,8 @@ def test_onb_mcp_registers_without_a_body_every_listed_model(llm_nb):
     assert ok(nb.delete(f"/api/credentials/{cred['id']}"))["deleted_models"] == 3  # the UI's plain delete
 
 
-def test_a_model_test_says_when_its_provider_is_not_configured_or_fails(llm_nb):
-    nb = llm_nb
+def test_a_model_test_says_when_its_provider_is_not_configured_or_fails(bare_nb):
+    nb = bare_nb
     provider = unconfigured_provider(nb)
     lonely = created(nb.post("/api/models", json={"name": "x-chat", "provider": provider, "type": "language"}))
     nb.fake.reset()
@@ -254,8 +262,8 @@ def test_a_model_test_says_when_its_provider_is_not_configured_or_fails(llm_nb):
         ok(nb.delete(f"/api/credentials/{each['id']}"))
 
 
-def test_auto_assign_passes_over_a_model_whose_provider_cannot_be_called(llm_nb, kept_defaults):
-    nb = llm_nb
+def test_auto_assign_passes_over_a_model_whose_provider_cannot_be_called(bare_nb):
+    nb = bare_nb
     provider = unconfigured_provider(nb)
     unusable = created(nb.post("/api/models", json={"name": "aaa-nobody", "provider": provider, "type": "language"}))
     cred = ollama_credential(nb, "auto-assign ollama")

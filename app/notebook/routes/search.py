@@ -2,9 +2,10 @@
 vector (cosine similarity with the configured embedding model) over sources and
 notes, one hit per parent with its best score, optionally within one notebook."""
 
+import threading
+
 from flask import Blueprint
 
-from app.common import offload
 from app.common.db import run_sql
 from app.common.failures import ApiError, Invalid
 from app.common.offload import blocking
@@ -161,7 +162,7 @@ class VectorCache:
     from SQLite costs far more than the similarity arithmetic (~9 MB at 1000 sources)."""
 
     def __init__(self):
-        self._lock = offload.native_lock()
+        self._lock = threading.Lock()  # gevent's in a patched worker: only greenlets read the cache
         self._key = None
         self._data = None
 
@@ -210,33 +211,30 @@ def _allowed_parents(data, notebook_key):
     return lambda parent: parent in members and parent.startswith(kinds)
 
 
-def _vector_search_blocking(data, notebook_key, config):
-    """Runs in the threadpool: the query's embedding and the similarity arithmetic
-    are CPU work, and a cache reload is a large read."""
-    import numpy as np
-
-    model = embeddings.embedder(config, threads=1)
-    query = model.embed([data["query"]])[0]
-    with database.connection_context():
-        parents, chunk_ids, matrix = _cache.get(model.name, len(query))
-        if not parents:
-            return []
-        allowed = _allowed_parents(data, notebook_key)
-        scores = matrix @ query
-        best = {}
-        for position in np.argsort(-scores):
-            score = float(scores[position])
-            if score < data["minimum_score"] or len(best) >= data["limit"]:
-                break
-            parent = parents[position]
-            if parent not in best and allowed(parent):
-                best[parent] = (score, chunk_ids[position])
-        texts = dict(
-            Chunk.select(Chunk.id, Chunk.text)
-            .where(Chunk.id.in_([c for _, c in best.values() if c is not None]))
-            .tuples()
-        )
-        titles = _titles(list(best))
+def _vector_search(data, notebook_key, config):
+    """The database work here, in the request's greenlet; the CPU work (the query's
+    embedding, a local model's first load, the similarity arithmetic) in the
+    threadpool. A threadpool thread never takes a pooled connection: the pool's lock
+    and condition are gevent's in a patched worker, and a native thread waiting on them
+    deadlocked a burst of searches."""
+    model = embeddings.default_embedder(config) or blocking(embeddings.env_embedder, config, 1)
+    query = blocking(model.embed, [data["query"]])[0]
+    parents, chunk_ids, matrix = _cache.get(model.name, len(query))
+    if not parents:
+        return []
+    allowed = _allowed_parents(data, notebook_key)
+    ranked = blocking(_most_similar, matrix, query, data["minimum_score"])
+    best = {}
+    for position, score in ranked:
+        if len(best) >= data["limit"]:
+            break
+        parent = parents[position]
+        if parent not in best and allowed(parent):
+            best[parent] = (score, chunk_ids[position])
+    texts = dict(
+        Chunk.select(Chunk.id, Chunk.text).where(Chunk.id.in_([c for _, c in best.values() if c is not None])).tuples()
+    )
+    titles = _titles(list(best))
     return [
         _hit(
             parent,
@@ -247,6 +245,15 @@ def _vector_search_blocking(data, notebook_key, config):
         )
         for parent, (score, chunk_id) in best.items()
     ]
+
+
+def _most_similar(matrix, query, minimum_score):
+    """(row, score) of every vector at least `minimum_score` similar to `query`, best first."""
+    import numpy as np
+
+    scores = matrix @ query
+    order = np.argsort(-scores)
+    return [(int(position), float(scores[position])) for position in order if scores[position] >= minimum_score]
 
 
 @bp.post("/search")
@@ -263,7 +270,7 @@ def search():
         if reason:
             raise Invalid(f"vector search needs an embedding model: {reason}")
         try:
-            results = blocking(_vector_search_blocking, data, notebook_key, settings())
+            results = _vector_search(data, notebook_key, settings())
         except embeddings.EmbeddingUnavailable as exc:
             if exc.status != 400:  # the model is there, its provider failed
                 raise ApiError(exc.status, f"vector search: {exc}") from None
