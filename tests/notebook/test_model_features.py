@@ -320,6 +320,9 @@ def test_podcast_from_open_notebook_profiles_and_content(llm_nb, models, materia
     )
     assert queued.status_code == 202, queued.text
     assert queued.json()["job_id"] == queued.json()["command_id"] and queued.json()["episode_profile"] == "short"
+    # Its podcasts page fails on a status it does not know (EpisodeCard's StatusBadge).
+    ui_statuses = {"running", "processing", "completed", "failed", "error", "pending", "submitted", "unknown"}
+    assert {e["job_status"] for e in nb.get("/api/podcasts/episodes").json()} <= ui_statuses
     assert nb.wait_command(queued.json()["job_id"])["status"] == "completed"
     prompt = chat_bodies(nb)[-1]["messages"]
     assert "Keep it for beginners." in prompt[0]["content"]

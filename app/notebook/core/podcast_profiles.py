@@ -56,7 +56,8 @@ def episode_profile(length: str, models: Models) -> dict:
         "outline_llm": models.chat,
         "transcript_llm": models.chat,
         "language": LANGUAGES[0]["code"],
-        "default_briefing": "",
+        # Open Notebook's profile form requires one: what our script's prompt asks for.
+        "default_briefing": "A conversation about the material, using only its facts.",
         "num_segments": TURNS[length],
         "max_tokens": None,
     }

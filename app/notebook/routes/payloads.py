@@ -1204,7 +1204,11 @@ class EpisodeOut(Schema):
     speakers = fields.Integer(required=True)
     length = fields.String(required=True)
     command_id = fields.String(allow_none=True, required=True)
-    job_status = fields.String(allow_none=True, required=True)
+    job_status = fields.String(
+        allow_none=True,
+        required=True,
+        metadata={"description": "Open Notebook's words: submitted, running, completed, failed"},
+    )
     error_message = fields.String(allow_none=True, required=True)
     transcript = fields.List(fields.Nested(TurnOut), allow_none=True, required=True)
     audio_available = fields.Boolean(required=True)

@@ -206,6 +206,12 @@ def chat_session(record, message_count, messages=None):
     return body
 
 
+# An episode's job in Open Notebook's words, which its web UI's podcasts page knows
+# (any other makes the page fail): queued is "submitted", canceled "failed". The job's
+# own status is at GET /commands/{command_id}.
+EPISODE_STATUSES = {"new": "submitted", "canceled": "failed"}
+
+
 def episode(record, models: podcast_profiles.Models, command_status=None, error_message=None):
     """An episode with Open Notebook's fields beside ours: the profiles it was made
     with (as they read now: they are built in), its audio's path, its job's error."""
@@ -217,7 +223,7 @@ def episode(record, models: podcast_profiles.Models, command_status=None, error_
         "speakers": record.speakers,
         "length": record.length,
         "command_id": public("command", record.command_id),
-        "job_status": command_status,
+        "job_status": EPISODE_STATUSES.get(command_status, command_status),
         "error_message": error_message,
         "transcript": record.transcript,
         "audio_available": bool(record.audio_file),

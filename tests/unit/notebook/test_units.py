@@ -120,3 +120,12 @@ def test_a_model_stream_sends_keepalives_while_the_model_thinks():
     thought.set()
     rest = [chunk for chunk in stream if chunk != b": keepalive\n\n"]
     assert rest == [format_record({"type": "final_answer"}), b": closed: complete\n\n"]
+
+
+def test_every_job_status_of_an_episode_is_one_open_notebooks_podcasts_page_knows():
+    from app.notebook.routes.payloads import STATUSES
+    from app.notebook.routes.serializers import EPISODE_STATUSES
+
+    # EpisodeStatus in Open Notebook's frontend/src/lib/types/podcasts.ts: any other fails the page.
+    known = {"running", "processing", "completed", "failed", "error", "pending", "submitted", "unknown"}
+    assert {EPISODE_STATUSES.get(status, status) for status in STATUSES} <= known
