@@ -30,6 +30,7 @@ import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -140,7 +141,10 @@ def with_onb_mcp(nb, scenario: Callable[[McpTools], Awaitable[T]]) -> T:
             await session.initialize()
             return await scenario(McpTools(session))
 
-    return asyncio.run(run())
+    # In a thread of its own: Playwright's sync API (tests/browser, earlier in the same
+    # session) leaves an event loop running in the main thread, where asyncio.run refuses.
+    with ThreadPoolExecutor(1) as thread:
+        return thread.submit(asyncio.run, run()).result()
 
 
 @pytest.fixture(scope="module")
