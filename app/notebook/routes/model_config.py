@@ -1,6 +1,9 @@
 """Routes of the models (`model:<key>`) and the defaults; which model a call uses is
 app.notebook.core.model_choice."""
 
+from collections.abc import Iterable
+from typing import cast
+
 from flask import Blueprint
 
 from app.common.failures import Conflict, Invalid
@@ -57,11 +60,13 @@ def create_model():
 @bp.get("/models/defaults")
 def read_defaults():
     """The default model of each role (chat, transformation, embedding, speech...)."""
-    return _defaults()
+    return current_defaults()
 
 
-def _defaults():
-    rows = {row.key: row.model_id for row in DefaultModel.select()}
+def current_defaults() -> dict[str, str | None]:
+    """Every default's model, as a public id (None: not set)."""
+    pairs = DefaultModel.select(DefaultModel.key, DefaultModel.model).tuples()
+    rows = dict(cast(Iterable[tuple[str, str | None]], pairs))  # peewee's stubs type no tuples()
     return {key: public("model", rows.get(key)) for key in DEFAULT_KEYS}
 
 
@@ -85,7 +90,7 @@ def set_defaults():
     with write_transaction():
         for key, model_key in chosen.items():
             _set_default(key, model_key)
-    return _defaults()
+    return current_defaults()
 
 
 def _set_default(key, model_key):

@@ -4,17 +4,16 @@ MP3; the built-in episode and speaker profiles and the languages, read-only, in 
 Notebook's shapes (app.notebook.core.podcast_profiles)."""
 
 import os
-from collections.abc import Iterable
-from typing import cast
 
 from flask import Blueprint, send_file
 
 from app.common.failures import ApiError, Conflict, Invalid, NotFound
 from app.notebook.core import context, model_choice, podcast_profiles
 from app.notebook.core.ids import key_of, new_key, public
-from app.notebook.core.models import Command, DefaultModel, Episode, now, write_transaction
+from app.notebook.core.models import Command, Episode, now, write_transaction
 from app.notebook.routes import serializers
 from app.notebook.routes.http import body, enqueue, jobs, settings
+from app.notebook.routes.model_config import current_defaults
 from app.notebook.routes.notebooks import get_notebook
 from app.notebook.routes.payloads import PodcastCreate
 
@@ -30,12 +29,9 @@ def get_episode(public_id):
 
 def _models() -> podcast_profiles.Models:
     """The defaults an episode is made with now (the profiles name them)."""
-    wanted = DefaultModel.key.in_(("default_chat_model", "default_text_to_speech_model"))
-    query = DefaultModel.select(DefaultModel.key, DefaultModel.model).where(wanted).tuples()
-    rows = dict(cast(Iterable[tuple[str, str | None]], query))  # peewee's stubs type no tuples()
+    defaults = current_defaults()
     return podcast_profiles.Models(
-        chat=public("model", rows.get("default_chat_model")),
-        text_to_speech=public("model", rows.get("default_text_to_speech_model")),
+        chat=defaults["default_chat_model"], text_to_speech=defaults["default_text_to_speech_model"]
     )
 
 
