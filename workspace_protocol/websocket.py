@@ -43,9 +43,13 @@ Masker = Callable[[bytearray, int, int, bytes], None]
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 OP_CONTINUATION, OP_TEXT, OP_BINARY, OP_CLOSE, OP_PING, OP_PONG = 0, 1, 2, 8, 9, 10
 HANDSHAKE_LIMIT = 64 * 1024
+# A busy connection's receive buffer: bulk bytes arrive in reads this large.
 RECEIVE_BYTES = 256 * 1024
+# An idle connection's (where it starts, and what trim() brings a busy one back to): a
+# platform holds thousands of idle agents, and 256 KiB each was most of its memory.
+IDLE_RECEIVE_BYTES = 4 * 1024
 UNMASKED_HEADER = ("Workspace-Agent-Frames", "unmasked")
-MIN_READ = 64 * 1024  # a read into less room than this is moved to the front first
+MIN_READ = 64 * 1024  # a read into less room than this is moved to the front first (a busy buffer's)
 LENGTH16, LENGTH64, CLOSE_CODE = struct.Struct("!H"), struct.Struct("!Q"), struct.Struct("!H")
 PROTOCOL_ERROR, INVALID_DATA, TOO_LARGE, NO_STATUS = 1002, 1007, 1009, 1005
 MAX_FRAGMENTS = 1024  # of one message: the frames' heads cost more than their data past this
@@ -252,9 +256,12 @@ class FrameReader:
         """expects_mask: True (a server's reader), False (a client's), None: either (a
         server that agreed to unmasked frames, in case a proxy dropped the agreement)."""
         self.expects_mask, self.max_message_size, self.masker = expects_mask, max_message_size, masker
-        self._in = bytearray(max(RECEIVE_BYTES, len(buffered)))
+        self._in = bytearray(max(IDLE_RECEIVE_BYTES, len(buffered)))
         self._in[: len(buffered)] = buffered
         self._start, self._end = 0, len(buffered)
+        self._offered = 0  # the room the last space() gave
+        self._filled_room = False  # the last read filled all of it: the peer sends in bulk
+        self._trim_wanted = False
         self._needed = 2  # bytes of the frame being parsed, once its head is known
         # a fragmented message so far
         self._parts: list[bytes] = []
@@ -263,9 +270,15 @@ class FrameReader:
 
     def space(self) -> memoryview:
         """A writable view of the buffer's free part (room for at least the frame
-        being parsed). Valid until the next call: it may move unparsed bytes."""
+        being parsed). Valid until the next call: it may move unparsed bytes, or
+        change buffers (the only place that does: a read into the old one is over)."""
         pending = self._end - self._start
-        wanted = max(self._needed, pending + MIN_READ)
+        if self._trim_wanted and not pending and len(self._in) > IDLE_RECEIVE_BYTES:
+            self._in = bytearray(IDLE_RECEIVE_BYTES)
+        self._trim_wanted = False
+        wanted = max(self._needed, pending + min(MIN_READ, len(self._in) // 2))
+        if self._filled_room and len(self._in) < RECEIVE_BYTES:
+            wanted = max(wanted, RECEIVE_BYTES)  # a bulk transfer began: read it in large reads
         if not pending or self._start + wanted > len(self._in):
             if wanted > len(self._in):  # a frame larger than the buffer
                 bigger = bytearray(wanted)
@@ -274,10 +287,24 @@ class FrameReader:
             else:  # the same buffer, the unparsed rest moved to its front: no new pages
                 self._in[:pending] = self._in[self._start : self._end]
             self._start, self._end = 0, pending
-        return memoryview(self._in)[self._end :]
+        room = memoryview(self._in)[self._end :]
+        self._offered = len(room)
+        return room
 
     def filled(self, count: int) -> None:
         self._end += count
+        self._filled_room = count >= self._offered
+
+    @property
+    def capacity(self) -> int:
+        """The bytes its buffer holds now (what a connection's reader costs)."""
+        return len(self._in)
+
+    def trim(self) -> None:
+        """Give a large buffer back once it is empty (at the next space()): a connection
+        that carried a bulk transfer goes back to an idle one's few KiB. Safe from
+        another greenlet or task than the reader's: it only asks."""
+        self._trim_wanted = True
 
     def take_all(self) -> bytes:
         """The unparsed bytes, taken out (the HTTP answer before the first frame)."""

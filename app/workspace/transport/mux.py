@@ -253,6 +253,9 @@ class Mux:
                 self.close(f"{MISSED_PONGS} pings were not answered")
                 return
             self.send_quietly(self.protocol.ping(b"%d" % time.monotonic_ns()))
+            trim = getattr(self.transport, "trim", None)  # FrameTransport's
+            if trim is not None:
+                trim()
 
     def watch_silence(self, limit):
         """Close when nothing arrived for `limit` seconds."""

@@ -19,9 +19,11 @@ socket after the handshake (`accept_frames`): the same interface as `Transport`,
 bulk bytes. wsproto unmasks in pure Python (~400 MB/s), and every byte a workspace
 app sends down is masked by the agent (a client); here unmasking is an XOR of 64-bit
 words in numpy, frames are read into one reused receive buffer (receive() hands out
-a view of it) and written from one reused send buffer.
+a view of it) and written from one reused send buffer. Both buffers grow while the
+connection carries bulk bytes and are given back when it idles (`trim`).
 """
 
+import logging
 import os
 import socket
 
@@ -36,6 +38,7 @@ import workspace_protocol.websocket as wire
 from app.common.failures import Invalid
 
 RECEIVE_BYTES = wire.RECEIVE_BYTES
+log = logging.getLogger("bundle.workspace.websocket")
 
 # Open websockets by what they carry: `agent` (an agent's connection), `terminal`, `relay`
 # (a relay peer), `app` (a workspace app's upgrade, spliced through its agent).
@@ -102,11 +105,16 @@ def accept(handler, kind, max_message_size=None):
 
 
 def _serve(handler, transport):
-    """Run `handler(transport)` until it returns or the peer goes; then close."""
+    """Run `handler(transport)` until it returns or the peer goes; then close. A handler
+    that fails is logged here, never answered: after the 101 the connection is the
+    websocket's, and an error page written on it would leave gunicorn reading frames as
+    the next request ("Invalid HTTP request line")."""
     try:
         handler(transport)
     except ConnectionClosed:
         pass
+    except Exception:
+        log.exception("a websocket's handler failed")
     finally:
         transport.close()
     return taken_over()
@@ -196,7 +204,7 @@ class FrameTransport:
         self._sending = Semaphore()
         expects_mask = None if masking == "agreed" else (masking and not client)
         self._reader = wire.FrameReader(expects_mask, max_message_size, buffered, numpy_mask_in_place)
-        self._out = bytearray(wire.RECEIVE_BYTES)  # frames are encoded here, under the send lock
+        self._out = bytearray()  # frames are encoded here, under the send lock (sized by the first)
         self._close_sent = False
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -246,6 +254,16 @@ class FrameTransport:
             if not self.connected:
                 raise ConnectionClosed(1006, "the connection is closed")
             self.sock.sendall(data)
+
+    def trim(self):
+        """Give back the buffers a bulk transfer grew (the connection's keepalive calls
+        this each interval): an idle connection keeps a few KiB, not half a megabyte."""
+        self._reader.trim()
+        if self._sending.acquire(blocking=False):  # a sender at work still uses it
+            try:
+                self._out = bytearray()
+            finally:
+                self._sending.release()
 
     # -- receiving
     def receive(self, timeout=None):

@@ -72,6 +72,27 @@ def test_the_reader_takes_frames_however_the_bytes_are_cut(masked):
     assert received == expected
 
 
+def test_a_reader_grows_its_buffer_for_bulk_bytes_and_gives_it_back_when_idle():
+    reader = wire.FrameReader(expects_mask=False)
+    assert reader.capacity == wire.IDLE_RECEIVE_BYTES  # thousands of idle agents: a few KiB each
+    bulk = b"".join(bytes(wire.encode(wire.OP_BINARY, os.urandom(60_000), masked=False)) for _ in range(8))
+    received, position = [], 0
+    while position < len(bulk):  # reads as a socket gives them: as much as the room offered
+        room = reader.space()
+        count = min(len(room), len(bulk) - position)
+        room[:count] = bulk[position : position + count]
+        reader.filled(count)
+        position += count
+        while (event := reader.next_event()) is not None:
+            received.append(len(event.data))
+    assert received == [60_000] * 8
+    assert reader.capacity >= wire.RECEIVE_BYTES  # it grew: large reads while the bytes came in bulk
+    reader.trim()
+    reader.feed(bytes(wire.encode(wire.OP_BINARY, b"ping", masked=False)))
+    assert bytes(reader.next_event().data) == b"ping"
+    assert reader.capacity == wire.IDLE_RECEIVE_BYTES  # back to an idle connection's
+
+
 @pytest.mark.parametrize("masked", [True, False])
 @pytest.mark.parametrize("length", [0, 125, 126, 65_536, 600_000])
 def test_a_frame_built_around_its_payload_reads_as_the_same_message(masked, length):
