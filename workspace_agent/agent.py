@@ -48,7 +48,7 @@ from workspace_agent.connection import (
     relay_link,
 )
 from workspace_agent.terminals import Terminals
-from workspace_protocol.mux import MAX_DATA, OUTDATED_EXIT, VERSION_REFUSED, version_mismatch
+from workspace_protocol.mux import MAX_DATA, OUTDATED_EXIT, TRY_AGAIN_LATER, VERSION_REFUSED, version_mismatch
 from workspace_protocol.websocket import UNMASKED_HEADER, HandshakeRefused
 
 RPC_PATH = "/api/v2/workspaceagents/me/rpc"
@@ -246,6 +246,9 @@ class Agent:
         reason = await self.link.closed
         if self.link.close_code == VERSION_REFUSED:
             raise Outdated(reason)
+        if self.link.close_code == TRY_AGAIN_LATER:  # the platform is full or busy: back off, retry
+            log.warning("the platform cannot hold this agent now (%s); retrying", reason)
+            return False
         if not answered:  # the platform never answered the HELLO: it refused this agent
             log.error("the platform did not accept this agent: %s", reason)
             return False

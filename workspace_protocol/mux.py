@@ -70,6 +70,9 @@ HELLO, OPEN, DATA, EOF, CLOSE, WINDOW, PING, PONG, RESIZE, RELAY = range(1, 11)
 # The websocket close code of a HELLO with another version: one of the range left to
 # applications (4000-4999), never mistaken for a framing error (1002).
 VERSION_REFUSED = 4010
+# RFC 6455's "try again later": the platform cannot hold this connection now (a worker
+# at its most agents, its shared state away); the agent retries with backoff.
+TRY_AGAIN_LATER = 1013
 OUTDATED_EXIT = 3  # the agent's exit status then: its init script fetches the platform's agent
 HEADER = struct.Struct("!BI")
 COUNT = struct.Struct("!I")

@@ -143,6 +143,18 @@ AGENT_PING_SECONDS = VARIABLES.add(
         doc="How often the platform pings each agent, in seconds; two unanswered pings close the connection.",
     )
 )
+AGENTS_PER_WORKER = VARIABLES.add(
+    Integer(
+        name="WORKSPACE_AGENTS_PER_WORKER",
+        default=8000,
+        minimum=1,
+        doc=(
+            "The most agents' connections one web worker holds; past it, a new agent's websocket is closed with"
+            " code 1013 (try again later) and the agent retries with backoff, perhaps on another worker. Keep it"
+            " below the worker's WORKER_CONNECTIONS, with room for users' requests."
+        ),
+    )
+)
 RELAY_IDLE_SECONDS = VARIABLES.add(
     Integer(
         name="WORKSPACE_RELAY_IDLE_SECONDS",
@@ -212,6 +224,7 @@ class WorkspaceSettings:
     login_max_delay_seconds: int  # WORKSPACE_LOGIN_MAX_DELAY_SECONDS
     agent_timeout_seconds: int  # WORKSPACE_AGENT_CONNECTION_TIMEOUT
     agent_ping_seconds: int  # WORKSPACE_AGENT_PING_SECONDS
+    agents_per_worker: int  # WORKSPACE_AGENTS_PER_WORKER
     relay_idle_seconds: int  # WORKSPACE_RELAY_IDLE_SECONDS
     mesh_secret: str  # WORKSPACE_MESH_SECRET
     mesh_address: str  # WORKSPACE_MESH_ADDRESS
@@ -271,6 +284,7 @@ class WorkspaceSettings:
             login_max_delay_seconds=LOGIN_MAX_DELAY_SECONDS.read(default=max(900, login_delay), minimum=login_delay),
             agent_timeout_seconds=AGENT_CONNECTION_TIMEOUT.read(),
             agent_ping_seconds=AGENT_PING_SECONDS.read(),
+            agents_per_worker=AGENTS_PER_WORKER.read(),
             relay_idle_seconds=RELAY_IDLE_SECONDS.read(),
             mesh_secret=mesh_secret,
             mesh_address=_mesh_address(),

@@ -15,8 +15,8 @@ from simple_websocket import ConnectionError as HandshakeRefused
 
 from devtools.services import free_port
 from tests.support.workspace import AGENT_ENV, TOKEN_HEADER, Workspace, agent_status, create_workspace, wait_status
-from workspace_protocol.mux import HEADER, HELLO, OUTDATED_EXIT, VERSION, VERSION_REFUSED
-from workspace_protocol.websocket import OP_CLOSE, accept_value, frame_head
+from workspace_protocol.mux import HEADER, HELLO, OUTDATED_EXIT, TRY_AGAIN_LATER, VERSION, VERSION_REFUSED
+from workspace_protocol.websocket import OP_CLOSE, Close, FrameReader, accept_value, frame_head
 
 
 def _rpc_url(ws):
@@ -41,6 +41,29 @@ def test_connecting_connected_disconnected_and_missed_pings(workspace, start_age
     wait_status(ws, owner, agent["id"], "connected")  # it notices and reconnects by itself
     process.stop()
     wait_status(ws, owner, agent["id"], "disconnected", timeout=10)
+
+
+def test_answered_pings_are_written_for_all_agents_of_a_worker_at_once(workspace, start_agent):
+    ws = workspace(AGENT_ENV)
+    owner = ws.first_user()
+    agents = create_workspace(ws, owner, "dev", [{"name": "one"}, {"name": "two"}])["agents"]
+    for agent in agents:
+        start_agent(ws.url, agent["token"])
+        wait_status(ws, owner, agent["id"], "connected")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # polling with a deadline
+        shown = [
+            requests.get(f"{ws.api}/workspaceagents/{agent['id']}", headers=ws.as_user(owner), timeout=10).json()
+            for agent in agents
+        ]
+        stamps = {agent["last_connected_at"] for agent in shown}
+        # Connected apart, pinged apart: one stamp for both is one batch's (its earliest answer).
+        if len(stamps) == 1 and all(agent["last_connected_at"] > agent["first_connected_at"] for agent in shown):
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError(f"the agents' answered pings were not written in one batch: {shown}")
+    assert all(agent["status"] == "connected" for agent in shown)
 
 
 def test_an_agent_that_never_connects_times_out(workspace):
@@ -127,6 +150,55 @@ def test_a_reconnecting_agent_replaces_its_old_connection(workspace):
         assert agent_status(ws, owner, agent["id"]) == "connected"
     finally:
         new.close()
+
+
+def test_past_its_most_agents_a_worker_refuses_new_ones_and_keeps_serving_those_it_holds(workspace):
+    ws = workspace({**AGENT_ENV, "WORKSPACE_AGENTS_PER_WORKER": "1"})
+    owner = ws.first_user()
+    held, extra = create_workspace(ws, owner, "dev", [{"name": "one"}, {"name": "two"}])["agents"]
+    first = Client.connect(_rpc_url(ws), headers={TOKEN_HEADER: held["token"]})
+    try:
+        assert isinstance(first.receive(timeout=10), bytes)  # a ping: the worker holds it
+        assert _close_after_upgrade(ws, extra["token"]) == (
+            TRY_AGAIN_LATER,
+            "the platform holds its most agents (1 per worker); try again later",
+        )
+        assert isinstance(first.receive(timeout=10), bytes)  # still served
+        assert agent_status(ws, owner, held["id"]) == "connected"
+        assert agent_status(ws, owner, extra["id"]) == "connecting"
+    finally:
+        first.close()
+    wait_status(ws, owner, held["id"], "disconnected")
+    again = Client.connect(_rpc_url(ws), headers={TOKEN_HEADER: extra["token"]})  # room again: its retry is held
+    try:
+        assert isinstance(again.receive(timeout=10), bytes)
+        wait_status(ws, owner, extra["id"], "connected")
+    finally:
+        again.close()
+
+
+def _close_after_upgrade(ws, token):
+    """The close frame's code and reason that the platform sends an agent right after its
+    upgrade, read off a raw socket (simple-websocket's client drops frames that come in
+    the same read as the 101)."""
+    host, port = ws.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(
+            b"GET /api/v2/workspaceagents/me/rpc HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\n"
+            b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            b"Sec-WebSocket-Version: 13\r\n%s: %s\r\n\r\n" % (host.encode(), TOKEN_HEADER.encode(), token.encode())
+        )
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+    head, _, frames = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 101"), head
+    reader = FrameReader(expects_mask=False)
+    reader.feed(frames)
+    while (event := reader.next_event()) is not None:
+        if isinstance(event, Close):
+            return event.code, event.reason
+    raise AssertionError(f"no close frame in {frames!r}")
 
 
 def test_dashboard_lists_agents_and_streams_their_status(workspace, start_agent):
@@ -241,7 +313,7 @@ def test_an_agent_the_platform_does_not_accept_logs_the_reason_and_retries_with_
     gaps = [later - earlier for earlier, later in zip(arrivals, arrivals[1:])]
     # 0.25..0.5 s, 0.5..1 s, 1..2 s: a refusal does not reset the backoff.
     assert gaps[2] >= 0.9 and gaps[2] > gaps[0], gaps
-    assert "the platform did not accept this agent: Redis is not answering" in process.log()
+    assert "the platform cannot hold this agent now (Redis is not answering); retrying" in process.log()
 
 
 def test_an_agent_of_another_protocol_version_exits_for_its_init_script_to_replace_it(start_agent):

@@ -112,7 +112,7 @@ class WorkspaceAgent(BaseModel):
     token_hash = CharField()
     created_at = DateTimeField(default=now)
     first_connected_at = DateTimeField(null=True)
-    last_connected_at = DateTimeField(null=True)  # at the upgrade, then at every answered ping
+    last_connected_at = DateTimeField(null=True)  # at the upgrade, then answered pings (tunnel/liveness.py)
     disconnected_at = DateTimeField(null=True)
 
     class Meta:

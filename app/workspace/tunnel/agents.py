@@ -12,7 +12,8 @@ the mesh between the workers (mesh.py): `open_stream`, `relay_invitation` and
 Status, as Coder derives it from the timestamps:
   connecting    never connected, and created less than WORKSPACE_AGENT_CONNECTION_TIMEOUT ago
   timeout       never connected, created longer ago than that
-  connected     last_connected_at (the upgrade, then every answered ping) is recent
+  connected     last_connected_at (the upgrade, then answered pings, written in batches
+                by liveness.py) is recent
                 (within 3 ping intervals) and after disconnected_at
   disconnected  otherwise (closed, two pings missed, or the platform went away)
 """
@@ -34,7 +35,8 @@ from app.workspace.core.models import WorkspaceAgent, WorkspaceApp, database, no
 from app.workspace.transport import websocket
 from app.workspace.transport.mesh import Refused, Unreachable, mesh
 from app.workspace.transport.mux import Mux, StreamClosed, join
-from workspace_protocol.mux import MESSAGE_LIMIT, VERSION_REFUSED, version_mismatch
+from app.workspace.tunnel.liveness import liveness
+from workspace_protocol.mux import MESSAGE_LIMIT, TRY_AGAIN_LATER, VERSION_REFUSED, version_mismatch
 
 bp = Blueprint("agents", __name__)
 
@@ -352,13 +354,21 @@ def _serve_agent(app, agent_id, owner_id, transport):
             _record_apps(agent_id, info)
         mux.hello({"ping_seconds": settings.agent_ping_seconds, "agent_id": key})
 
-    mux = Mux(
-        transport, opens=True, on_hello=hello, on_pong=lambda: _update(agent_id, last_connected_at=now()), tunnel=True
-    )
+    liveness.interval = settings.agent_ping_seconds
+    mux = Mux(transport, opens=True, on_hello=hello, on_pong=lambda: liveness.answered(agent_id), tunnel=True)
+    if len(connections) >= settings.agents_per_worker and key not in connections:
+        # Past what this worker holds, the agents it holds and the users stay served; the
+        # agent backs off and retries (here, or on a worker with room).
+        log.warning("agent %s refused: this worker holds %d agents", agent_id, len(connections))
+        mux.close(
+            f"the platform holds its most agents ({settings.agents_per_worker} per worker); try again later",
+            TRY_AGAIN_LATER,
+        )
+        return
     try:
         holding = mesh.hold(key, on_lost=lambda: mux.close("replaced by a newer connection of the agent"))
     except Failure as exc:
-        mux.close(exc.message, 1013)  # "try again later": the agent reconnects
+        mux.close(exc.message, TRY_AGAIN_LATER)
         return
     connection = AgentConnection(agent_id, owner_id, mux)
     previous, connections[key] = connections.get(key), connection
@@ -371,6 +381,7 @@ def _serve_agent(app, agent_id, owner_id, transport):
             reason = mux.run()
         finally:
             pinger.kill()
+            liveness.forget(agent_id)
             # A newer connection, here or on another worker, keeps the agent connected.
             if mesh.release(holding) and connections.get(key) is connection:
                 _update(agent_id, disconnected_at=now())
