@@ -6,6 +6,8 @@ the messages of `subscription`. Records carrying an integer sequence (`seq_of`)
 are sent with `id:` and never twice: live messages at or below the last sequence
 sent are skipped, so subscribing before the replay leaves no gap and no duplicate.
 
+After its opening comment a stream says `retry:`, a reconnection delay drawn
+between RECONNECT_MS's bounds, so that browsers spread their reconnections.
 A keepalive comment goes out every `KEEPALIVE_SECONDS` on a fixed schedule,
 whether or not events flow: the process's one ticker (app.common.ticker) interrupts
 the stream's wait when it is due, so no stream arms a timer per message. A gone
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any, Protocol
@@ -45,6 +48,10 @@ class Subscription(Protocol):
 
 
 KEEPALIVE_SECONDS = 25.0
+# A browser's EventSource reconnects this long after its stream ends (SSE's `retry:`),
+# drawn per stream: after a restart, every open page would otherwise come back at the
+# same instant (browsers wait a fixed 3 to 5 s).
+RECONNECT_MS = (1000, 5000)
 log = logging.getLogger("bundle.sse")
 STREAMS_OPEN = Gauge(
     "bundle_sse_streams_open", "Server-Sent Events streams open", ["service"], multiprocess_mode="livesum"
@@ -117,10 +124,12 @@ def _records(
     path: str,
     route: str | None = None,
     request_id: str | None = None,
+    reconnect_ms: int | None = None,
 ) -> Iterator[bytes]:
     """The stream's records. `path`, `route`, `request_id`: the request's, for the line
     of the stream's end, written after the request's context is gone (`path` as the
-    request line shows it: requestlog.shown_request_path)."""
+    request line shows it: requestlog.shown_request_path). `reconnect_ms`: the
+    `retry:` sent after the opening comment, if any."""
     opened = time.monotonic()
     ending = "client gone"  # unless the loop below ends it otherwise
     # The process's one ticker interrupts the wait when a keepalive is due (fixed
@@ -130,6 +139,8 @@ def _records(
     streams.inc()
     try:
         yield comment("stream open")
+        if reconnect_ms is not None:
+            yield b"retry: %d\n\n" % reconnect_ms
         last_seq = yield from _replayed(replay, seq_of, after)
         del replay  # a long-lived stream need not keep its replay in memory
         get, record = subscription.get, _rendered.record
@@ -179,10 +190,12 @@ def stream_response(
     seq_of: SeqOf | None = None,
     after: int | None = None,
     keepalive: float = KEEPALIVE_SECONDS,
+    reconnect: bool = True,
 ) -> Response:
     """`after`: the client's cursor; records at or below it are never sent.
     `subscription`: a broker subscription, or anything with its `get()` (None when
-    interrupted), `interrupt()` and `close()`."""
+    interrupted), `interrupt()` and `close()`. `reconnect`: a stream a browser's
+    EventSource comes back to (a `retry:` is sent), not one request's answer."""
     rule = request.url_rule
     records = _records(
         replay,
@@ -193,6 +206,7 @@ def stream_response(
         requestlog.shown_request_path(),
         None if rule is None else rule.rule,
         g.get("request_id"),
+        random.randint(*RECONNECT_MS) if reconnect else None,
     )
     response = Response(records, mimetype="text/event-stream")
     # The records are bytes already: the server iterates the generator itself, without

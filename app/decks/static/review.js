@@ -340,10 +340,13 @@ function startReviewPage(root) {
 
     function wait() {
       delay = nextDelay(delay);
-      let left = delay;
+      // Up to half a step more, at random (never past the ceiling): after a server
+      // restart, every open page would otherwise come back in the same instant.
+      const pause = Math.min(MAX_DELAY_S, delay * (1 + Math.random() / 2));
+      let left = Math.ceil(pause);
       setState("reconnecting", left);
       ticker = setInterval(() => setState("reconnecting", (left = Math.max(0, left - 1))), 1000);
-      timer = setTimeout(open, delay * 1000);
+      timer = setTimeout(open, pause * 1000);
     }
 
     const now = () => { if (!source) open(); };

@@ -78,4 +78,4 @@ def error_record(exc):
 
 
 def sse(records):
-    return stream_response([], Feed(records, error_record))
+    return stream_response([], Feed(records, error_record), reconnect=False)  # one request's answer

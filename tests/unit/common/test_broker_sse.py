@@ -4,9 +4,10 @@ import time
 
 import gevent
 import pytest
+from flask import Flask
 
 from app.common.broker import LocalBroker, SubscriptionClosed
-from app.common.sse import _records, format_record
+from app.common.sse import RECONNECT_MS, _records, format_record, stream_response
 
 
 def test_each_subscriber_gets_every_message_in_order():
@@ -248,3 +249,20 @@ def test_ticker_schedules_are_fixed_never_early_and_survive_a_faulty_callback():
     assert "cancelled" not in calls
     assert all(at >= n * 0.05 for n, at in enumerate(calls, start=1)), calls  # never early
     _wait_until(lambda: ticker._greenlet is None, "the idle ticker to end")
+
+
+def test_a_stream_tells_browsers_a_reconnection_delay_drawn_per_stream():
+    """After a restart every open page reconnects: each stream's `retry:` spreads them."""
+    app, broker = Flask(__name__), LocalBroker()
+    app.add_url_rule("/events", "events", lambda: stream_response([], broker.subscribe("t")))
+    delays = set()
+    for _ in range(20):
+        with app.test_client().get("/events") as response:
+            chunks = response.response  # the generator: read two records, then let it go
+            assert next(chunks) == b": stream open\n\n"
+            retry = next(chunks)
+            assert retry.startswith(b"retry: ") and retry.endswith(b"\n\n")
+            delays.add(int(retry[7:]))
+            chunks.close()
+    low, high = RECONNECT_MS
+    assert all(low <= delay <= high for delay in delays) and len(delays) > 1
