@@ -247,7 +247,9 @@ class Link(asyncio.BufferedProtocol):
         if self.closed.done():
             return
         try:
-            if self.transport is not None:  # else the connection was never made
+            # Only on a websocket: before the 101 (an answer that never came in time) the
+            # server still reads HTTP, and would take the frame for a malformed request.
+            if self.transport is not None and self.upgraded.done() and not self.upgraded.exception():
                 self.transport.write(wire.encode(wire.OP_CLOSE, wire.close_body(code, reason), masked=self.masked))
         finally:
             self._shutdown(reason)
