@@ -13,7 +13,10 @@ registers itself as a live process of its release (bind_to_requests).
 
 A pool with every connection in use makes a checkout wait for one to come back, up
 to POOL_WAIT_SECONDS (either engine), then answer 503 (app.common.errors): a burst
-of requests (a reconnect storm after a restart) is slowed, never failed.
+of requests (a reconnect storm after a restart) is slowed, never failed. Routes
+that stream (SSE, websockets) take no connection of their own (bind_to_requests'
+`no_connection`, or `proxy.close()` before the long part) and one for each block
+that reads or writes (connection_for_block).
 """
 
 import json
@@ -230,7 +233,10 @@ def bind_to_requests(app: _App, proxy: DatabaseProxy, no_connection: frozenset[s
     but for the endpoints of NO_CONNECTION_ENDPOINTS (`/metrics`: a scrape must answer
     while the pool is exhausted or the database down; a collector that reads the
     database takes a connection itself, `bounded_read`) and the service's own
-    `no_connection` (view names, whatever their blueprint) that say the same.
+    `no_connection` (view names, whatever their blueprint) that say the same: the
+    routes that stream, which take a connection per read (connection_for_block), so
+    that a burst of them (a reconnect storm) holds none while it subscribes and none
+    while it streams (a streamed body runs after this teardown, with none).
     In a gevent web worker (gunicorn's, patched) the worker also registers itself as a
     live process of its release (app.common.live_processes) until it exits; an app
     made in an unpatched process (a test's client) does not."""

@@ -203,12 +203,12 @@ def rotate_agent_token(agent_id):
 
 @bp.get("/api/v2/users/me/workspaces/watch")
 def watch_agent_statuses():
-    """SSE: the current status of each of the user's agents, then every change. A
-    database connection only for each read (NO_CONNECTION): none while it subscribes
-    (which waits on Redis), none while it streams."""
+    """SSE: the current status of each of the user's agents, then every change."""
     from app.common.broker import broker
     from app.common.sse import stream_response
 
+    # A database connection for each read only (NO_CONNECTION): none while it
+    # subscribes (which may wait on Redis), none while it streams.
     with connection_for_block(database):
         user = sessions.current_user()
     subscription = broker.subscribe(agents.status_topic(user.id))  # before the snapshot: no change is missed
