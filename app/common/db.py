@@ -172,7 +172,9 @@ class _MeasuredPool(PooledDatabase):  # type: ignore[misc]  # peewee is untyped
                     # Database.connect: a checkout (_connect) that raises when the pool is exhausted.
                     return bool(super(PooledDatabase, self).connect(reuse_if_open))
                 except MaxConnectionsExceeded:
-                    waited = True
+                    if not waited:  # counted as it starts to wait: a scrape counts those waiting now too
+                        waited = True
+                        metrics.of_service(POOL_WAITS).inc()
                     remaining = started + (bound or 0) - time.monotonic()
                     if remaining <= 0:
                         raise MaxConnectionsExceeded(
@@ -183,7 +185,6 @@ class _MeasuredPool(PooledDatabase):  # type: ignore[misc]  # peewee is untyped
                         self._pool_available.wait(timeout=min(remaining, POOL_RECHECK_SECONDS))
         finally:
             if waited:
-                metrics.of_service(POOL_WAITS).inc()
                 metrics.of_service(POOL_WAIT_TIME).observe(time.monotonic() - started)
 
     def _connect(self) -> Any:
