@@ -10,6 +10,13 @@ psycopg 3, which yields to other greenlets while it waits on the server (gevent
 patches `select`, which psycopg uses from 3.1.14 on). Each PostgreSQL connection
 names itself (`application_name`, app.common.live_processes), and each web worker
 registers itself as a live process of its release (bind_to_requests).
+
+A pool with every connection in use makes a checkout wait for one to come back, up
+to POOL_WAIT_SECONDS (either engine), then answer 503 (app.common.errors): a burst
+of requests (a reconnect storm after a restart) is slowed, never failed. Routes
+that stream (SSE, websockets) take no connection of their own (bind_to_requests'
+`no_connection`, or `proxy.close()` before the long part) and one for each block
+that reads or writes (connection_for_block).
 """
 
 import json
@@ -32,9 +39,14 @@ from app.common.failures import Unavailable
 from app.common.migrations import LOCK_WAIT_SECONDS, History, bring_up_to_date
 
 # A web worker's greenlets share its pool; past this many connections in use a request
-# waits up to POOL_WAIT_SECONDS for one to come back.
+# waits up to POOL_WAIT_SECONDS for one to come back (then 503), on either engine.
 POSTGRES_POOL_SIZE = 32
+SQLITE_POOL_SIZE = 64
 POOL_WAIT_SECONDS = 10
+# A waiting checkout looks at the pool again at least this often: a connection given
+# back between its failed try and its wait wakes no one (threads; in a gevent worker no
+# switch happens in between).
+POOL_RECHECK_SECONDS = 1.0
 # A transaction of ours never waits on anything but the database between its
 # statements: one left open this long belongs to a process that is gone or cut off
 # (a host lost mid-write: no FIN, no RST). PostgreSQL ends its session then, and frees
@@ -57,7 +69,7 @@ POOL_IN_USE = Gauge(
 )
 POOL_WAITS = Counter(
     "bundle_db_pool_waits_total",
-    "Checkouts that found every connection of the pool in use (they waited, or failed at once on SQLite)",
+    "Checkouts that found every connection of the pool in use (they waited for one, or timed out into a 503)",
     ["service"],
 )
 POOL_WAIT_TIME = Histogram(
@@ -107,7 +119,11 @@ def _open(url: str, service: str, pool: bool) -> Database:
         if pool:
             db = _measured(
                 connect(
-                    "sqlite+pool://" + url[len("sqlite://") :], max_connections=64, stale_timeout=300, pragmas=pragmas
+                    "sqlite+pool://" + url[len("sqlite://") :],
+                    max_connections=SQLITE_POOL_SIZE,
+                    stale_timeout=300,
+                    timeout=POOL_WAIT_SECONDS,  # the pool's own wait; SQLite's is busy_timeout
+                    pragmas=pragmas,
                 )
             )
         else:
@@ -134,25 +150,45 @@ def _open(url: str, service: str, pool: bool) -> Database:
 class _MeasuredPool(PooledDatabase):  # type: ignore[misc]  # peewee is untyped
     """Put in front of a peewee pooled database's class (`_measured`): its connections in
     use (`bundle_db_pool_connections_in_use`, this worker's count at each checkout and
-    check-in) and the checkouts that found the pool exhausted, with their wait."""
+    check-in), and checkouts that wait while the pool is exhausted, each bounded on its
+    own (`connect(wait=...)`), counted with their wait (`bundle_db_pool_waits_total`,
+    `bundle_db_pool_wait_seconds`)."""
 
-    _exhausted = threading.local()  # greenlet-local in a patched worker
+    def connect(self, reuse_if_open: bool = False, wait: float | None = None) -> bool:
+        """A connection for the calling greenlet (thread); while every one is in use, wait
+        for one to be given back, up to `wait` seconds (None: the pool's `timeout`), then
+        MaxConnectionsExceeded (a 503 in a request, app.common.errors).
 
-    def connect(self, reuse_if_open: bool = False) -> bool:
-        started, self._exhausted.seen = time.monotonic(), False
+        peewee's own wait, with a bound per call: the wait is on the pool's
+        threading.Condition, which in a gevent worker (threading patched before the app,
+        hence the pool, is made) is gevent's, so the worker's other greenlets, the one
+        that gives a connection back among them, run meanwhile."""
+        bound = self._wait_timeout if wait is None else wait
+        started = time.monotonic()
+        waited = False
         try:
-            return bool(super().connect(reuse_if_open))
+            while True:
+                try:
+                    # Database.connect: a checkout (_connect) that raises when the pool is exhausted.
+                    return bool(super(PooledDatabase, self).connect(reuse_if_open))
+                except MaxConnectionsExceeded:
+                    if not waited:  # counted as it starts to wait: a scrape counts those waiting now too
+                        waited = True
+                        metrics.of_service(POOL_WAITS).inc()
+                    remaining = started + (bound or 0) - time.monotonic()
+                    if remaining <= 0:
+                        raise MaxConnectionsExceeded(
+                            f"every database connection of the pool ({self._max_connections}) was in use"
+                            f" for {bound or 0:g} s"
+                        ) from None
+                    with self._pool_available:
+                        self._pool_available.wait(timeout=min(remaining, POOL_RECHECK_SECONDS))
         finally:
-            if self._exhausted.seen:
-                metrics.of_service(POOL_WAITS).inc()
+            if waited:
                 metrics.of_service(POOL_WAIT_TIME).observe(time.monotonic() - started)
 
     def _connect(self) -> Any:
-        try:
-            connection = super()._connect()
-        except MaxConnectionsExceeded:
-            self._exhausted.seen = True
-            raise
+        connection = super()._connect()
         metrics.of_service(POOL_IN_USE).set(len(self._in_use))
         return connection
 
@@ -198,7 +234,10 @@ def bind_to_requests(app: _App, proxy: DatabaseProxy, no_connection: frozenset[s
     but for the endpoints of NO_CONNECTION_ENDPOINTS (`/metrics`: a scrape must answer
     while the pool is exhausted or the database down; a collector that reads the
     database takes a connection itself, `bounded_read`) and the service's own
-    `no_connection` (view names, whatever their blueprint) that say the same.
+    `no_connection` (view names, whatever their blueprint) that say the same: the
+    routes that stream, which take a connection per read (connection_for_block), so
+    that a burst of them (a reconnect storm) holds none while it subscribes and none
+    while it streams (a streamed body runs after this teardown, with none).
     In a gevent web worker (gunicorn's, patched) the worker also registers itself as a
     live process of its release (app.common.live_processes) until it exits; an app
     made in an unpatched process (a test's client) does not."""
@@ -246,8 +285,8 @@ def bounded_read(proxy: DatabaseProxy, seconds: float = BOUNDED_READ_SECONDS) ->
     """A read that gives up after about `seconds` (TimeoutError, or the database's
     error) rather than waiting on the database: for a scrape's collector, which must
     answer within Prometheus' scrape time-out. A connection of its own, taken from the
-    pool (an exhausted SQLite pool refuses at once) and given back after the block, or
-    the caller's if one is open; in a transaction of its own whose statements and locks
+    pool (waiting for one `seconds` at most) and given back after the block, or the
+    caller's if one is open; in a transaction of its own whose statements and locks
     wait `seconds` at most (PostgreSQL's statement_timeout and lock_timeout, SQLite's
     busy_timeout, put back after). Refused inside a transaction of the caller's, which
     those settings would outlast.
@@ -267,7 +306,7 @@ def bounded_read(proxy: DatabaseProxy, seconds: float = BOUNDED_READ_SECONDS) ->
     timer.start()
     try:
         if opened:
-            proxy.connect()
+            _checkout(proxy, seconds)
         with _busy_timeout(proxy.obj, milliseconds) if isinstance(proxy.obj, SqliteDatabase) else nullcontext():
             proxy.begin()
             try:
@@ -295,6 +334,15 @@ def bounded_read(proxy: DatabaseProxy, seconds: float = BOUNDED_READ_SECONDS) ->
         raise
     finally:
         timer.close()
+
+
+def _checkout(proxy: DatabaseProxy, seconds: float) -> None:
+    """A connection from `proxy`'s pool waiting `seconds` at most for one (the gevent
+    time-out bounds that wait too, but only in a patched process)."""
+    if isinstance(proxy.obj, _MeasuredPool):
+        proxy.obj.connect(wait=seconds)
+    else:
+        proxy.connect()
 
 
 def _discard(proxy: DatabaseProxy) -> None:
@@ -356,13 +404,21 @@ class JSONField(TextField):
         return None if value is None else json.loads(value)
 
 
-DATABASE_UNAVAILABLE = (OperationalError, InterfaceError)
+# The errors that answer 503 (unavailable_error): the database went away, or the pool
+# stayed exhausted for all of POOL_WAIT_SECONDS.
+DATABASE_UNAVAILABLE = (OperationalError, InterfaceError, MaxConnectionsExceeded)
 
 
 def unavailable_error(exc: Exception) -> Unavailable:
     """The 503 that answers a request whose database went away under it (a restart,
-    a lost host): the pool drops the broken connection, so later requests reconnect."""
-    return Unavailable("the database is unavailable; try again shortly", detail=str(exc).strip()[:200], retry_after=2)
+    a lost host: the pool drops the broken connection, so later requests reconnect), or
+    that found no free connection within POOL_WAIT_SECONDS (more requests at once than
+    the pool serves in that time)."""
+    if isinstance(exc, MaxConnectionsExceeded):
+        message = "the service is busy: no database connection came free in time; try again shortly"
+    else:
+        message = "the database is unavailable; try again shortly"
+    return Unavailable(message, detail=str(exc).strip()[:200], retry_after=2)
 
 
 # The key of PostgreSQL's transaction-level advisory lock that write_transaction takes

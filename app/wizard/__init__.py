@@ -34,7 +34,7 @@ def init_app(app):
     seed_global_wizards()
     public_lists.enable(settings.lists_dir)
     readiness.register(app, database, HISTORY, redis=True)  # before bind_to_requests: /readyz goes first
-    bind_to_requests(app, database)
+    bind_to_requests(app, database, no_connection=api.NO_CONNECTION | ai.NO_CONNECTION)
     if settings.allow_test_identity:
         log.warning(
             "WIZ_ALLOW_TEST_IDENTITY=1: X-Wiz-Test-User is honoured on direct loopback requests; "

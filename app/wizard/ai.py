@@ -22,6 +22,9 @@ from app.wizard.generation import SIZES, GenerationFailed
 from app.wizard.models import LlmLog, LlmTiming, database
 
 bp = Blueprint("ai", __name__)
+# Views that take no database connection per request (app.common.db.bind_to_requests):
+# the streams of thoughts and phases read none.
+NO_CONNECTION = frozenset({"ai_thoughts", "ai_phases"})
 BODY_LIMIT = 512 * 1024
 _TOKEN = r"^[A-Za-z0-9_-]{8,100}$"
 _TAB = re.compile(_TOKEN)

@@ -12,6 +12,10 @@ from app.wizard.models import LlmTiming
 
 bp = Blueprint("api", __name__)
 log = logging.getLogger("bundle.wizard")
+# Views that take no database connection per request (app.common.db.bind_to_requests):
+# the event stream reads none, and thousands open at once (a reconnect storm) must not
+# queue on the pool while they subscribe.
+NO_CONNECTION = frozenset({"collection_events"})
 ROW_BODY_LIMIT = 256 * 1024
 _CLIENT_ERROR_LIMITS = {"type": 100, "message": 2000, "stack": 8000}
 

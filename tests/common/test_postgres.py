@@ -16,7 +16,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from app.common.db import POSTGRES_POOL_SIZE
 from devtools.waiting import wait_for
+from tests.support.metrics import scrape
 from tests.support.wizard import TEST_IDENTITY, WizardClient
 
 
@@ -51,6 +53,28 @@ def test_a_request_waiting_on_the_database_does_not_hold_up_its_worker(wizard_on
         assert not blocked.done()
         holder.commit()  # releases the lock
         assert blocked.result(timeout=30).status_code == 200
+
+
+def test_requests_past_the_pool_s_size_wait_for_a_connection_then_are_served(wizard_on_postgres):
+    """More requests at once than the worker's pool holds connections, each holding its
+    connection while it waits on the test's lock: those past the pool's size wait for a
+    connection (counted as they start to wait), never fail, while the worker answers
+    others; once the lock goes, every one is served."""
+    client, url = wizard_on_postgres
+    extra = 4
+    count = POSTGRES_POOL_SIZE + extra
+    with ThreadPoolExecutor(count) as pool, psycopg.connect(url) as holder:
+        holder.execute("LOCK TABLE prompt_history IN ACCESS EXCLUSIVE MODE")
+        clients = [client.as_user(f"reader{i}") for i in range(count)]  # a requests session each
+        blocked = [pool.submit(reader.get, "/api/collections/prompt_history") for reader in clients]
+        wait_for(lambda: waiting_on_a_lock(url) == POSTGRES_POOL_SIZE, "the pool's connections to wait on the lock")
+        # /metrics takes no connection: the worker answers it while its pool is empty.
+        wait_for(lambda: scrape(client).value("bundle_db_pool_waits_total") == extra, "checkouts waiting on the pool")
+        assert scrape(client).value("bundle_db_pool_connections_in_use") == POSTGRES_POOL_SIZE
+        assert not any(request.done() for request in blocked)
+        holder.commit()  # releases the lock
+        assert [request.result(timeout=30).status_code for request in blocked] == [200] * count
+    assert scrape(client).value("bundle_db_pool_connections_in_use") == 0
 
 
 def test_a_database_restart_fails_requests_in_flight_cleanly_then_heals(wizard_on_postgres, postgres_server):

@@ -78,3 +78,33 @@ def test_writes_in_one_worker_reach_streams_in_every_worker(start_service, redis
     finally:
         for response in streams:
             response.close()
+
+
+# More streams opened at once on one worker than its pool holds connections (SQLite: 64).
+BURST = 150
+
+
+def test_a_burst_of_stream_opens_all_open_and_a_request_is_served_meanwhile(start_service, redis_server):
+    """A reconnect storm on one worker whose streams subscribe through Redis (each open
+    waits for Redis): every stream opens (the stream route takes no database
+    connection, so none waits on the pool or fails for want of one), a request that
+    reads the database is served while they are open, and each stream hears the next
+    write."""
+    from tests.support.metrics import scrape
+    from tests.support.stream_burst import streams_opened_at_once
+    from tests.support.wizard import TEST_IDENTITY, WizardClient
+
+    service = start_service("wizard", env={**TEST_IDENTITY, "REDIS_URL": redis_server.new_url()})
+    client = WizardClient(service.base_url, "alice")
+    with streams_opened_at_once(
+        service.port, "/api/events", lambda i: {"X-Wiz-Test-User": f"reader{i}"}, BURST
+    ) as streams:
+        assert [stream.status_line() for stream in streams] == ["HTTP/1.1 200 OK"] * BURST
+        assert client.get("/api/collections/saved_prompts").status_code == 200
+        samples = scrape(service)
+        assert samples.value("bundle_sse_streams_open") == BURST
+        assert samples.value("bundle_db_pool_connections_in_use") == 0
+        assert not samples.value("bundle_db_pool_waits_total")  # no checkout found the pool empty
+        client.post("/api/collections/saved_prompts", json={"text": "x"}).raise_for_status()
+        for stream in streams:
+            stream.read_until(b'{"collection":"saved_prompts"}')

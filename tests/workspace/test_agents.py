@@ -326,3 +326,31 @@ def test_an_agent_of_another_protocol_version_exits_for_its_init_script_to_repla
         platform.stop()
     assert len(platform.arrivals) == 1
     assert f"{reason}: this agent is out of date" in process.log()
+
+
+def test_a_burst_of_status_streams_all_open_and_take_the_database_only_for_their_reads(start_service, redis_server):
+    """A reconnect storm of dashboards on one worker whose streams subscribe through
+    Redis: more status streams opened at once than the pool holds connections (SQLite:
+    64) all open with their snapshot; each took a connection for its reads only, never
+    while it waited on Redis (no checkout found the pool empty), and holds none while it
+    streams; a request is served meanwhile."""
+    from tests.support.metrics import scrape
+    from tests.support.stream_burst import streams_opened_at_once
+    from tests.support.workspace import MESH_ENV
+
+    burst = 150
+    ws = Workspace(start_service("workspace", env={**MESH_ENV, "REDIS_URL": redis_server.new_url()}))
+    owner = ws.first_user()
+    agent = create_workspace(ws, owner, "dev", [{"name": "main"}])["agents"][0]
+    snapshot = json.dumps({"agent_id": agent["id"], "status": "connecting"}, separators=(",", ":")).encode()
+    with streams_opened_at_once(
+        ws.service.port, "/api/v2/users/me/workspaces/watch", lambda i: ws.as_user(owner), burst
+    ) as streams:
+        assert [stream.status_line() for stream in streams] == ["HTTP/1.1 200 OK"] * burst
+        for stream in streams:
+            stream.read_until(snapshot)
+        assert agent_status(ws, owner, agent["id"]) == "connecting"
+        samples = scrape(ws.service)
+        assert samples.value("bundle_sse_streams_open") == burst
+        assert samples.value("bundle_db_pool_connections_in_use") == 0
+        assert not samples.value("bundle_db_pool_waits_total")

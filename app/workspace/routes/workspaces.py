@@ -17,6 +17,7 @@ from flask import Blueprint, current_app, jsonify
 from peewee import IntegrityError
 
 from app.common.body import json_object, validated
+from app.common.db import connection_for_block
 from app.common.failures import Conflict, NotFound
 from app.workspace.access import accounts, grants, sessions
 from app.workspace.core.models import User, Workspace, WorkspaceAgent, WorkspaceApp, audit, database
@@ -24,6 +25,10 @@ from app.workspace.core.payloads import CreateWorkspaceSchema
 from app.workspace.tunnel import agents
 
 bp = Blueprint("workspaces", __name__)
+# Views that take no database connection per request (app.common.db.bind_to_requests),
+# but one per block that reads: the status stream, of which a reconnect storm opens
+# thousands at once.
+NO_CONNECTION = frozenset({"watch_agent_statuses"})
 
 BODY_LIMIT = 64 * 1024
 
@@ -202,12 +207,19 @@ def watch_agent_statuses():
     from app.common.broker import broker
     from app.common.sse import stream_response
 
-    user = sessions.current_user()
+    # A database connection for each read only (NO_CONNECTION): none while it
+    # subscribes (which may wait on Redis), none while it streams.
+    with connection_for_block(database):
+        user = sessions.current_user()
     subscription = broker.subscribe(agents.status_topic(user.id))  # before the snapshot: no change is missed
-    settings = _settings()
-    snapshot = [
-        {"agent_id": str(agent.id), "status": agents.status_of(agent, settings)}
-        for agent in WorkspaceAgent.select().join(Workspace).where(Workspace.owner == user.id)
-    ]
-    database.close()
+    try:
+        settings = _settings()
+        with connection_for_block(database):
+            snapshot = [
+                {"agent_id": str(agent.id), "status": agents.status_of(agent, settings)}
+                for agent in WorkspaceAgent.select().join(Workspace).where(Workspace.owner == user.id)
+            ]
+    except BaseException:
+        subscription.close()
+        raise
     return stream_response(snapshot, subscription)

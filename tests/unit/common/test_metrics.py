@@ -301,7 +301,7 @@ def test_the_pool_counts_connections_in_use_and_checkouts_that_found_it_full(tmp
     try:
         assert value(db.POOL_IN_USE, service) == 2
         with pytest.raises(MaxConnectionsExceeded):
-            proxy.connect()  # SQLite's pool has no wait: refused at once, and counted
+            proxy.connect()  # a pool made without `timeout` waits not at all: refused at once, and counted
         assert value(db.POOL_WAITS, service) == waits + 1
     finally:
         release.set()
@@ -319,9 +319,10 @@ def test_the_reference_lists_every_metric_with_its_labels():
     assert all(name.startswith("bundle_") for name in rows)
 
 
-def test_a_scrape_answers_at_once_while_the_pool_is_exhausted(tmp_path, monkeypatch):
+def test_a_scrape_answers_while_the_pool_is_exhausted(tmp_path, monkeypatch):
     """`/metrics` takes no connection of its own; the notebook's backlog, which needs
-    one, is left out of that scrape (logged) instead of failing it."""
+    one, waits for one its bound (BOUNDED_READ_SECONDS), then is left out of that
+    scrape (logged) instead of failing it."""
     monkeypatch.delenv(metrics.MULTIPROCESS_ENV, raising=False)
     monkeypatch.delenv("METRICS", raising=False)
     monkeypatch.setenv("DATA_DIR", str(tmp_path))
@@ -343,9 +344,7 @@ def test_a_scrape_answers_at_once_while_the_pool_is_exhausted(tmp_path, monkeypa
     holder.start()
     try:
         assert holding.wait(10)
-        started = time.monotonic()
         samples = scrape(client)
-        assert time.monotonic() - started < 1.0
         assert samples.value("bundle_notebook_jobs") is None
         assert samples.value("bundle_http_requests_total") is not None
     finally:
