@@ -24,14 +24,18 @@ def test_a_changed_page_is_detected(tmp_path):
         shutil.copy(reference.DOCS_DIR / f"{service}.md", tmp_path)
     page = tmp_path / "decks.md"
     page.write_text(page.read_text().replace("| GET | `/healthz` |", "| POST | `/healthz` |"))
-    problems = reference.run(check=True, docs_dir=tmp_path)
+    # The other pages as copies too: the writing run below must write nothing of the checkout's.
+    pages = {"metrics_page": tmp_path / "metrics.md", "backup_page": tmp_path / "backup.md"}
+    shutil.copy(reference.METRICS_PAGE, pages["metrics_page"])
+    shutil.copy(reference.BACKUP_PAGE, pages["backup_page"])
+    problems = reference.run(check=True, docs_dir=tmp_path, **pages)
     assert [p for p in problems if "decks.md" in p] == [
         f"{page}: differs from the code (run `python -m devtools.reference`)"
     ]
     assert not [p for p in problems if "decks.md" not in p]
     assert "| POST | `/healthz` |" in page.read_text(), "--check writes nothing"
 
-    assert reference.run(check=False, docs_dir=tmp_path) == []
+    assert reference.run(check=False, docs_dir=tmp_path, **pages) == []
     assert page.read_text() == (reference.DOCS_DIR / "decks.md").read_text()
 
 
