@@ -191,6 +191,7 @@ class Agent:
         self.link = None
         self.agent_id = None  # the platform's HELLO tells it
         self.relays = set()  # the Link of each relay session served
+        self.retry_after = None  # seconds the platform asked for with its last refusal
 
     async def on_open(self, stream):
         kind = stream.meta.get("kind")
@@ -223,6 +224,7 @@ class Agent:
                 self.rpc_url, headers, opens=False, on_open=self.on_open, on_hello=on_hello, on_relay=self.on_relay
             )
         except HandshakeRefused as exc:
+            self.retry_after = exc.retry_after
             log.warning(
                 "the platform refused the connection (HTTP %s)%s",
                 exc.status_code,
@@ -329,10 +331,20 @@ class Agent:
                     raise
                 except Exception:  # a bug must not end the agent and its shells: log, back off, retry
                     log.exception("the connection failed")
-                await asyncio.sleep(random.uniform(delay / 2, delay))
+                await asyncio.sleep(self._pause(delay))
                 delay = min(delay * 2, BACKOFF_CAP_S)
         finally:
             reaper.cancel()
+
+    def _pause(self, delay):
+        """The wait before the next try: the backoff's step with jitter, and at least what
+        a busy platform asked for (Retry-After, with jitter too: thousands of agents
+        refused together must not all come back together)."""
+        pause = random.uniform(delay / 2, delay)
+        asked, self.retry_after = self.retry_after, None
+        if asked:
+            pause = max(pause, random.uniform(asked, 2 * asked))
+        return pause
 
     def stop(self):
         self.terminals.kill_all()

@@ -68,9 +68,10 @@ class HandshakeRefused(Exception):
     """The server answered the upgrade with something else than 101 (`status`, 0 if
     unreadable; 101 when its Sec-WebSocket-Accept is wrong)."""
 
-    def __init__(self, status: int) -> None:
+    def __init__(self, status: int, retry_after: float | None = None) -> None:
         super().__init__(f"the server refused the websocket upgrade (HTTP {status})")
         self.status_code = status
+        self.retry_after = retry_after  # its Retry-After, in seconds, if it said one
 
 
 # --------------------------------------------------------------------------- the opening handshake
@@ -110,9 +111,12 @@ def upgrade_answered(received: bytes, key: str) -> tuple[dict[str, str], bytes] 
     head, rest = received.split(b"\r\n\r\n", 1)
     lines = head.decode("latin-1").split("\r\n")
     status = lines[0].split(" ", 2)[1] if lines[0].count(" ") >= 1 else ""
-    if status != "101":
-        raise HandshakeRefused(int(status) if status.isdigit() else 0)
     fields = {name.strip().lower(): value.strip() for name, _, value in (line.partition(":") for line in lines[1:])}
+    if status != "101":
+        retry_after = fields.get("retry-after", "")
+        raise HandshakeRefused(
+            int(status) if status.isdigit() else 0, min(int(retry_after), 3600) if retry_after.isdigit() else None
+        )
     if fields.get("sec-websocket-accept") != accept_value(key):
         raise HandshakeRefused(101)
     return fields, rest

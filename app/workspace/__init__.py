@@ -46,7 +46,7 @@ def init_app(app):
     open_database(settings.database_url)
     mesh.configure(redis_client.client(), settings.mesh_secret, settings.mesh_address)
     readiness.register(app, database, HISTORY, redis=True)  # before bind_to_requests: /readyz goes first
-    bind_to_requests(app, database, no_connection=workspaces.NO_CONNECTION)
+    bind_to_requests(app, database, no_connection=workspaces.NO_CONNECTION | agents.NO_CONNECTION)
 
     # Every route module's blueprint; pages' also serves the templates and /static.
     for module in (agent_files, agents, api, apps, oidc, pages, relay, terminal, workspaces):

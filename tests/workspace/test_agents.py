@@ -267,6 +267,10 @@ class RefusingPlatform:
 
     def _refuse(self, sock):
         sock.settimeout(10)
+        if self.code < 1000:  # an HTTP status (not a close code): a busy platform's answer to the upgrade
+            sock.recv(65536)
+            sock.sendall(b"HTTP/1.1 %d Busy\r\nRetry-After: %s\r\nContent-Length: 0\r\n\r\n" % (self.code, self.reason))
+            return
         try:
             head = b""
             while b"\r\n\r\n" not in head:
@@ -314,6 +318,21 @@ def test_an_agent_the_platform_does_not_accept_logs_the_reason_and_retries_with_
     # 0.25..0.5 s, 0.5..1 s, 1..2 s: a refusal does not reset the backoff.
     assert gaps[2] >= 0.9 and gaps[2] > gaps[0], gaps
     assert "the platform cannot hold this agent now (Redis is not answering); retrying" in process.log()
+
+
+def test_an_agent_a_busy_platform_refuses_waits_at_least_its_retry_after(start_agent):
+    platform = RefusingPlatform(503, b"2")  # far above the first backoff steps (0.25 to 1 s)
+    try:
+        process = start_agent(platform.url, "token-of-a-refused-agent")
+        deadline = time.monotonic() + 30
+        while len(platform.arrivals) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)  # polling with a deadline
+        arrivals = platform.arrivals[:3]
+        assert len(arrivals) == 3, process.log()
+    finally:
+        platform.stop()
+    assert all(later - earlier >= 2 for earlier, later in zip(arrivals, arrivals[1:])), arrivals
+    assert "the platform refused the connection (HTTP 503)" in process.log()
 
 
 def test_an_agent_of_another_protocol_version_exits_for_its_init_script_to_replace_it(start_agent):

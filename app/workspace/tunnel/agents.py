@@ -23,10 +23,12 @@ from datetime import timedelta
 
 import gevent
 from flask import Blueprint, current_app, request
+from gevent.lock import BoundedSemaphore
 from prometheus_client import Gauge
 
 from app.common import lifecycle
 from app.common.broker import broker
+from app.common.db import connection_for_block
 from app.common.failures import Failure, Invalid, Unauthenticated, Unavailable, UpstreamFailed
 from app.workspace.access import app_hosts, grants
 from app.workspace.access.sessions import HEADER, TOKEN_SHAPE, new_token, secret_matches
@@ -324,23 +326,69 @@ def _record_apps(agent_id, info):
         grants.changed()  # requests kept going to the old address would reach another app
 
 
+class _Arrivals:
+    """The agents' connections this worker is setting up (from the upgrade request to
+    the agent recorded as held): at most HANDSHAKES_AT_ONCE; a further one is answered
+    503 at once, before any database work, and its agent backs off. Without it, a
+    reconnect storm (10,000 agents after a restart) queued more handshakes than the
+    worker could finish before the agents' own time-out (10 s): each then retried, the
+    work done for them was lost, and none connected."""
+
+    def __init__(self, at_once):
+        self._free = BoundedSemaphore(at_once)
+
+    def admit(self):
+        """A release() callable (idempotent) for an admitted arrival; else Unavailable."""
+        if not self._free.acquire(blocking=False):
+            raise Unavailable("The platform is busy connecting other agents; try again in a moment.", retry_after=5)
+        released = []
+
+        def release():
+            if not released:
+                released.append(True)
+                self._free.release()
+
+        return release
+
+
+HANDSHAKES_AT_ONCE = 16  # per worker: CPU-bound work, and half the database pool at most
+arrivals = _Arrivals(HANDSHAKES_AT_ONCE)
+# Views that take no database connection per request (app.common.db.bind_to_requests):
+# the agent's websocket takes one for its reads once admitted.
+NO_CONNECTION = frozenset({"agent_rpc"})
+
+
 @websocket.route(bp, "/api/v2/workspaceagents/me/rpc")
 def agent_rpc():
     """The agent's websocket (authenticated by its token): the one connection the platform reaches the workspace
     through."""
-    agent = authenticate_agent(request.headers.get(HEADER))
-    if not websocket.is_upgrade():
-        raise Invalid("This is the agent's websocket: send a websocket upgrade request.")
-    refuse_while_stopping()
-    owner_id = agent.workspace.owner_id
-    database.close()  # the connection lasts hours: it must not hold a pooled database connection
-    app = current_app._get_current_object()
-    return websocket.accept_frames(
-        lambda transport: _serve_agent(app, agent.id, owner_id, transport), "agent", max_message_size=MESSAGE_LIMIT
-    )
+    release = arrivals.admit()
+    try:
+        with connection_for_block(database):  # given back before the websocket, which lasts hours
+            agent = authenticate_agent(request.headers.get(HEADER))
+            if not websocket.is_upgrade():
+                raise Invalid("This is the agent's websocket: send a websocket upgrade request.")
+            refuse_while_stopping()
+            owner_id = agent.workspace.owner_id
+        app = current_app._get_current_object()
+        return websocket.accept_frames(
+            lambda transport: _serve_agent(app, agent.id, owner_id, transport, release),
+            "agent",
+            max_message_size=MESSAGE_LIMIT,
+        )
+    finally:
+        release()
 
 
-def _serve_agent(app, agent_id, owner_id, transport):
+def _serve_agent(app, agent_id, owner_id, transport, arrived=lambda: None):
+    """The agent's connection until it ends; `arrived()` once it is set up (or refused)."""
+    try:
+        _hold_agent(app, agent_id, owner_id, transport, arrived)
+    finally:
+        arrived()
+
+
+def _hold_agent(app, agent_id, owner_id, transport, arrived):
     settings = app.config["WORKSPACE"]
     key = str(agent_id)
 
@@ -376,6 +424,7 @@ def _serve_agent(app, agent_id, owner_id, transport):
         previous.mux.close("replaced by a new connection of the agent")
     with app.app_context(), CONNECTED.track_inprogress():
         _connected(agent_id, owner_id)
+        arrived()
         pinger = gevent.spawn(mux.keepalive, settings.agent_ping_seconds)
         try:
             reason = mux.run()

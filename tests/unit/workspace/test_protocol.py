@@ -182,3 +182,14 @@ def test_the_multiplexer_state_windows_opens_and_unknown_frames():
     assert isinstance(broken, mux.Broken)
     [pong] = _events(platform, mux.frame(mux.PING, 0, b"42"))
     assert pong.frame == mux.frame(mux.PONG, 0, b"42")
+
+
+def test_a_refused_upgrade_says_the_servers_retry_after():
+    busy = b"HTTP/1.1 503 SERVICE UNAVAILABLE\r\nRetry-After: 5\r\nContent-Length: 0\r\n\r\n"
+    with pytest.raises(wire.HandshakeRefused) as refused:
+        wire.upgrade_answered(busy, wire.new_key())
+    assert (refused.value.status_code, refused.value.retry_after) == (503, 5)
+    with pytest.raises(wire.HandshakeRefused) as refused:
+        wire.upgrade_answered(b"HTTP/1.1 401 UNAUTHORIZED\r\n\r\n", wire.new_key())
+    assert (refused.value.status_code, refused.value.retry_after) == (401, None)
+

@@ -1,0 +1,23 @@
+"""A worker's gate on agents' arrivals: a reconnect storm is refused fast, not queued."""
+
+import pytest
+
+from app.common.failures import Unavailable
+from app.workspace.tunnel.agents import _Arrivals
+
+
+def test_past_its_handshakes_at_once_an_arrival_is_refused_with_a_retry_after_until_one_is_done():
+    arrivals = _Arrivals(2)
+    first, second = arrivals.admit(), arrivals.admit()
+    with pytest.raises(Unavailable) as refused:
+        arrivals.admit()
+    assert refused.value.extra["retry_after"] == 5
+    first()
+    first()  # released twice (the view's finally and the connection's): counted once
+    third = arrivals.admit()
+    with pytest.raises(Unavailable):
+        arrivals.admit()
+    second()
+    third()
+    arrivals.admit()
+    arrivals.admit()
