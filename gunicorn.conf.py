@@ -49,8 +49,13 @@ if workers > 1 and _service in NEEDS_REDIS_TO_SCALE and not os.environ.get("REDI
         f"error: {_service} with WEB_CONCURRENCY={workers} needs REDIS_URL (redis://...) for the state its"
         " workers share; set REDIS_URL or WEB_CONCURRENCY=1"
     )
-# Each open SSE or websocket stream holds one connection of the worker.
-worker_connections = int(os.environ.get("WORKER_CONNECTIONS", "4096"))
+# Each open SSE or websocket stream holds one connection of the worker (a greenlet of
+# its pool). One host at full scale is 10,000 streams or agents over 2 workers: 5,000
+# each if the kernel dealt them out evenly, which it does not (an idle worker accepts
+# more). 8192 holds that with room for users' requests; a full worker stops accepting
+# and leaves new connections to the other worker, or to the socket's queue. The
+# playbook writes it to each service's environment (services_worker_connections).
+worker_connections = int(os.environ.get("WORKER_CONNECTIONS", "8192"))
 # Well under systemd's 20 s stop time-out; streams end at once on SIGTERM anyway.
 graceful_timeout = 10
 timeout = 30

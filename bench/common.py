@@ -398,10 +398,17 @@ def exit_on_sigterm():
     signal.signal(signal.SIGTERM, on_term)
 
 
-def raise_nofile():
-    """Raise this process's open-file limit to its hard limit (one socket per
-    stream or connection); returns (soft, hard)."""
+def raise_nofile(wanted=None):
+    """Raise this process's open-file limit (one socket per stream or connection) to
+    `wanted` where it may (root with CAP_SYS_RESOURCE may raise the hard limit too),
+    else to its hard limit; returns (soft, hard). Child processes inherit it."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if wanted is not None and hard < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, wanted))
+            return resource.getrlimit(resource.RLIMIT_NOFILE)
+        except (ValueError, OSError):
+            pass  # not allowed here: the hard limit it is
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     return resource.getrlimit(resource.RLIMIT_NOFILE)

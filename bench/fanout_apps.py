@@ -7,13 +7,20 @@ and `POST /publish` hands its body (one JSON object) to every open stream.
   stream of ours costs beyond it is our own code.
 - `starlette_app`: the same in Starlette on uvicorn (asyncio), what a FastAPI user
   would pick.
+- `floor_redis`: the floor spread over several gunicorn workers: a publish is one
+  Redis PUBLISH (BENCH_REDIS_URL), and each worker's one subscriber greenlet hands
+  what it hears to that worker's queues. Its stream answers `/api/events` too, so that
+  nginx's wizard site (the SSE location of production) proxies it as it proxies ours.
 
 Never imported by the services; the bench starts each in a process of its own.
 """
 
 import asyncio
 import json
+import os
 
+import gevent
+import redis
 from flask import Flask, Response, request
 from gevent.queue import Queue
 from starlette.applications import Starlette
@@ -83,3 +90,57 @@ async def starlette_publish(request):
 starlette_app = Starlette(
     routes=[Route("/stream", starlette_stream), Route("/publish", starlette_publish, methods=["POST"])]
 )
+
+
+# --------------------------------------------------------------------------- the floor on Redis
+
+floor_redis = Flask(__name__ + ".redis")
+_redis_queues = set()
+_redis_reader = None
+REDIS_CHANNEL = "bench:fanout"
+
+
+def _redis():
+    return redis.Redis.from_url(os.environ["BENCH_REDIS_URL"])
+
+
+def _read_redis():
+    """This worker's one subscriber: each message to every queue of this worker."""
+    pubsub = _redis().pubsub(ignore_subscribe_messages=True)
+    pubsub.subscribe(REDIS_CHANNEL)
+    for message in pubsub.listen():
+        record = message["data"]
+        for queue in list(_redis_queues):
+            queue.put(record)
+
+
+@floor_redis.get("/stream")
+@floor_redis.get("/api/events")
+def floor_redis_stream():
+    global _redis_reader
+    if _redis_reader is None:  # started with the worker's first stream
+        _redis_reader = gevent.spawn(_read_redis)
+    queue = Queue()
+    _redis_queues.add(queue)
+
+    def records():
+        try:
+            yield OPEN
+            while True:
+                yield queue.get()
+        finally:
+            _redis_queues.discard(queue)
+
+    return Response(records(), mimetype="text/event-stream")
+
+
+_publisher = None
+
+
+@floor_redis.post("/publish")
+def floor_redis_publish():
+    global _publisher
+    if _publisher is None:
+        _publisher = _redis()
+    record = b"data: " + json.dumps(request.get_json(), separators=(",", ":")).encode() + b"\n\n"
+    return {"subscribers": _publisher.publish(REDIS_CHANNEL, record)}

@@ -264,7 +264,7 @@ WEB_CONCURRENCY = SHARED.add(
 WORKER_CONNECTIONS = SHARED.add(
     Variable(
         name="WORKER_CONNECTIONS",
-        shown_default="`4096`",
+        shown_default="`8192`",
         values="integer",
         doc="The connections one gevent worker holds at once (gunicorn.conf.py).",
     )

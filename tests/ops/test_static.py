@@ -199,6 +199,7 @@ def test_every_site_passes_nginx_t_with_production_variables(tmp_path):
         tls_certificate_key=key,
         http2=True,
         http_redirect_port=80,
+        listen_backlog=16384,  # the nginx role's nginx_listen_backlog
         acme_webroot=str(tmp_path / "acme"),
         wizard_uploads_dir=str(tmp_path / "uploads"),
         wizard_lists_dir=str(tmp_path / "lists"),
