@@ -146,7 +146,7 @@ AGENT_PING_SECONDS = VARIABLES.add(
 AGENTS_PER_WORKER = VARIABLES.add(
     Integer(
         name="WORKSPACE_AGENTS_PER_WORKER",
-        default=8000,
+        default=6000,  # of WORKER_CONNECTIONS' 8192: 10,000 agents on 2 workers, split unevenly, and room for users
         minimum=1,
         doc=(
             "The most agents' connections one web worker holds; past it, a new agent's websocket is closed with"
