@@ -192,4 +192,3 @@ def test_a_refused_upgrade_says_the_servers_retry_after():
     with pytest.raises(wire.HandshakeRefused) as refused:
         wire.upgrade_answered(b"HTTP/1.1 401 UNAUTHORIZED\r\n\r\n", wire.new_key())
     assert (refused.value.status_code, refused.value.retry_after) == (401, None)
-
