@@ -24,6 +24,7 @@ from datetime import timedelta
 import gevent
 from flask import Blueprint, current_app, request
 from gevent.lock import BoundedSemaphore
+from peewee import fn
 from prometheus_client import Gauge
 
 from app.common import lifecycle
@@ -139,11 +140,13 @@ def status_topic(owner_id):
     return f"workspace-agents:{owner_id}"
 
 
-def _publish(agent_id, owner_id):
-    """Tell the owner's dashboards that this agent's status changed."""
-    with database.connection_context():
-        agent = WorkspaceAgent.get_or_none(WorkspaceAgent.id == agent_id)
-        status = status_of(agent, _settings()) if agent else "deleted"
+def _publish(agent_id, owner_id, status=None):
+    """Tell the owner's dashboards that this agent's status changed (to `status`, if the
+    caller knows it: a connection just recorded is `connected`, with no read)."""
+    if status is None:
+        with database.connection_context():
+            agent = WorkspaceAgent.get_or_none(WorkspaceAgent.id == agent_id)
+            status = status_of(agent, _settings()) if agent else "deleted"
     broker.publish(status_topic(owner_id), {"agent_id": str(agent_id), "status": status})
 
 
@@ -328,19 +331,20 @@ def _record_apps(agent_id, info):
 
 class _Arrivals:
     """The agents' connections this worker is setting up (from the upgrade request to
-    the agent recorded as held): at most HANDSHAKES_AT_ONCE; a further one is answered
-    503 at once, before any database work, and its agent backs off. Without it, a
-    reconnect storm (10,000 agents after a restart) queued more handshakes than the
-    worker could finish before the agents' own time-out (10 s): each then retried, the
-    work done for them was lost, and none connected."""
+    the agent recorded as held): at most HANDSHAKES_AT_ONCE; a further one waits its
+    turn (in order, costing nothing meanwhile) for up to ARRIVAL_WAIT_SECONDS, then is
+    answered 503 with a Retry-After, before any database work, and its agent backs off.
+    Without it, a reconnect storm (10,000 agents after a restart) ran every handshake
+    at once, each slower than the agents' own time-out (10 s): each agent retried, the
+    work done for it was lost, and none connected."""
 
-    def __init__(self, at_once):
-        self._free = BoundedSemaphore(at_once)
+    def __init__(self, at_once, wait):
+        self._free, self._wait = BoundedSemaphore(at_once), wait
 
     def admit(self):
         """A release() callable (idempotent) for an admitted arrival; else Unavailable."""
-        if not self._free.acquire(blocking=False):
-            raise Unavailable("The platform is busy connecting other agents; try again in a moment.", retry_after=5)
+        if not self._free.acquire(timeout=self._wait):
+            raise Unavailable("The platform is busy connecting other agents; try again in a moment.", retry_after=10)
         released = []
 
         def release():
@@ -352,7 +356,8 @@ class _Arrivals:
 
 
 HANDSHAKES_AT_ONCE = 16  # per worker: CPU-bound work, and half the database pool at most
-arrivals = _Arrivals(HANDSHAKES_AT_ONCE)
+ARRIVAL_WAIT_SECONDS = 5.0  # well within the agent's 10 s for the upgrade's answer
+arrivals = _Arrivals(HANDSHAKES_AT_ONCE, ARRIVAL_WAIT_SECONDS)
 # Views that take no database connection per request (app.common.db.bind_to_requests):
 # the agent's websocket takes one for its reads once admitted.
 NO_CONNECTION = frozenset({"agent_rpc"})
@@ -442,12 +447,10 @@ def _hold_agent(app, agent_id, owner_id, transport, arrived):
 
 def _connected(agent_id, owner_id):
     at = now()
-    # One transaction: a status read between the two would see a first connection
-    # without a last one.
-    with database.connection_context(), database.atomic():
-        WorkspaceAgent.update(first_connected_at=at).where(
-            (WorkspaceAgent.id == agent_id) & WorkspaceAgent.first_connected_at.is_null()
-        ).execute()
-        WorkspaceAgent.update(last_connected_at=at).where(WorkspaceAgent.id == agent_id).execute()
-    _publish(agent_id, owner_id)
+    # One statement: a status read never sees a first connection without a last one.
+    with database.connection_context():
+        WorkspaceAgent.update(
+            first_connected_at=fn.COALESCE(WorkspaceAgent.first_connected_at, at), last_connected_at=at
+        ).where(WorkspaceAgent.id == agent_id).execute()
+    _publish(agent_id, owner_id, "connected")
     log.info("agent %s connected", agent_id)
