@@ -21,6 +21,7 @@ SMOKE_ARGUMENTS = {
     "notebook_ask": ["--streams", "10", "--rounds", "1"],
     "refresh": ["--quick"],
     "scale": ["--quick"],
+    "storm": ["--quick"],
     "wizard": ["--quick"],
     "workspace": ["--quick"],
     "workspace_apps": ["--quick"],
