@@ -104,6 +104,7 @@ LOG_ERRORS = ("MaxConnectionsExceeded", "Traceback", "bare LF")
 CAP_VARIABLE = "WORKSPACE_AGENTS_PER_WORKER"
 # The anchors (their published figures, other hardware).
 COLLAPSE_SHARE = 0.5  # fewer connected than this share at the end of the connect phase: collapsed
+PING_SECONDS = 5  # WORKSPACE_AGENT_PING_SECONDS's default, which the bench keeps
 GOAL_P95_S = 0.220
 GOAL_KB_PER_AGENT = 100
 GOAL_CONNECT_S = 60
@@ -329,6 +330,15 @@ def rss_mb(service):
     return workers, (proc_status_kb(service.running.process.pid, "VmRSS") or 0) / 1024
 
 
+def per_worker(platform):
+    """The connections to the platform each worker holds (the agents', at idle), in pid order."""
+    from devtools.worker_sockets import connection_workers
+
+    pids = sorted(platform.worker_pids())
+    held = Counter(connection_workers(platform.port, pids).values())
+    return [held.get(pid, 0) for pid in pids]
+
+
 def pg_counters(url):
     """(commits of the database, row updates of the agents' table, of all tables)."""
     import psycopg
@@ -373,6 +383,7 @@ class Platform:
             "REDIS_URL": redis_server.new_url(),
             "WORKSPACE_MESH_SECRET": MESH_SECRET,
             "WORKER_CONNECTIONS": str(self.worker_connections),
+            "WORKSPACE_AGENT_PING_SECONDS": str(PING_SECONDS),
             **(extra_env or {}),
         }
         self.service = Service("workspace", data_dir, self.log_path, workers=WORKERS, env=env)
@@ -639,6 +650,7 @@ def run_size(args, root, n, postgres, redis_server, app_url):
         held = max(1, swarm.connected())
         result.update(
             idle_cpu=cpu,
+            per_worker=per_worker(platform),
             idle_agents=swarm.connected(),
             idle_gauge=gauge(platform.port),
             commits_per_s=(c1 - c0) / window,
@@ -653,8 +665,10 @@ def run_size(args, root, n, postgres, redis_server, app_url):
             f"({result['kb_per_agent']:.0f} kB per agent), master {result['rss_idle'][1]:.0f} MB; "
             f"workers' CPU {cpu.share('workers'):.3f} cores ({result['cpu_per_1000']:.3f} per 1,000 agents); "
             f"PostgreSQL {result['commits_per_s']:.0f} commits/s, {result['agent_updates_per_s']:.0f} agent rows "
-            f"updated/s, CPU {cpu.share('postgres'):.2f}; Redis CPU {cpu.share('redis'):.3f}; "
-            f"swarm CPU {cpu.share('swarm'):.2f}; other {cpu.share('other'):.2f}",
+            f"updated/s (one per pong: {held / PING_SECONDS:.0f}/s), CPU {cpu.share('postgres'):.2f}; "
+            f"Redis CPU {cpu.share('redis'):.3f}; "
+            f"swarm CPU {cpu.share('swarm'):.2f}; other {cpu.share('other'):.2f}; "
+            f"connections per worker {result['per_worker']}",
             flush=True,
         )
         # users
@@ -669,10 +683,25 @@ def run_size(args, root, n, postgres, redis_server, app_url):
         print(f"   agents' connection attempts: {dict(outcomes)}")
         print(f"   platform log: {result['log']}", flush=True)
     finally:
+        stopped = time.monotonic()
         if swarm is not None:
             swarm.stop()
+        result["swarm_stop_s"] = time.monotonic() - stopped
         platform.stop()
+        result["platform_stop_s"] = platform.service.stop_seconds
+        print(
+            f"   stopped: the swarm in {result['swarm_stop_s']:.1f} s, the platform in "
+            f"{result['platform_stop_s'] or 0:.1f} s",
+            flush=True,
+        )
+        keep_log(args, platform, f"platform-{n}.log")
     return result
+
+
+def keep_log(args, platform, name):
+    if args.keep_logs:
+        Path(args.keep_logs).mkdir(parents=True, exist_ok=True)
+        shutil.copy(platform.log_path, Path(args.keep_logs) / name)
 
 
 def print_users(rows, failures, cpu, args):
@@ -761,6 +790,7 @@ def run_capacity(args, root, postgres, redis_server, app_url):
             if swarm is not None:
                 swarm.stop()
         platform.stop()
+        keep_log(args, platform, "platform-capacity.log")
     return result
 
 
@@ -854,6 +884,7 @@ def parse_args(argv):
     p.add_argument("--users", type=float, default=30.0, help="seconds of users' requests (default 30)")
     p.add_argument("--cap", type=int, default=250, help=f"{CAP_VARIABLE} in the capacity phase (default 250)")
     p.add_argument("--only", choices=("sizes", "capacity"))
+    p.add_argument("--keep-logs", metavar="DIR", help="copy the platform's log of each run into DIR")
     p.add_argument("--quick", action="store_true", help="smoke run: 100 agents, short phases")
     args = p.parse_args(argv)
     if args.quick:
