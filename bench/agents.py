@@ -180,7 +180,14 @@ async def _swarm(config):
     for number in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(number, lambda: stopping.done() or stopping.set_result(None))
     started = time.monotonic()
-    tasks = [asyncio.ensure_future(agent.run_forever()) for agent in agents]
+
+    async def start(agent, delay):
+        await asyncio.sleep(delay)
+        await agent.run_forever()
+
+    # --ramp: the agents' starts spread evenly over that many seconds (0: all at once, as after a restart).
+    ramp = config["ramp"]
+    tasks = [asyncio.ensure_future(start(agent, ramp * i / len(agents))) for i, agent in enumerate(agents)]
 
     def report():
         print(
@@ -214,10 +221,15 @@ def count(n):
     return f"{n:,}"
 
 
+def num(value, spec):
+    """`value` formatted, or "-" for a figure that could not be measured."""
+    return "-" if value is None else format(value, spec)
+
+
 class Swarm:
     """Swarm processes holding `tokens`' agents, their reports read as they come."""
 
-    def __init__(self, root, name, url, app_url, tokens, processes=None):
+    def __init__(self, root, name, url, app_url, tokens, ramp=0.0, processes=None):
         import gevent
 
         processes = processes or max(1, min(SWARM_PROCESSES, len(tokens) // AGENTS_PER_PROCESS_MIN))
@@ -233,7 +245,7 @@ class Swarm:
                 stdout=subprocess.PIPE,
                 stderr=log,
             )
-            process.stdin.write(json.dumps({"url": url, "app_url": app_url, "tokens": part}).encode())
+            process.stdin.write(json.dumps({"url": url, "app_url": app_url, "tokens": part, "ramp": ramp}).encode())
             process.stdin.close()
             self.processes.append(process)
             self.logs.append(log)
@@ -370,14 +382,12 @@ def gauge(port):
 class Platform:
     """The workspace platform on 2 workers, PostgreSQL and Redis, with its first user."""
 
-    def __init__(self, root, postgres, redis_server, agents, extra_env=None):
+    def __init__(self, root, postgres, redis_server, worker_connections, extra_env=None):
         self.database_url = postgres.new_database("agents")
         data_dir = root / "platform-data"
         data_dir.mkdir()
         self.log_path = root / "platform.log"
-        # A gevent worker accepts at most worker_connections connections: room for
-        # every agent on either worker (the kernel does not split them evenly) and users.
-        self.worker_connections = max(4096, agents + 1024)
+        self.worker_connections = worker_connections
         env = {
             "DATABASE_URL": self.database_url,
             "REDIS_URL": redis_server.new_url(),
@@ -408,6 +418,13 @@ class Platform:
 
     def stop(self):
         self.service.stop()
+
+
+def worker_connections(args, agents):
+    """gunicorn's worker_connections for `agents`: --worker-connections, else room for
+    every agent on either worker (the kernel does not split them evenly) and the users:
+    the bench measures the platform, not this setting."""
+    return args.worker_connections or max(4096, agents + 1024)
 
 
 def create_agents(platform, n, app_url):
@@ -579,10 +596,15 @@ def run_size(args, root, n, postgres, redis_server, app_url):
     """Every phase for N agents; a dict of figures."""
     import gevent
 
-    print(f"\n== {count(n)} agents ==", flush=True)
+    print(
+        f"\n== {count(n)} agents (WORKER_CONNECTIONS={worker_connections(args, n)}"
+        + (f", starts spread over {args.ramp:g} s" if args.ramp else ", all started at once")
+        + ") ==",
+        flush=True,
+    )
     folder = root / f"n{n}"
     folder.mkdir()
-    platform = Platform(folder, postgres, redis_server, n)
+    platform = Platform(folder, postgres, redis_server, worker_connections(args, n))
     swarm = None
     result = {"n": n, "collapsed": False}
     try:
@@ -605,8 +627,10 @@ def run_size(args, root, n, postgres, redis_server, app_url):
         }
         # connect
         cpu = Cpu({**groups, "swarm": lambda: swarm.pids if swarm else []}).start()
-        swarm = Swarm(folder, "swarm", platform.url, app_url, [a["token"] for a in agents])
-        gauge_at, agents_at, last_gauge, last_agents, trace = wait_connected(platform, swarm, n, args.connect_timeout)
+        swarm = Swarm(folder, "swarm", platform.url, app_url, [a["token"] for a in agents], args.ramp)
+        gauge_at, agents_at, last_gauge, last_agents, trace = wait_connected(
+            platform, swarm, n, args.connect_timeout + args.ramp
+        )
         cpu.stop()
         result.update(
             connect_gauge_s=gauge_at,
@@ -647,7 +671,8 @@ def run_size(args, root, n, postgres, redis_server, app_url):
         result["rss_idle"] = rss_mb(platform.service)
         c1, u1, t1 = pg_counters(platform.database_url)
         window = time.monotonic() - w0
-        held = max(1, swarm.connected())
+        held = swarm.connected()
+        per_agent = held >= COLLAPSE_SHARE * n  # else the figures per agent mean nothing
         result.update(
             idle_cpu=cpu,
             per_worker=per_worker(platform),
@@ -656,14 +681,14 @@ def run_size(args, root, n, postgres, redis_server, app_url):
             commits_per_s=(c1 - c0) / window,
             agent_updates_per_s=(u1 - u0) / window,
             updates_per_s=(t1 - t0) / window,
-            kb_per_agent=(result["rss_idle"][0] - result["rss_before"][0]) * 1024 / held,
-            cpu_per_1000=cpu.share("workers") / (held / 1000),
+            kb_per_agent=(result["rss_idle"][0] - result["rss_before"][0]) * 1024 / held if per_agent else None,
+            cpu_per_1000=cpu.share("workers") / (held / 1000) if per_agent else None,
         )
         print(
             f"   idle {args.idle:g} s with {count(result['idle_agents'])} agents (gauge {result['idle_gauge']}): "
             f"workers' RSS {result['rss_before'][0]:.0f} -> {result['rss_idle'][0]:.0f} MB "
-            f"({result['kb_per_agent']:.0f} kB per agent), master {result['rss_idle'][1]:.0f} MB; "
-            f"workers' CPU {cpu.share('workers'):.3f} cores ({result['cpu_per_1000']:.3f} per 1,000 agents); "
+            f"({num(result['kb_per_agent'], '.0f')} kB per agent), master {result['rss_idle'][1]:.0f} MB; "
+            f"workers' CPU {cpu.share('workers'):.3f} cores ({num(result['cpu_per_1000'], '.3f')} per 1,000 agents); "
             f"PostgreSQL {result['commits_per_s']:.0f} commits/s, {result['agent_updates_per_s']:.0f} agent rows "
             f"updated/s (one per pong: {held / PING_SECONDS:.0f}/s), CPU {cpu.share('postgres'):.2f}; "
             f"Redis CPU {cpu.share('redis'):.3f}; "
@@ -749,7 +774,9 @@ def run_capacity(args, root, postgres, redis_server, app_url):
     )
     folder = root / "capacity"
     folder.mkdir()
-    platform = Platform(folder, postgres, redis_server, held + extra, {CAP_VARIABLE: str(cap)})
+    platform = Platform(
+        folder, postgres, redis_server, worker_connections(args, held + extra), {CAP_VARIABLE: str(cap)}
+    )
     first = second = None
     result = {"cap": cap, "held": held, "extra": extra}
     try:
@@ -819,7 +846,7 @@ def print_summary(results, capacity, args):
             f"   {count(r['n']):>7} {r.get('create_s', 0):>6.1f}s "
             f"{(f'{connect:.1f}s' if connect is not None else 'never'):>8} "
             f"{r.get('rss_before', (0, 0))[0]:>8.0f}MB {r.get('rss_idle', (0, 0))[0]:>7.0f}MB "
-            f"{r.get('kb_per_agent', 0):>8.0f} {r.get('cpu_per_1000', 0):>7.3f} "
+            f"{num(r.get('kb_per_agent'), '.0f'):>8} {num(r.get('cpu_per_1000'), '.3f'):>7} "
             f"{r.get('commits_per_s', 0):>9.0f} {r.get('agent_updates_per_s', 0):>6.0f} "
             f"{fmt_ms(users.get('p50')):>9} {fmt_ms(users.get('p95')):>8} {fmt_ms(users.get('p99')):>8} "
             f"{users.get('failures', 0):>5} "
@@ -839,7 +866,7 @@ def print_summary(results, capacity, args):
         connect = r.get("connect_gauge_s")
         print(
             f"   {count(r['n']):>7} agents: p95 {fmt_ms(p95)} ({met(p95 is not None and p95 <= GOAL_P95_S)}), "
-            f"{kb or 0:.0f} kB/agent ({met(kb is not None and kb <= GOAL_KB_PER_AGENT)}), "
+            f"{num(kb, '.0f')} kB/agent ({met(kb is not None and kb <= GOAL_KB_PER_AGENT)}), "
             f"connect {'never' if connect is None else f'{connect:.1f} s'} "
             f"({met(connect is not None and connect <= GOAL_CONNECT_S)})"
         )
@@ -859,8 +886,8 @@ def print_summary(results, capacity, args):
             {
                 str(r["n"]): {
                     "connect_s": r.get("connect_gauge_s"),
-                    "kb_per_agent": round(r.get("kb_per_agent", 0)),
-                    "cpu_per_1000": round(r.get("cpu_per_1000", 0), 4),
+                    "kb_per_agent": None if r.get("kb_per_agent") is None else round(r["kb_per_agent"]),
+                    "cpu_per_1000": None if r.get("cpu_per_1000") is None else round(r["cpu_per_1000"], 4),
                     "commits_per_s": round(r.get("commits_per_s", 0), 1),
                     "p95_ms": None
                     if r.get("users", {}).get("all", {}).get("p95") is None
@@ -883,6 +910,14 @@ def parse_args(argv):
     p.add_argument("--rate", type=float, default=50.0, help="users' requests per second (default 50)")
     p.add_argument("--users", type=float, default=30.0, help="seconds of users' requests (default 30)")
     p.add_argument("--cap", type=int, default=250, help=f"{CAP_VARIABLE} in the capacity phase (default 250)")
+    p.add_argument(
+        "--ramp", type=float, default=0.0, help="spread the agents' starts over this many seconds (default 0: at once)"
+    )
+    p.add_argument(
+        "--worker-connections",
+        type=int,
+        help="gunicorn's worker_connections (default: the agents + 1,024, room for all on either worker)",
+    )
     p.add_argument("--only", choices=("sizes", "capacity"))
     p.add_argument("--keep-logs", metavar="DIR", help="copy the platform's log of each run into DIR")
     p.add_argument("--quick", action="store_true", help="smoke run: 100 agents, short phases")
