@@ -62,6 +62,7 @@ import random
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -565,6 +566,17 @@ class UserLoad:
 # --------------------------------------------------------------------------- one size
 
 
+def cpu_groups(platform, postgres, redis_server, swarm_pids):
+    """The processes whose CPU the bench reads, by name (each a callable giving pids)."""
+    return {
+        "workers": platform.worker_pids,
+        "master": lambda: [platform.master_pid()],
+        "postgres": lambda: postgres_pids(postgres),
+        "redis": lambda: [redis_server.process.pid],
+        "swarm": swarm_pids,
+    }
+
+
 def wait_connected(platform, swarm, n, timeout):
     """Poll the gauge and the swarm's count until both say n (or `timeout`): (seconds
     until the gauge said n or None, seconds until the agents said n or None, last gauge,
@@ -619,14 +631,9 @@ def run_size(args, root, n, postgres, redis_server, app_url):
         )
         gevent.sleep(1.0)  # the creation's garbage settles before the baseline
         result["rss_before"] = rss_mb(platform.service)
-        groups = {
-            "workers": platform.worker_pids,
-            "master": lambda: [platform.master_pid()],
-            "postgres": lambda: postgres_pids(postgres),
-            "redis": lambda: [redis_server.process.pid],
-        }
+        groups = cpu_groups(platform, postgres, redis_server, lambda: swarm.pids if swarm else [])
         # connect
-        cpu = Cpu({**groups, "swarm": lambda: swarm.pids if swarm else []}).start()
+        cpu = Cpu(groups).start()
         swarm = Swarm(folder, "swarm", platform.url, app_url, [a["token"] for a in agents], args.ramp)
         gauge_at, agents_at, last_gauge, last_agents, trace = wait_connected(
             platform, swarm, n, args.connect_timeout + args.ramp
@@ -665,7 +672,7 @@ def run_size(args, root, n, postgres, redis_server, app_url):
         gevent.sleep(args.settle)  # the connect burst's writes and garbage end
         c0, u0, t0 = pg_counters(platform.database_url)
         w0 = time.monotonic()
-        cpu = Cpu({**groups, "swarm": lambda: swarm.pids}).start()
+        cpu = Cpu(groups).start()
         gevent.sleep(args.idle)
         cpu.stop()
         result["rss_idle"] = rss_mb(platform.service)
@@ -687,7 +694,8 @@ def run_size(args, root, n, postgres, redis_server, app_url):
         print(
             f"   idle {args.idle:g} s with {count(result['idle_agents'])} agents (gauge {result['idle_gauge']}): "
             f"workers' RSS {result['rss_before'][0]:.0f} -> {result['rss_idle'][0]:.0f} MB "
-            f"({num(result['kb_per_agent'], '.0f')} kB per agent), master {result['rss_idle'][1]:.0f} MB; "
+            f"({num(result['kb_per_agent'], '.0f')} kB per agent), "
+            f"master {result['rss_before'][1]:.0f} -> {result['rss_idle'][1]:.0f} MB; "
             f"workers' CPU {cpu.share('workers'):.3f} cores ({num(result['cpu_per_1000'], '.3f')} per 1,000 agents); "
             f"PostgreSQL {result['commits_per_s']:.0f} commits/s, {result['agent_updates_per_s']:.0f} agent rows "
             f"updated/s (one per pong: {held / PING_SECONDS:.0f}/s), CPU {cpu.share('postgres'):.2f}; "
@@ -697,7 +705,7 @@ def run_size(args, root, n, postgres, redis_server, app_url):
             flush=True,
         )
         # users
-        cpu = Cpu({**groups, "swarm": lambda: swarm.pids}).start()
+        cpu = Cpu(groups).start()
         load = UserLoad(platform, agents, args.rate, args.users).run()
         cpu.stop()
         result.update(users=load.figures(), user_failures=load.failure_kinds(), users_cpu=cpu)
@@ -754,8 +762,8 @@ def cap_exists():
 
 
 def run_capacity(args, root, postgres, redis_server, app_url):
-    """Agents up to the cap, then half as many again: a dict of figures, or None when
-    the platform has no cap."""
+    """Agents to 80 % of the cap, then 70 % more (150 % of what the workers may hold):
+    a dict of figures, or None when the platform has no cap."""
     import gevent
 
     if not cap_exists():
@@ -764,53 +772,64 @@ def run_capacity(args, root, postgres, redis_server, app_url):
             "app/workspace/settings.py) =="
         )
         return None
-    cap = args.cap
-    held = cap * WORKERS
-    extra = max(1, held // 2)
+    capacity = args.cap * WORKERS
+    held, extra = int(0.8 * capacity), int(0.7 * capacity)
     print(
-        f"\n== Past capacity: {CAP_VARIABLE}={cap} x {WORKERS} workers = {count(held)}; "
+        f"\n== Past capacity: {CAP_VARIABLE}={args.cap} x {WORKERS} workers = {count(capacity)}; "
         f"{count(held)} agents, then {count(extra)} more ==",
         flush=True,
     )
     folder = root / "capacity"
     folder.mkdir()
     platform = Platform(
-        folder, postgres, redis_server, worker_connections(args, held + extra), {CAP_VARIABLE: str(cap)}
+        folder, postgres, redis_server, worker_connections(args, held + extra), {CAP_VARIABLE: str(args.cap)}
     )
     first = second = None
-    result = {"cap": cap, "held": held, "extra": extra}
+    result = {"cap": args.cap, "held": held, "extra": extra}
     try:
-        agents, took, _ = create_agents(platform, held + extra, app_url)
+        agents, _, _ = create_agents(platform, held + extra, app_url)
         first = Swarm(folder, "first", platform.url, app_url, [a["token"] for a in agents[:held]])
-        gauge_at, agents_at, last_gauge, last_agents, _ = wait_connected(platform, first, held, args.connect_timeout)
-        print(f"   first {count(held)}: gauge {last_gauge}, agents' count {count(last_agents)}", flush=True)
+        _, _, last_gauge, last_agents, _ = wait_connected(platform, first, held, args.connect_timeout)
+        print(f"   the first {count(held)}: gauge {last_gauge}, agents' own count {count(last_agents)}", flush=True)
         result["first_connected"] = last_agents
         first_before, _ = first.outcomes()
+        cpu = Cpu(
+            cpu_groups(platform, postgres, redis_server, lambda: [*first.pids, *(second.pids if second else [])])
+        ).start()
         second = Swarm(folder, "second", platform.url, app_url, [a["token"] for a in agents[held:]])
-        # Users meanwhile, on the agents already connected.
-        load = UserLoad(platform, agents[:held], args.rate, args.users).run()
-        gevent.sleep(1.0)
+        load = UserLoad(platform, agents[:held], args.rate, args.users).run()  # on the agents connected
+        gevent.sleep(1.0)  # the last reports of the swarms
+        cpu.stop()
         first_after, _ = first.outcomes()
         outcomes, reasons = second.outcomes()
         result.update(
             first_still=first.connected(),
-            first_dropped=first_after["attempts"] - first_before["attempts"],
+            first_reconnects=first_after["attempts"] - first_before["attempts"],
             second_connected=second.connected(),
             second_outcomes=outcomes,
             reasons=reasons,
             users=load.figures(),
             log=platform.log_errors(),
             gauge=gauge(platform.port),
+            per_worker=per_worker(platform),
+        )
+        refused = extra - result["second_connected"]
+        retries = (
+            f"about {(outcomes['attempts'] - extra) / refused / (cpu.seconds / 60):.1f} retries per refused agent "
+            "per minute"
+            if refused > 0
+            else "none refused: the cap did not bite"
         )
         print(
-            f"   after {args.users:g} s: the first {count(held)} still connected: {count(result['first_still'])} "
-            f"(reconnects among them: {result['first_dropped']}); the extra {count(extra)}: "
-            f"{count(result['second_connected'])} connected; gauge {result['gauge']}"
+            f"   after {cpu.seconds:.0f} s: the first {count(held)}: {count(result['first_still'])} still connected "
+            f"({result['first_reconnects']} reconnects among them); the extra {count(extra)}: "
+            f"{count(result['second_connected'])} connected; gauge {result['gauge']}; "
+            f"connections per worker {result['per_worker']}"
         )
-        print(f"   the extra agents' attempts: {dict(outcomes)}")
+        print(f"   the extra agents' attempts: {dict(outcomes)} ({retries})")
         for key, reason in reasons.items():
             print(f"     {key}: {reason[:160]!r}")
-        print_users(load.figures(), load.failure_kinds(), Cpu({}).start().stop(), args)
+        print_users(load.figures(), load.failure_kinds(), cpu, args)
         print(f"   platform log: {result['log']}", flush=True)
     finally:
         for swarm in (second, first):
@@ -828,9 +847,7 @@ def met(ok):
     return "met" if ok else "NOT MET"
 
 
-def print_summary(results, capacity, args):
-    print("\n== Summary ==")
-    print(f"   machine: {os.cpu_count()} CPUs shared with the load generator (and other sessions' work: see 'other')")
+def print_sizes(results):
     head = (
         f"   {'agents':>7} {'create':>7} {'connect':>8} {'RSS before':>10} {'RSS idle':>9} {'kB/agent':>8} "
         f"{'CPU/1k':>7} {'commits/s':>9} {'upd/s':>6} {'users p50':>9} {'p95':>8} {'p99':>8} {'fail':>5} "
@@ -870,35 +887,41 @@ def print_summary(results, capacity, args):
             f"connect {'never' if connect is None else f'{connect:.1f} s'} "
             f"({met(connect is not None and connect <= GOAL_CONNECT_S)})"
         )
+
+
+def print_capacity(capacity):
+    users = capacity["users"]["all"]
+    print(
+        f"   past capacity (cap {capacity['cap']} per worker): of the first {count(capacity['held'])}, "
+        f"{count(capacity['first_still'])} still connected; extra connected {count(capacity['second_connected'])} of "
+        f"{count(capacity['extra'])}; users p95 {fmt_ms(users['p95'])}, failures {users['failures']}; "
+        f"the extra agents' attempts {dict(capacity['second_outcomes'])}"
+    )
+
+
+def print_summary(results, capacity):
+    print("\n== Summary ==")
+    print(f"   machine: {os.cpu_count()} CPUs shared with the load generator (and other sessions' work: see 'other')")
+    if results:
+        print_sizes(results)
     if capacity:
-        users = capacity["users"]["all"]
-        print(
-            f"   past capacity (cap {capacity['cap']} per worker): first {count(capacity['held'])} still connected "
-            f"{count(capacity['first_still'])}, extra connected {count(capacity['second_connected'])} of "
-            f"{count(capacity['extra'])}, users p95 {fmt_ms(users['p95'])}, failures {users['failures']}; "
-            f"the extra agents' attempts {dict(capacity['second_outcomes'])}"
-        )
+        print_capacity(capacity)
     print("   anchors:")
     for anchor in ANCHORS:
         print(f"     - {anchor}")
-    print(
-        json.dumps(
-            {
-                str(r["n"]): {
-                    "connect_s": r.get("connect_gauge_s"),
-                    "kb_per_agent": None if r.get("kb_per_agent") is None else round(r["kb_per_agent"]),
-                    "cpu_per_1000": None if r.get("cpu_per_1000") is None else round(r["cpu_per_1000"], 4),
-                    "commits_per_s": round(r.get("commits_per_s", 0), 1),
-                    "p95_ms": None
-                    if r.get("users", {}).get("all", {}).get("p95") is None
-                    else round(r["users"]["all"]["p95"] * 1000, 1),
-                    "failures": r.get("users", {}).get("all", {}).get("failures"),
-                    "collapsed": r.get("collapsed"),
-                }
-                for r in results
-            }
-        )
-    )
+    figures = {}
+    for r in results:
+        users = r.get("users", {}).get("all", {})
+        figures[str(r["n"])] = {
+            "connect_s": r.get("connect_gauge_s"),
+            "kb_per_agent": None if r.get("kb_per_agent") is None else round(r["kb_per_agent"]),
+            "cpu_per_1000": None if r.get("cpu_per_1000") is None else round(r["cpu_per_1000"], 4),
+            "commits_per_s": round(r.get("commits_per_s", 0), 1),
+            "p95_ms": None if users.get("p95") is None else round(users["p95"] * 1000, 1),
+            "failures": users.get("failures"),
+            "collapsed": r.get("collapsed"),
+        }
+    print(json.dumps(figures))
 
 
 def parse_args(argv):
@@ -928,6 +951,25 @@ def parse_args(argv):
     return args
 
 
+def traversable(path):
+    """Whether every folder down to `path` lets other users through (o+x)."""
+    path = Path(path).resolve()
+    return all(os.stat(folder).st_mode & stat.S_IXOTH for folder in [*reversed(path.parents), path])
+
+
+def start_postgres(server_class):
+    """PostgreSQL runs as a user of its own when the bench runs as root: its folder goes
+    in the temporary folder only when that user can reach it (tests/bench gives the bench
+    a private TMPDIR), else in /tmp."""
+    if traversable(tempfile.gettempdir()):
+        return server_class()
+    saved, tempfile.tempdir = tempfile.tempdir, "/tmp"
+    try:
+        return server_class()
+    finally:
+        tempfile.tempdir = saved
+
+
 def main(argv=None):
     args = parse_args(argv)
     exit_on_sigterm()
@@ -941,7 +983,7 @@ def main(argv=None):
     results, capacity = [], None
     app = None
     try:
-        with RedisServer() as redis_server, PostgresServer() as postgres:
+        with RedisServer() as redis_server, start_postgres(PostgresServer) as postgres:
             app_port = free_port()
             app_log = open(root / "app.log", "wb")
             app = subprocess.Popen(
@@ -964,7 +1006,7 @@ def main(argv=None):
             except subprocess.TimeoutExpired:
                 pass
         shutil.rmtree(root, ignore_errors=True)
-    print_summary(results, capacity, args)
+    print_summary(results, capacity)
 
 
 if __name__ == "__main__":
