@@ -19,7 +19,9 @@ each with its own token) start at once, spread over a few asyncio processes (the
   connect   seconds from the agents' start until the platform's `/metrics` gauge
             bundle_workspace_agents_connected says N (and the agents' own count:
             their HELLO answered, the connection open); a run that does not get
-            there within --connect-timeout is reported as it stands and goes on.
+            there within --connect-timeout (plus --ramp), or whose agents' count
+            stops rising for --stall seconds (a collapse), is reported as it
+            stands (with a trace every 5 s) and goes on.
   idle      over --idle seconds, all connected and nothing asked of them (the
             platform pings each every WORKSPACE_AGENT_PING_SECONDS, 5 s): the
             workers' and master's RSS before the agents and now (kB per agent), the
@@ -577,8 +579,9 @@ def cpu_groups(platform, postgres, redis_server, swarm_pids):
     }
 
 
-def wait_connected(platform, swarm, n, timeout):
-    """Poll the gauge and the swarm's count until both say n (or `timeout`): (seconds
+def wait_connected(platform, swarm, n, timeout, stall):
+    """Poll the gauge and the swarm's count until both say n, or `timeout`, or the
+    agents' count has not passed its highest for `stall` seconds (a collapse): (seconds
     until the gauge said n or None, seconds until the agents said n or None, last gauge,
     last agents' count, a trace of (t, gauge, agents))."""
     import gevent
@@ -586,7 +589,10 @@ def wait_connected(platform, swarm, n, timeout):
     gauge_at = agents_at = None
     last_gauge, trace, next_trace = None, [], 0.0
     deadline = swarm.started + timeout
-    while time.monotonic() < deadline:
+    highest, highest_at = 0, time.monotonic()
+    while time.monotonic() < deadline and time.monotonic() - highest_at < stall:
+        if swarm.connected() > highest:
+            highest, highest_at = swarm.connected(), time.monotonic()
         last_gauge = gauge(platform.port)
         t = time.monotonic() - swarm.started
         if gauge_at is None and last_gauge is not None and last_gauge >= n:
@@ -636,7 +642,7 @@ def run_size(args, root, n, postgres, redis_server, app_url):
         cpu = Cpu(groups).start()
         swarm = Swarm(folder, "swarm", platform.url, app_url, [a["token"] for a in agents], args.ramp)
         gauge_at, agents_at, last_gauge, last_agents, trace = wait_connected(
-            platform, swarm, n, args.connect_timeout + args.ramp
+            platform, swarm, n, args.connect_timeout + args.ramp, args.stall
         )
         cpu.stop()
         result.update(
@@ -652,13 +658,13 @@ def run_size(args, root, n, postgres, redis_server, app_url):
             + (
                 f"gauge = {count(n)} after {gauge_at:.1f} s"
                 if gauge_at is not None
-                else f"gauge {last_gauge} at the deadline"
+                else f"gauge {last_gauge} at the end"
             )
             + ", "
             + (
                 f"agents' own count = {count(n)} after {agents_at:.1f} s"
                 if agents_at is not None
-                else f"agents' own count {count(last_agents)} at the deadline ({args.connect_timeout:g} s)"
+                else f"agents' own count {count(last_agents)} at the end ({trace[-1][0]:.0f} s: deadline or stalled)"
             )
             + f"; CPU: workers {cpu.share('workers'):.2f}, swarm {cpu.share('swarm'):.2f}, "
             f"postgres {cpu.share('postgres'):.2f} cores",
@@ -789,7 +795,7 @@ def run_capacity(args, root, postgres, redis_server, app_url):
     try:
         agents, _, _ = create_agents(platform, held + extra, app_url)
         first = Swarm(folder, "first", platform.url, app_url, [a["token"] for a in agents[:held]])
-        _, _, last_gauge, last_agents, _ = wait_connected(platform, first, held, args.connect_timeout)
+        _, _, last_gauge, last_agents, _ = wait_connected(platform, first, held, args.connect_timeout, args.stall)
         print(f"   the first {count(held)}: gauge {last_gauge}, agents' own count {count(last_agents)}", flush=True)
         result["first_connected"] = last_agents
         first_before, _ = first.outcomes()
@@ -928,6 +934,12 @@ def parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m bench.agents", description=__doc__.split("\n\n")[0])
     p.add_argument("--agents", default="500,2000,10000", help="the sizes, comma-separated (default 500,2000,10000)")
     p.add_argument("--connect-timeout", type=float, default=120.0, help="seconds for all to connect (default 120)")
+    p.add_argument(
+        "--stall",
+        type=float,
+        default=60.0,
+        help="end the connect phase when the agents' count has not risen for this many seconds (default 60)",
+    )
     p.add_argument("--settle", type=float, default=5.0, help="seconds after connecting before the idle window")
     p.add_argument("--idle", type=float, default=20.0, help="the idle window, seconds (default 20)")
     p.add_argument("--rate", type=float, default=50.0, help="users' requests per second (default 50)")
@@ -946,7 +958,8 @@ def parse_args(argv):
     p.add_argument("--quick", action="store_true", help="smoke run: 100 agents, short phases")
     args = p.parse_args(argv)
     if args.quick:
-        args.agents, args.connect_timeout, args.settle, args.idle, args.users, args.cap = "100", 60.0, 1.0, 3.0, 3.0, 50
+        args.agents, args.connect_timeout, args.stall = "100", 60.0, 20.0
+        args.settle, args.idle, args.users, args.cap = 1.0, 3.0, 3.0, 50
     args.sizes = [int(x) for x in args.agents.split(",") if x.strip()]
     return args
 
