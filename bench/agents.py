@@ -101,6 +101,7 @@ SWARM_PROCESSES = 4
 AGENTS_PER_PROCESS_MIN = 50  # fewer agents than 4 x this: fewer processes
 CREATE_CONCURRENCY = 8  # workspaces created at once
 USER_TIMEOUT_S = 10.0
+SWARM_STOP_S = 15.0  # for the swarm's processes to end after SIGTERM, all together; then killed
 REPORT_EVERY_S = 0.5  # a swarm process's report of its agents
 GAUGE = re.compile(r"^bundle_workspace_agents_connected(?:\{[^}]*\})?\s+(\S+)", re.M)
 LOG_ERRORS = ("MaxConnectionsExceeded", "Traceback", "bare LF")
@@ -198,6 +199,7 @@ async def _swarm(config):
                 {
                     "t": round(time.monotonic() - started, 3),
                     "connected": sum(1 for agent in agents if agent.up()),
+                    "ended": sum(1 for task in tasks if task.done()),  # an agent that gave up (outdated)
                     "outcomes": dict(outcomes),
                     "reasons": reasons,
                 }
@@ -211,10 +213,11 @@ async def _swarm(config):
     report()
     for agent in agents:
         agent.stop()
-    await asyncio.sleep(0.3)  # the close frames go out
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    await asyncio.sleep(0.5)  # the close frames go out
+    # Unwinding thousands of tasks one by one can take many seconds on a loaded machine;
+    # the agents have said goodbye, nothing else is left to do.
+    sys.stdout.flush()
+    os._exit(0)
 
 
 # =========================================================================== the bench (gevent)
@@ -268,6 +271,10 @@ class Swarm:
     def connected(self):
         return sum(r["connected"] for r in self.reports.values())
 
+    def ended(self):
+        """Agents whose run_forever() returned or raised (an outdated agent gives up)."""
+        return sum(r.get("ended", 0) for r in self.reports.values())
+
     def outcomes(self):
         total, reasons = Counter(), {}
         for report in self.reports.values():
@@ -284,12 +291,15 @@ class Swarm:
         for process in self.processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + SWARM_STOP_S
+        self.killed = 0
         for process in self.processes:
             try:
-                process.wait(20)
+                process.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+                self.killed += 1
         gevent.joinall(self.readers, timeout=5)
         for log in self.logs:
             log.close()
@@ -719,7 +729,10 @@ def run_size(args, root, n, postgres, redis_server, app_url):
         outcomes, reasons = swarm.outcomes()
         result["outcomes"] = outcomes
         result["log"] = platform.log_errors()
-        print(f"   agents' connection attempts: {dict(outcomes)}")
+        print(
+            f"   agents' connection attempts: {dict(outcomes)}"
+            + (f"; {swarm.ended()} agents gave up" if swarm.ended() else "")
+        )
         print(f"   platform log: {result['log']}", flush=True)
     finally:
         stopped = time.monotonic()
@@ -729,7 +742,9 @@ def run_size(args, root, n, postgres, redis_server, app_url):
         platform.stop()
         result["platform_stop_s"] = platform.service.stop_seconds
         print(
-            f"   stopped: the swarm in {result['swarm_stop_s']:.1f} s, the platform in "
+            f"   stopped: the swarm in {result['swarm_stop_s']:.1f} s"
+            + (f" ({swarm.killed} process(es) killed)" if swarm is not None and swarm.killed else "")
+            + ", the platform in "
             f"{result['platform_stop_s'] or 0:.1f} s",
             flush=True,
         )
