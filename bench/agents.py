@@ -539,12 +539,14 @@ class UserLoad:
             wait = scheduled - time.monotonic()
             if wait > 0:
                 gevent.sleep(wait)
-            greenlets.append(gevent.spawn(self._one, self.KINDS[i % len(self.KINDS)], scheduled))
+            kind = self.KINDS[i % len(self.KINDS)]
+            greenlets.append((kind, gevent.spawn(self._one, kind, scheduled)))
             self.sent += 1
-        gevent.joinall(greenlets, timeout=USER_TIMEOUT_S + 5)
-        for greenlet in greenlets:
-            if not greenlet.dead:
+        gevent.joinall([greenlet for _, greenlet in greenlets], timeout=USER_TIMEOUT_S + 5)
+        for kind, greenlet in greenlets:
+            if not greenlet.dead:  # a connect or a send that did not end: no answer, a failure
                 greenlet.kill(block=False)
+                self.failures[kind]["unfinished"] += 1
         for client in self.idle:
             client.close()
         return self
