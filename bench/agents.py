@@ -39,10 +39,17 @@ each with its own token) start at once, spread over a few asyncio processes (the
 
 Past capacity (`--only capacity`, and in a full run): when the platform has a
 per-worker cap on held agents (WORKSPACE_AGENTS_PER_WORKER in
-app/workspace/settings.py), the platform runs with a small cap, agents fill it,
-then half as many again start: whether those connected stay so, the users'
-figures meanwhile, and how the extra agents are refused (HTTP status or close
-code) and how often they retry. Skipped with a message while the cap does not exist.
+app/workspace/settings.py), the platform runs with a small cap (--cap), agents
+fill 80 % of what the workers may hold, then 70 % more start: whether those
+connected stay so, the users' figures meanwhile, and how the extra agents are
+refused (HTTP status or close code) and how often they retry. Skipped with a
+message while the cap does not exist.
+
+gunicorn's worker_connections is set to room for every agent on either worker
+(--worker-connections to choose): the kernel does not split the agents evenly, and
+the bench measures the platform, not that setting. PostgreSQL 15+ publishes a
+backend's statistics up to a second late (10 s when it goes idle): the writes per
+second are over the whole idle window, with the one UPDATE per pong expected beside.
 
 Everything (platform, databases, swarm, this client) shares the machine's CPUs:
 the load generator's CPU is printed beside the platform's. Asserts nothing; never
