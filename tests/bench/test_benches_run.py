@@ -12,6 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 # Each bench with its smallest settings (`--quick` where it has one).
 SMOKE_ARGUMENTS = {
+    "agents": ["--quick"],
     "audio": ["--quick"],
     "backup": ["--quick"],
     "decks": ["--quick"],
