@@ -36,6 +36,11 @@ each with its own token) start at once, spread over a few asyncio processes (the
             answer within 10 s).
   log       lines of the platform's log with "MaxConnectionsExceeded",
             "Traceback" and "bare LF".
+  restart   (a reconnect storm) `systemctl restart` as devtools.services does it, on
+            the socket the bench holds as systemd's bundle@.socket does, with the N
+            agents connected and users' requests going on (--storm-seconds, 0: no
+            restart): seconds until the gauge says all N are back, and the users'
+            figures and failures around it.
 
 Past capacity (`--only capacity`, and in a full run): when the platform has a
 per-worker cap on held agents (WORKSPACE_AGENTS_PER_WORKER in
@@ -743,6 +748,8 @@ def run_size(args, root, n, postgres, redis_server, app_url):
             + (f"; {swarm.ended()} agents gave up" if swarm.ended() else "")
         )
         print(f"   platform log: {result['log']}", flush=True)
+        if args.storm and not result["collapsed"]:
+            result["storm"] = restart_storm(args, platform, agents, n, groups)
     finally:
         stopped = time.monotonic()
         if swarm is not None:
@@ -761,14 +768,51 @@ def run_size(args, root, n, postgres, redis_server, app_url):
     return result
 
 
+def restart_storm(args, platform, agents, n, groups):
+    """`systemctl restart` with N agents connected, on the socket the bench holds as
+    systemd's bundle@.socket does: seconds until the gauge says all N are back, and the
+    users' requests meanwhile (a failure is any answer but 2xx, or none in time)."""
+    import gevent
+
+    load = UserLoad(platform, agents, args.rate, args.storm_seconds)
+    users = gevent.spawn(load.run)
+    gevent.sleep(2.0)  # the users' requests run before the restart too
+    cpu = Cpu(groups).start()
+    started = time.monotonic()
+    stop_took = platform.service.running.restart()
+    ready = time.monotonic() - started
+    back, last = None, None
+    while time.monotonic() - started < args.connect_timeout:
+        last = gauge(platform.port)
+        if last is not None and last >= n:
+            back = time.monotonic() - started
+            break
+        gevent.sleep(0.25)  # polling with a deadline
+    cpu.stop()
+    users.join()
+    figures, failures = load.figures(), load.failure_kinds()
+    print(
+        f"   restart on the held socket: stopped in {stop_took:.1f} s, ready {ready:.1f} s after it began; "
+        + (
+            f"all {count(n)} agents back {back:.1f} s after it began"
+            if back is not None
+            else f"gauge {last} at the end"
+        )
+        + f"; CPU: workers {cpu.share('workers'):.2f}, swarm {cpu.share('swarm'):.2f} cores",
+        flush=True,
+    )
+    print_users(figures, failures, cpu, args, args.storm_seconds)
+    return {"back_s": back, "stop_s": stop_took, "ready_s": ready, "users": figures, "failures": failures}
+
+
 def keep_log(args, platform, name):
     if args.keep_logs:
         Path(args.keep_logs).mkdir(parents=True, exist_ok=True)
         shutil.copy(platform.log_path, Path(args.keep_logs) / name)
 
 
-def print_users(rows, failures, cpu, args):
-    print(f"   users: {args.rate:g} requests/s open loop for {args.users:g} s")
+def print_users(rows, failures, cpu, args, seconds=None):
+    print(f"   users: {args.rate:g} requests/s open loop for {seconds or args.users:g} s")
     for kind, row in rows.items():
         print(
             f"     {kind:<13} answered {row['answered']:>5}, failed {row['failures']:>4}: "
@@ -977,13 +1021,20 @@ def parse_args(argv):
         type=int,
         help="gunicorn's worker_connections (default: the agents + 1,024, room for all on either worker)",
     )
+    p.add_argument(
+        "--storm-seconds",
+        type=float,
+        default=60.0,
+        help="users' requests around the restart that ends each size (default 60; 0: no restart)",
+    )
     p.add_argument("--only", choices=("sizes", "capacity"))
     p.add_argument("--keep-logs", metavar="DIR", help="copy the platform's log of each run into DIR")
     p.add_argument("--quick", action="store_true", help="smoke run: 100 agents, short phases")
     args = p.parse_args(argv)
     if args.quick:
         args.agents, args.connect_timeout, args.stall = "100", 60.0, 20.0
-        args.settle, args.idle, args.users, args.cap = 1.0, 3.0, 3.0, 50
+        args.settle, args.idle, args.users, args.cap, args.storm_seconds = 1.0, 3.0, 3.0, 50, 10.0
+    args.storm = args.storm_seconds > 0
     args.sizes = [int(x) for x in args.agents.split(",") if x.strip()]
     return args
 
