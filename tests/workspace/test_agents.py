@@ -66,6 +66,32 @@ def test_answered_pings_are_written_for_all_agents_of_a_worker_at_once(workspace
     assert all(agent["status"] == "connected" for agent in shown)
 
 
+def test_a_request_for_an_agent_that_just_lost_its_connection_waits_for_it_to_come_back(
+    workspace, start_agent, local_app
+):
+    ws = workspace(AGENT_ENV)
+    owner = ws.first_user()
+    agent = create_workspace(ws, owner, "dev", [{"name": "main", "apps": [{"slug": "app", "url": local_app.url}]}])[
+        "agents"
+    ][0]
+    process = start_agent(ws.url, agent["token"])
+    wait_status(ws, owner, agent["id"], "connected")
+    os.kill(process.process.pid, signal.SIGSTOP)  # a hung agent: the platform closes it after two pings
+    answers = []
+    try:
+        wait_status(ws, owner, agent["id"], "disconnected", timeout=20)
+        asking = threading.Thread(
+            target=lambda: answers.append(
+                requests.get(f"{ws.url}/@owner/dev.main/apps/app/hello", headers=ws.as_user(owner), timeout=30)
+            )
+        )
+        asking.start()
+    finally:
+        os.kill(process.process.pid, signal.SIGCONT)  # it notices and reconnects at once
+    asking.join(30)
+    assert answers and answers[0].status_code == 200 and answers[0].text == "hello from the app\n"
+
+
 def test_an_agent_that_never_connects_times_out(workspace):
     ws = workspace({"WORKSPACE_AGENT_CONNECTION_TIMEOUT": "1"})
     owner = ws.first_user()

@@ -19,6 +19,7 @@ Status, as Coder derives it from the timestamps:
 """
 
 import logging
+import time
 from datetime import timedelta
 
 import gevent
@@ -181,9 +182,39 @@ def _unreachable(agent_id, address, exc):
     return AgentUnavailable(f"the worker holding the agent's connection does not answer ({exc})")
 
 
+# An agent whose connection ended moments ago (a restart of the platform, a network
+# blip) is most likely on its way back: a request for it waits for it, polling, rather
+# than failing at once (a reconnect storm of 10,000 agents takes a while to settle).
+RETURN_WINDOW_SECONDS = 30.0
+RETURN_WAIT_SECONDS = 5.0  # below the usual clients' 10 s time-outs
+RETURN_POLL_SECONDS = 0.5
+
+
+def _held_somewhere(agent_id):
+    return str(agent_id) in connections or mesh.holder(agent_id) is not None
+
+
+def _wait_if_returning(agent_id):
+    """Wait (up to RETURN_WAIT_SECONDS) for an agent that is not connected anywhere but
+    was connected within RETURN_WINDOW_SECONDS. Takes a database connection only for
+    the one read (the callers hold none)."""
+    if _held_somewhere(agent_id):
+        return
+    with connection_for_block(database):
+        agent = WorkspaceAgent.get_or_none(WorkspaceAgent.id == agent_id)
+    seen = agent and max(filter(None, (agent.last_connected_at, agent.disconnected_at)), default=None)
+    if not seen or now() - seen > timedelta(seconds=RETURN_WINDOW_SECONDS):
+        return
+    deadline = time.monotonic() + RETURN_WAIT_SECONDS
+    while time.monotonic() < deadline and not _held_somewhere(agent_id):
+        gevent.sleep(RETURN_POLL_SECONDS)
+
+
 def open_stream(agent_id, meta, data=b""):
     """A new stream to the agent, its first `data` sent with the OPEN, through the
-    worker holding its connection (this one or another); or 502."""
+    worker holding its connection (this one or another); or 502 (after a wait for an
+    agent that was connected moments ago: _wait_if_returning)."""
+    _wait_if_returning(agent_id)
     connection = connections.get(str(agent_id))
     if connection is not None:
         try:
