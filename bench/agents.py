@@ -777,10 +777,10 @@ def restart_storm(args, platform, agents, n, groups):
     load = UserLoad(platform, agents, args.rate, args.storm_seconds)
     users = gevent.spawn(load.run)
     gevent.sleep(2.0)  # the users' requests run before the restart too
-    cpu = Cpu(groups).start()
     started = time.monotonic()
     stop_took = platform.service.running.restart()
     ready = time.monotonic() - started
+    cpu = Cpu(groups).start()  # from the new workers' start: the old ones' pids are gone
     back, last = None, None
     while time.monotonic() - started < args.connect_timeout:
         last = gauge(platform.port)
@@ -798,7 +798,7 @@ def restart_storm(args, platform, agents, n, groups):
             if back is not None
             else f"gauge {last} at the end"
         )
-        + f"; CPU: workers {cpu.share('workers'):.2f}, swarm {cpu.share('swarm'):.2f} cores",
+        + f"; CPU until then: workers {cpu.share('workers'):.2f}, swarm {cpu.share('swarm'):.2f} cores",
         flush=True,
     )
     print_users(figures, failures, cpu, args, args.storm_seconds)
