@@ -327,19 +327,22 @@ class RefusingPlatform:
     def stop(self):
         self.listener.close()
 
+    def arrivals_of(self, start_agent, count):
+        """The times of the first `count` connections of an agent started against it, and the agent."""
+        try:
+            process = start_agent(self.url, "token-of-a-refused-agent")
+            deadline = time.monotonic() + 30
+            while len(self.arrivals) < count and time.monotonic() < deadline:
+                time.sleep(0.05)  # polling with a deadline
+            assert len(self.arrivals) >= count, process.log()
+        finally:
+            self.stop()
+        return self.arrivals[:count], process
+
 
 @pytest.mark.parametrize("with_the_answer", [False, True])
 def test_an_agent_the_platform_does_not_accept_logs_the_reason_and_retries_with_backoff(start_agent, with_the_answer):
-    platform = RefusingPlatform(1013, "Redis is not answering", with_the_answer)
-    try:
-        process = start_agent(platform.url, "token-of-a-refused-agent")
-        deadline = time.monotonic() + 30
-        while len(platform.arrivals) < 4 and time.monotonic() < deadline:
-            time.sleep(0.05)  # polling with a deadline
-        arrivals = platform.arrivals[:4]
-        assert len(arrivals) == 4, process.log()
-    finally:
-        platform.stop()
+    arrivals, process = RefusingPlatform(1013, "Redis is not answering", with_the_answer).arrivals_of(start_agent, 4)
     gaps = [later - earlier for earlier, later in zip(arrivals, arrivals[1:])]
     # 0.25..0.5 s, 0.5..1 s, 1..2 s: a refusal does not reset the backoff.
     assert gaps[2] >= 0.9 and gaps[2] > gaps[0], gaps
@@ -347,16 +350,8 @@ def test_an_agent_the_platform_does_not_accept_logs_the_reason_and_retries_with_
 
 
 def test_an_agent_a_busy_platform_refuses_waits_at_least_its_retry_after(start_agent):
-    platform = RefusingPlatform(503, b"2")  # far above the first backoff steps (0.25 to 1 s)
-    try:
-        process = start_agent(platform.url, "token-of-a-refused-agent")
-        deadline = time.monotonic() + 30
-        while len(platform.arrivals) < 3 and time.monotonic() < deadline:
-            time.sleep(0.05)  # polling with a deadline
-        arrivals = platform.arrivals[:3]
-        assert len(arrivals) == 3, process.log()
-    finally:
-        platform.stop()
+    # Retry-After: 2, far above the first backoff steps (0.25 to 1 s).
+    arrivals, process = RefusingPlatform(503, b"2").arrivals_of(start_agent, 3)
     assert all(later - earlier >= 2 for earlier, later in zip(arrivals, arrivals[1:])), arrivals
     assert "the platform refused the connection (HTTP 503)" in process.log()
 
