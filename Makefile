@@ -41,6 +41,9 @@ bench: setup
 	$(PY) -m bench.wizard
 	$(PY) -m bench.refresh
 	$(PY) -m bench.fanout
+	$(PY) -m bench.fanout --nginx --rounds 3
+	$(PY) -m bench.agents
+	$(PY) -m bench.storm
 	$(PY) -m bench.notebook
 	$(PY) -m bench.notebook_ask
 	$(PY) -m bench.scale

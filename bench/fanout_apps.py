@@ -35,10 +35,10 @@ floor = Flask(__name__)
 _floor_queues = set()
 
 
-@floor.get("/stream")
-def floor_stream():
+def _queue_stream(queues):
+    """A stream of what is put on a queue of its own, registered in `queues` while it lasts."""
     queue = Queue()
-    _floor_queues.add(queue)
+    queues.add(queue)
 
     def records():
         try:
@@ -46,9 +46,14 @@ def floor_stream():
             while True:
                 yield queue.get()
         finally:
-            _floor_queues.discard(queue)
+            queues.discard(queue)
 
     return Response(records(), mimetype="text/event-stream")
+
+
+@floor.get("/stream")
+def floor_stream():
+    return _queue_stream(_floor_queues)
 
 
 @floor.post("/publish")
@@ -120,18 +125,7 @@ def floor_redis_stream():
     global _redis_reader
     if _redis_reader is None:  # started with the worker's first stream
         _redis_reader = gevent.spawn(_read_redis)
-    queue = Queue()
-    _redis_queues.add(queue)
-
-    def records():
-        try:
-            yield OPEN
-            while True:
-                yield queue.get()
-        finally:
-            _redis_queues.discard(queue)
-
-    return Response(records(), mimetype="text/event-stream")
+    return _queue_stream(_redis_queues)
 
 
 _publisher = None
