@@ -112,11 +112,15 @@ def test_agent_restart_and_platform_restart(start_service, start_agent, tmp_path
     wait_status(ws, owner, agent["id"], "disconnected")
     start_agent(ws.url, agent["token"])
     wait_status(ws, owner, agent["id"], "connected")
+    left = requests.get(f"{ws.api}/workspaceagents/{agent['id']}", headers=ws.as_user(owner), timeout=10).json()
 
     took = ws.service.stop()
     assert took < 10, f"the platform took {took:.1f} s to stop with an agent connected"
     ws = Workspace(start_service("workspace", data_dir=data_dir, port=port, env=AGENT_ENV))
     wait_status(ws, owner, agent["id"], "connected", timeout=30)
+    # A stopping platform writes no disconnection: its agents come back to the next one.
+    back = requests.get(f"{ws.api}/workspaceagents/{agent['id']}", headers=ws.as_user(owner), timeout=10).json()
+    assert back["disconnected_at"] == left["disconnected_at"] is not None  # the agent's own stop's, earlier
     response = requests.get(f"{ws.url}/@owner/dev.main/apps/app/hello", headers=ws.as_user(owner), timeout=10)
     assert response.status_code == 200 and response.text == "hello from the app\n"
 

@@ -467,8 +467,12 @@ def _hold_agent(app, agent_id, owner_id, transport, arrived):
         finally:
             pinger.kill()
             liveness.forget(agent_id)
-            # A newer connection, here or on another worker, keeps the agent connected.
-            if mesh.release(holding) and connections.get(key) is connection:
+            # A newer connection, here or on another worker, keeps the agent connected. A
+            # worker that stops writes nothing: its agents come back to the next workers
+            # within seconds (an agent that does not shows `disconnected` once its last
+            # answered ping is three intervals old), and a stop with 10,000 agents would
+            # otherwise queue 10,000 writes while new connections wait for it.
+            if mesh.release(holding) and connections.get(key) is connection and not stopping:
                 _update(agent_id, disconnected_at=now())
                 _publish(agent_id, owner_id)
             if connections.get(key) is connection:
