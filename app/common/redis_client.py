@@ -31,6 +31,9 @@ PREFIX = "bundle"
 SCHEMES = ("redis://", "rediss://", "unix://")
 T = TypeVar("T")
 
+# Connections of a process's pool, and how long a command waits for one of them.
+POOL_SIZE = 64
+POOL_WAIT_SECONDS = 5.0
 _clients: dict[str, redis.Redis] = {}  # URL -> its client (tests change the environment between apps)
 
 
@@ -51,13 +54,21 @@ def for_url(url: str) -> redis.Redis:
     if url not in _clients:
         # A retry on a fresh connection absorbs a pooled connection that a Redis
         # restart cut; more would only hold a request while Redis is down.
-        _clients[url] = _from_url(
-            redis.Redis.from_url,
+        # Past POOL_SIZE commands at once a command waits for a connection (up to
+        # POOL_WAIT_SECONDS) rather than failing ("Too many connections", redis-py's
+        # default pool past 100): a worker stopping with 5,000 agents releases 5,000
+        # entries at once.
+        pool = _from_url(
+            redis.BlockingConnectionPool.from_url,
             url,
             retry=Retry(ExponentialBackoff(cap=0.2, base=0.05), 2),
             health_check_interval=30,
             client_name=connection_name("process"),
+            max_connections=POOL_SIZE,
+            timeout=POOL_WAIT_SECONDS,
         )
+        _clients[url] = redis.Redis(connection_pool=pool)
+        _clients[url].auto_close_connection_pool = True
     return _clients[url]
 
 

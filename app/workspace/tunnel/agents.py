@@ -198,7 +198,7 @@ def _wait_if_returning(agent_id):
     """Wait (up to RETURN_WAIT_SECONDS) for an agent that is not connected anywhere but
     was connected within RETURN_WINDOW_SECONDS. Takes a database connection only for
     the one read (the callers hold none)."""
-    if _held_somewhere(agent_id):
+    if stopping or _held_somewhere(agent_id):  # a stopping worker's requests must not hold its exit
         return
     with connection_for_block(database):
         agent = WorkspaceAgent.get_or_none(WorkspaceAgent.id == agent_id)
