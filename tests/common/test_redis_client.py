@@ -68,3 +68,21 @@ def test_a_request_waiting_on_redis_leaves_the_worker_free(start_service, redis_
         redis_server.process.send_signal(signal.SIGCONT)
     writer.join(60)
     assert outcome == {"status": 201}
+
+
+def test_more_commands_at_once_than_the_pool_holds_wait_for_a_connection(redis_server):
+    client = redis_client.for_url(redis_server.new_url())
+    errors, done = [], []
+
+    def one():
+        try:
+            done.append(client.blpop(["nothing-here"], timeout=0.2))  # holds its connection 0.2 s
+        except Exception as exc:  # a refusal ("Too many connections") is what this test looks for
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one) for _ in range(2 * redis_client.POOL_SIZE + 20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert errors == [] and done == [None] * len(threads)
