@@ -17,7 +17,8 @@ SMOKE_ARGUMENTS = {
     "backup": ["--quick"],
     "decks": ["--quick"],
     "fanout": ["--quick"],
-    "metrics": ["--quick"],
+    # One service and 5 restarts: both parts run (the full service list adds only time).
+    "metrics": ["--quick", "--services", "decks", "--restarts", "5"],
     "notebook": ["--quick", "--sources", "20", "--queries", "20"],
     "notebook_ask": ["--streams", "10", "--rounds", "1"],
     "refresh": ["--quick"],
