@@ -66,16 +66,22 @@ def test_answered_pings_are_written_for_all_agents_of_a_worker_at_once(workspace
     assert all(agent["status"] == "connected" for agent in shown)
 
 
+def _connected_agent_with_app(ws, start_agent, local_app):
+    """The platform's owner, a workspace `dev` whose agent `main` serves app `app` (the local
+    app), and that agent's process, started and seen `connected`."""
+    owner = ws.first_user()
+    workspace = create_workspace(ws, owner, "dev", [{"name": "main", "apps": [{"slug": "app", "url": local_app.url}]}])
+    agent = workspace["agents"][0]
+    process = start_agent(ws.url, agent["token"])
+    wait_status(ws, owner, agent["id"], "connected")
+    return owner, agent, process
+
+
 def test_a_request_for_an_agent_that_just_lost_its_connection_waits_for_it_to_come_back(
     workspace, start_agent, local_app
 ):
     ws = workspace(AGENT_ENV)
-    owner = ws.first_user()
-    agent = create_workspace(ws, owner, "dev", [{"name": "main", "apps": [{"slug": "app", "url": local_app.url}]}])[
-        "agents"
-    ][0]
-    process = start_agent(ws.url, agent["token"])
-    wait_status(ws, owner, agent["id"], "connected")
+    owner, agent, process = _connected_agent_with_app(ws, start_agent, local_app)
     os.kill(process.process.pid, signal.SIGSTOP)  # a hung agent: the platform closes it after two pings
     answers = []
     try:
@@ -102,12 +108,7 @@ def test_an_agent_that_never_connects_times_out(workspace):
 def test_agent_restart_and_platform_restart(start_service, start_agent, tmp_path, local_app):
     port, data_dir = free_port(), tmp_path / "platform"
     ws = Workspace(start_service("workspace", data_dir=data_dir, port=port, env=AGENT_ENV))
-    owner = ws.first_user()
-    agent = create_workspace(ws, owner, "dev", [{"name": "main", "apps": [{"slug": "app", "url": local_app.url}]}])[
-        "agents"
-    ][0]
-    first = start_agent(ws.url, agent["token"])
-    wait_status(ws, owner, agent["id"], "connected")
+    owner, agent, first = _connected_agent_with_app(ws, start_agent, local_app)
     first.stop()
     wait_status(ws, owner, agent["id"], "disconnected")
     start_agent(ws.url, agent["token"])
@@ -127,12 +128,7 @@ def test_agent_restart_and_platform_restart(start_service, start_agent, tmp_path
 
 def test_revoked_token_is_refused_before_the_upgrade_and_its_connection_closed(workspace, start_agent, local_app):
     ws = workspace(AGENT_ENV)
-    owner = ws.first_user()
-    agent = create_workspace(ws, owner, "dev", [{"name": "main", "apps": [{"slug": "app", "url": local_app.url}]}])[
-        "agents"
-    ][0]
-    process = start_agent(ws.url, agent["token"])
-    wait_status(ws, owner, agent["id"], "connected")
+    owner, agent, process = _connected_agent_with_app(ws, start_agent, local_app)
     rotated = requests.post(f"{ws.api}/workspaceagents/{agent['id']}/token", headers=ws.as_user(owner), timeout=10)
     assert rotated.status_code == 201 and rotated.json()["token"] != agent["token"]
     wait_status(ws, owner, agent["id"], "disconnected", timeout=10)
