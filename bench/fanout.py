@@ -313,6 +313,22 @@ class BehindNginx:
 # --------------------------------------------------------------------------- streams
 
 
+def send_until_open(sock: socket.socket, request: bytes, answer_ok: bytes | None = None) -> bytes:
+    """Send a stream's request and read until its `: stream open` comment; what was read.
+    With `answer_ok`, an answer whose first bytes differ (its status line) is a
+    ConnectionError naming that line."""
+    sock.sendall(request)
+    seen = b""
+    while b"stream open" not in seen:
+        data = sock.recv(65536)
+        if not data:
+            raise ConnectionError("closed before ': stream open'")
+        seen += data
+        if answer_ok and len(seen) >= len(answer_ok) and not seen.startswith(answer_ok):
+            raise ConnectionError(seen.split(b"\r\n", 1)[0].decode("latin-1", "replace"))
+    return seen
+
+
 class Stream:
     """One SSE stream on a raw socket; counts the `data:` lines it reads and times its
     keepalive comments."""
@@ -328,13 +344,7 @@ class Stream:
                 sock = socket.create_connection(
                     (HOST, fan.target.stream_port), timeout=OPEN_TIMEOUT_S, source_address=self.source
                 )
-                sock.sendall(fan.request)
-                seen = b""
-                while b"stream open" not in seen:
-                    data = sock.recv(65536)
-                    if not data:
-                        raise ConnectionError("closed before ': stream open'")
-                    seen += data
+                seen = send_until_open(sock, fan.request)
             sock.settimeout(None)
             self.opened, self.opened_at = True, time.perf_counter()
             fan.opened()

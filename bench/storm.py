@@ -47,7 +47,7 @@ if str(ROOT) not in sys.path:  # run as `python bench/storm.py`
     sys.path.insert(0, str(ROOT))
 
 from bench.common import HOST, KeepAliveClient, exit_on_sigterm, fmt_ms, percentile, raise_nofile, run_header  # noqa: E402
-from bench.fanout import STREAMS_PER_ADDRESS, BehindNginx, Ours, client_address  # noqa: E402
+from bench.fanout import STREAMS_PER_ADDRESS, BehindNginx, Ours, client_address, send_until_open  # noqa: E402
 from devtools.redis_server import RedisServer  # noqa: E402
 
 PAGE_RETRY_AFTER_FAILURE_S = 5.0  # app/wizard/static/common.js: setTimeout(connectEvents, 5000)
@@ -80,15 +80,7 @@ class Page:
         try:
             with storm.open_slots:
                 sock = socket.create_connection((HOST, storm.port), timeout=60, source_address=self.source)
-                sock.sendall(storm.request)
-                seen = b""
-                while b"stream open" not in seen:
-                    data = sock.recv(65536)
-                    if not data:
-                        raise ConnectionError("closed before ': stream open'")
-                    seen += data
-                    if len(seen) >= 12 and not seen.startswith(b"HTTP/1.1 200"):
-                        raise ConnectionError(seen.split(b"\r\n", 1)[0].decode("latin-1", "replace"))
+                seen = send_until_open(sock, storm.request, answer_ok=b"HTTP/1.1 200")
             self.opens += 1
             if storm.restarted_at is not None and self.back_at is None:
                 self.back_at = time.monotonic()
