@@ -4,7 +4,8 @@ sentinels for the module (devtools.redis_sentinel), failed over once per test.
 
 - The master killed: the rate limits count on the new master, with what was counted
   before (replicated), and the probes' lock and shared result work there.
-- The master frozen (a host gone without FIN or RST): the wizard's live streams on
+- The master frozen (a host gone without FIN or RST): /readyz is ready again once
+  the sentinels promoted a replica, before the old master is back; the wizard's live streams on
   two gunicorn gevent workers end ("live events were interrupted") once the old
   master, back, is demoted (the sentinels close its clients); a write made during the
   failover commits and answers, but its announcement is lost to the streams that were
@@ -17,6 +18,7 @@ The notebook's job queue across a failover is tests/notebook/test_queue_failover
 import uuid
 
 import pytest
+import requests
 
 from app.audio.probes import SharedProbe
 from app.common import ratelimit, redis_client
@@ -31,6 +33,12 @@ from tests.wizard.test_scale_out import Stream, close_all, on_every_worker, post
 def sentinel_set():
     with SentinelSet(replicas=2) as redis_set:
         yield redis_set
+
+
+def _readiness(service):
+    """/readyz's status and its Redis check."""
+    answer = requests.get(service.base_url + "/readyz", timeout=30)
+    return answer.status_code, answer.json()["checks"].get("redis")
 
 
 def subscribed_pids(sentinel_set, db):
@@ -72,8 +80,11 @@ def test_wizard_streams_resync_across_a_frozen_master(sentinel_set, start_servic
     reader, alice = WizardClient(service.base_url, "reader"), WizardClient(service.base_url, "alice")
     streams = on_every_worker(service, lambda: Stream(reader, "/api/events"))
     try:
+        assert _readiness(service) == (200, "ok")
         with sentinel_set.frozen_master() as old:
             sentinel_set.wait_for_failover(old)
+            # /readyz pings Redis through the same client: ready again on the new master.
+            wait_for(lambda: _readiness(service) == (200, "ok"), "/readyz ready on the new master")
             # Its announcement goes to the new master; the streams listen on the frozen one.
             during = alice.post("/api/collections/saved_prompts", json={"text": "during the failover"})
             assert during.status_code == 201, during.text
