@@ -3,7 +3,9 @@ failover, without a restart: one set of a master, two replicas and three real
 sentinels for the module (devtools.redis_sentinel), failed over once per test.
 
 - The master killed: the rate limits count on the new master, with what was counted
-  before (replicated), and the probes' lock and shared result work there.
+  before (replicated), and the probes' lock and shared result work there; a change
+  counter reads differently after the failover (its last bumps may be lost: caches
+  compute again).
 - The master frozen (a host gone without FIN or RST): /readyz is ready again once
   the sentinels promoted a replica, before the old master is back; the wizard's live streams on
   two gunicorn gevent workers end ("live events were interrupted") once the old
@@ -22,6 +24,7 @@ import requests
 
 from app.audio.probes import SharedProbe
 from app.common import ratelimit, redis_client
+from app.common.change_counter import RedisChangeCounter
 from devtools.redis_sentinel import SentinelSet
 from devtools.waiting import wait_for
 from tests.audio.test_probes_shared import Engine, FakeClock
@@ -58,9 +61,17 @@ def test_rate_limits_and_locks_work_on_the_new_master_after_the_master_is_killed
     name = f"test:{uuid.uuid4().hex}"
     first, second = (ratelimit.RedisRateLimiter(client, name, 3, 60.0) for _ in range(2))
     assert [first.hit("ada"), second.hit("ada")] == [None, None]
+    counter = RedisChangeCounter(client, f"bundle:test:generation:{uuid.uuid4().hex}")
+    counter.bump()
+    before = counter.current()
     assert client.wait(2, 5000) == 2  # the count is on both replicas (replication is asynchronous)
 
     sentinel_set.wait_for_failover(sentinel_set.kill_master())
+    # The stored value is the same (replicated), but a bump the failover lost would have
+    # brought it back to what a cache holds: the value read after a failover differs.
+    after = counter.current()
+    assert after != before and int(client.get(counter.key)) == 1
+    assert counter.current() == after  # and stays, until the next bump
     # The same client, no restart: its connections to the dead master fail, and the
     # retry asks the sentinels for the new one.
     assert first.hit("ada") is None  # the third of three, counted with the two before
