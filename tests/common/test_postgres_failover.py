@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +68,7 @@ class Load:
     base_url: str
     target: str
     answers: dict[str, requests.Response | Exception] = field(default_factory=dict)
+    answered_at: dict[str, float] = field(default_factory=dict)  # time.monotonic() of each answer
     stop: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -89,11 +91,25 @@ class Load:
             except requests.RequestException as error:
                 answer = error
             with self.lock:
-                self.answers[("like:" if like else "blueprint:") + name] = answer
+                key = ("like:" if like else "blueprint:") + name
+                self.answers[key], self.answered_at[key] = answer, time.monotonic()
+            if isinstance(answer, requests.Response) and answer.status_code == 503:
+                # As a client should: the service says when to try again. On a new
+                # connection: the server may close an idle one as the next request goes.
+                session.close()
+                self.stop.wait(float(answer.headers.get("Retry-After", "2")))
 
     def acknowledged(self) -> set[str]:
         with self.lock:
             return {k for k, a in self.answers.items() if isinstance(a, requests.Response) and a.ok}
+
+    def refused_seconds(self) -> float:
+        """From the first refused answer to the first acknowledged one after it."""
+        refused = [self.answered_at[k] for k in self.refused()]
+        if not refused:
+            return 0.0
+        later = [self.answered_at[k] for k in self.acknowledged() if self.answered_at[k] > min(refused)]
+        return (min(later) if later else max(refused)) - min(refused)
 
     def refused(self) -> dict[str, requests.Response | Exception]:
         with self.lock:
@@ -137,6 +153,7 @@ def check_writes(cluster, wizard, load, new):
     """What the load saw against what the new primary holds."""
     service, url, target = wizard
     refused = load.refused()
+    assert refused, "the fault refused no write: it did not happen mid-writes"
     for name, answer in refused.items():
         assert isinstance(answer, requests.Response), f"{name}: no answer ({answer})"
         assert answer.status_code == 503, f"{name}: {answer.status_code} {answer.text[:300]}"
@@ -158,7 +175,10 @@ def check_writes(cluster, wizard, load, new):
 def test_a_frozen_primary_costs_clean_503s_then_writes_go_on_and_it_rejoins(cluster, wizard):
     load, old, new = ride_through(cluster, wizard, cluster.freeze_member)
     refused = check_writes(cluster, wizard, load, new)
-    print(f"frozen primary: {len(load.acknowledged())} writes acknowledged, {len(refused)} refused (503)")
+    print(
+        f"frozen primary: {len(load.acknowledged())} writes acknowledged, {len(refused)} refused (503),"
+        f" writes refused for {load.refused_seconds():.1f} s"
+    )
     cluster.wait_streaming(old)  # thawed, demoted, rewound: a replica again, no command given
     assert {m["name"]: m["role"] for m in cluster.cluster()}[cluster.members[old].name] in ("replica", "sync_standby")
     locks_hold_on_the_new_primary(cluster, wizard, new)
@@ -168,7 +188,10 @@ def test_a_killed_primary_costs_clean_503s_then_writes_go_on_and_it_rejoins(clus
     cluster.wait_healthy()  # a synchronous standby to promote (the last test's rejoin settled)
     load, old, new = ride_through(cluster, wizard, cluster.kill_member)
     refused = check_writes(cluster, wizard, load, new)
-    print(f"killed primary: {len(load.acknowledged())} writes acknowledged, {len(refused)} refused (503)")
+    print(
+        f"killed primary: {len(load.acknowledged())} writes acknowledged, {len(refused)} refused (503),"
+        f" writes refused for {load.refused_seconds():.1f} s"
+    )
     cluster.wait_streaming(old)
 
 
