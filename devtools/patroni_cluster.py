@@ -27,7 +27,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -280,7 +279,7 @@ class PatroniCluster:
         """Start member `index`'s Patroni (which starts its postgres: as a replica of the
         leader, rewound first if it was a primary that lost the lead)."""
         member = self.members[index]
-        log = open(member.log, "ab")  # noqa: SIM115  # closed by close()
+        log = open(member.log, "ab")  # closed by close()
         self._log_handles.append(log)
         kwargs = {"user": self.user[0], "group": self.user[1], "extra_groups": []} if self.user else {}
         member.process = subprocess.Popen(
@@ -392,7 +391,3 @@ def _signal(pid: int, signum: int) -> None:
         os.kill(pid, signum)
     except ProcessLookupError:
         pass
-
-
-def seconds_since(started: float) -> float:
-    return time.monotonic() - started
