@@ -84,7 +84,9 @@ class PatroniCluster:
     def __init__(self, members: int = 3, max_connections: int = 300):
         self.bin = server_bin_dir()
         self.user = _server_user()
-        self.root = Path(tempfile.mkdtemp(prefix="bundle-patroni-"))
+        # Under /tmp whatever TMPDIR says when the members run as another user: a test's
+        # own temporary folder (pytest's, 0700) is closed to them.
+        self.root = Path(tempfile.mkdtemp(prefix="bundle-patroni-", dir="/tmp" if self.user else None))
         self.max_connections = max_connections
         self.members = [Member(self.root, i) for i in range(members)]
         self._log_handles: list = []
