@@ -2,7 +2,8 @@
 2 workers) with libpq's multi-host DATABASE_URL over a real three-member Patroni
 cluster (devtools.patroni_cluster: synchronous replication to one standby), under a
 load of counted writes (new blueprints, likes), its primary frozen (SIGSTOP: a host
-that stops answering without closing anything) and then killed mid-writes.
+that stops answering without closing anything), killed, then cut off the network
+(frozen, its packets dropped: nothing acknowledged) mid-writes. About 80 s in all.
 
 Checked each time: every write answered 2xx is on the new primary (the synchronous
 standby had it before the answer); a refused write got the clean 503 with Retry-After,
@@ -13,7 +14,8 @@ streaming replica with no command.
 
 On loopback a frozen member's kernel still acknowledges packets: the requests in flight
 on its connections wait until it thaws (Patroni then demotes it, cutting them: their
-503s), rather than for tcp_user_timeout as on a real network.
+503s). A cut-off one acknowledges nothing: tcp_user_timeout and connect_timeout end
+them while it is still cut off, as on a real network.
 """
 
 import os
