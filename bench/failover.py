@@ -17,9 +17,10 @@ and postgres; thawed as soon as another member leads, whereupon Patroni demotes 
 the network; let back once writes go on) or `kill` (SIGKILL of both; started again
 after). Per round: Patroni's failover time
 (from the fault to another member answering `/primary` with 200), the seconds writes
-were refused (the longest time between two acknowledged writes, from the fault to the
-first write sent after it that was acknowledged), and the writes answered 503 and otherwise (never
-expected). The round ends once the old member streams again as a replica.
+were refused (from the fault to the answer of the first write sent after it that was
+acknowledged: a write in flight as a member froze may still pass, and does not count),
+and the writes answered 503 and otherwise (never expected). The round ends once the
+old member streams again as a replica.
 
 Reference, measured in the same run as it was defined: Patroni's own acceptance tests
 expect a new leader within 10 s after a clean stop and within 32 s after a kill (a
@@ -117,7 +118,7 @@ def play(cluster: PatroniCluster, writers: Writers, fault: str) -> Round:
     return Round(
         fault,
         failover,
-        longest_silence(writers, started, acknowledged),
+        acknowledged - started,
         sum(1 for t, s in seen if s == 503 and t <= acknowledged),
         sum(1 for _, s in seen if s not in (200, 201, 503)),
     )
@@ -130,14 +131,6 @@ def bring_back(cluster: PatroniCluster, fault: str, old: int) -> None:
     elif fault in ("stop", "kill"):
         cluster.start_member(old, wait=False)
     cluster.wait_streaming(old)
-
-
-def longest_silence(writers: Writers, started: float, resumed: float) -> float:
-    """The longest time between two acknowledged writes (the fault's start and the
-    resumption as bounds): how long writes were refused or held."""
-    times = sorted(a for _, a, code in writers.answered_since(started) if code == 201 and a <= resumed)
-    edges = [started, *times, resumed]
-    return max(b - a for a, b in zip(edges, edges[1:], strict=False))
 
 
 def report(rounds: list[Round]) -> None:
