@@ -22,7 +22,7 @@ acknowledged: a write in flight as a member froze may still pass, and does not c
 and the writes answered 503 and otherwise (never expected). The round ends once the
 old member streams again as a replica.
 
-Reference, measured in the same run as it was defined: Patroni's own acceptance tests
+Reference (a fixed expectation, not measured here): Patroni's own acceptance tests
 expect a new leader within 10 s after a clean stop and within 32 s after a kill (a
 frozen or cut-off host gives nothing up either: 32 s). On loopback a frozen member's
 kernel still acknowledges packets, so the writes in flight on its connections wait for
