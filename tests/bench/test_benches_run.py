@@ -16,6 +16,7 @@ SMOKE_ARGUMENTS = {
     "audio": ["--quick"],
     "backup": ["--quick"],
     "decks": ["--quick"],
+    "failover": ["--quick"],
     "fanout": ["--quick"],
     # One service and 5 restarts: both parts run (the full service list adds only time).
     "metrics": ["--quick", "--services", "decks", "--restarts", "5"],
