@@ -16,7 +16,7 @@ DATABASE_URL = VARIABLES.add(
     Text(
         name="DATABASE_URL",
         shown_default="`sqlite:///$DATA_DIR/wizard.db`",
-        values="sqlite:/// or postgresql:// URL",
+        values="sqlite:/// or postgresql:// URL (several hosts too: postgresql://user:password@h1:5432,h2:5432/db)",
         doc="The wizard's database. A secret when it holds a password.",
     )
 )

@@ -26,7 +26,7 @@ DATABASE_URL = VARIABLES.add(
     Text(
         name="DATABASE_URL",
         shown_default="`sqlite:///$DATA_DIR/workspace.db`",
-        values="sqlite:/// or postgresql:// URL",
+        values="sqlite:/// or postgresql:// URL (several hosts too: postgresql://user:password@h1:5432,h2:5432/db)",
         doc="The platform's database. A secret when it holds a password.",
     )
 )
