@@ -49,6 +49,7 @@ bench: setup
 	$(PY) -m bench.scale
 	$(PY) -m bench.metrics
 	$(PY) -m bench.backup
+	$(PY) -m bench.failover
 
 # Everything the whole suite and the benches need.
 setup: test-deps $(VENV)/.installed $(VENV)/.embeddings browser-assets

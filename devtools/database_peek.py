@@ -61,7 +61,10 @@ class _PostgresPeek:
     def __init__(self, url):
         import psycopg
 
-        self._connection = psycopg.connect(url, autocommit=True)
+        from app.common.database_url import postgres_conninfo
+
+        # The service's own reading of its URL: several hosts reach the one that writes.
+        self._connection = psycopg.connect(postgres_conninfo(url), autocommit=True)
 
     def execute(self, sql, params=()):
         return _PostgresCursor(self._connection.execute(sql.replace("?", "%s"), params))
@@ -88,7 +91,7 @@ def peek(service, file_name=None):
     the SQLite file `file_name` (default `<service name>.db`) in its DATA_DIR.
     Each statement commits on its own."""
     url = service.env.get("DATABASE_URL", "")
-    if url.startswith("postgresql://"):
+    if url.startswith(("postgresql://", "postgres://")):
         database = _PostgresPeek(url)
     else:
         database = _SqlitePeek(Path(service.data_dir) / (file_name or f"{service.name}.db"))

@@ -20,8 +20,9 @@ from typing import Any, TextIO
 # sort_models is peewee's (create_tables uses it); its stubs do not list it.
 from peewee import AutoField, Database, Model, sort_models  # type: ignore[attr-defined]
 from playhouse.db_url import connect
+from playhouse.postgres_ext import Psycopg3Database
 
-from app.common import live_processes
+from app.common import database_url, live_processes
 from app.common.migrations import EXPANSIONS_TABLE, HISTORY_TABLE, History, bring_up_to_date
 
 BATCH = 500
@@ -36,13 +37,15 @@ def copy_database(
 ) -> list[tuple[str, int, int]]:
     """Copy every table of `history`'s models but the `derived` ones (an index that
     differs by engine, rebuilt by the caller); returns [(table, source rows, target rows)]."""
-    if not target_url.startswith(("postgresql://", "postgres://")):
+    if not database_url.is_postgres(target_url):
         raise CopyRefused("the target must be a postgresql:// URL")
     if not source_url.startswith("sqlite:///"):
         raise CopyRefused(f"the source must be the service's SQLite database, got {source_url.split(':', 1)[0]}:...")
     source: Database = connect(source_url, pragmas={"foreign_keys": 1, "busy_timeout": 10000})
-    target: Database = connect(
-        "psycopg3://" + target_url.split("://", 1)[1], application_name=live_processes.application_name(history.service)
+    name = live_processes.application_name(history.service)
+    target: Database = Psycopg3Database(
+        database_url.postgres_params(target_url)["dbname"],
+        conninfo=database_url.postgres_conninfo(target_url, application_name=name),
     )
     try:
         with source.bind_ctx(history.models):

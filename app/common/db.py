@@ -5,11 +5,12 @@
     bind_to_requests(app, database)
 
 `sqlite:///path` opens a pooled SQLite database in WAL mode (the embedded default);
-`postgresql://user:password@host:port/name` a pooled PostgreSQL database through
-psycopg 3, which yields to other greenlets while it waits on the server (gevent
-patches `select`, which psycopg uses from 3.1.14 on). Each PostgreSQL connection
-names itself (`application_name`, app.common.live_processes), and each web worker
-registers itself as a live process of its release (bind_to_requests).
+`postgresql://user:password@host:port/name` (or libpq's multi-host form,
+app.common.database_url) a pooled PostgreSQL database through psycopg 3, which
+yields to other greenlets while it waits on the server (gevent patches `select`,
+which psycopg uses from 3.1.14 on). Each PostgreSQL connection names itself
+(`application_name`, app.common.live_processes), and each web worker registers
+itself as a live process of its release (bind_to_requests).
 
 A pool with every connection in use makes a checkout wait for one to come back, up
 to POOL_WAIT_SECONDS (either engine), then answer 503 (app.common.errors): a burst
@@ -31,9 +32,10 @@ from typing import Any, Protocol
 from peewee import Database, DatabaseProxy, InterfaceError, OperationalError, SqliteDatabase, TextField
 from playhouse.db_url import connect
 from playhouse.pool import MaxConnectionsExceeded, PooledDatabase
+from playhouse.postgres_ext import PooledPsycopg3Database
 from prometheus_client import Counter, Gauge, Histogram
 
-from app.common import live_processes, metrics
+from app.common import database_url, live_processes, metrics
 from app.common.config import ConfigError
 from app.common.failures import Unavailable
 from app.common.migrations import LOCK_WAIT_SECONDS, History, bring_up_to_date
@@ -128,23 +130,39 @@ def _open(url: str, service: str, pool: bool) -> Database:
             )
         else:
             db = connect(url, pragmas=pragmas)
-    elif url.startswith(("postgresql://", "postgres://")):
-        # Each checkout pings the connection (peewee's pool), so connections cut by a
-        # server restart are dropped, not handed to a request.
-        db = _measured(
-            connect(
-                "psycopg3+pool://" + url.split("://", 1)[1],
-                max_connections=POSTGRES_POOL_SIZE,
-                stale_timeout=300,
-                timeout=POOL_WAIT_SECONDS,
-                application_name=live_processes.application_name(service),
-                options=f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_SECONDS}s",
-            )
-        )
+    elif database_url.is_postgres(url):
+        db = _measured(_pooled_postgres(url, service))
     else:
         # The URL may carry a password: only its scheme is shown.
         raise ConfigError(f"DATABASE_URL must be sqlite:///<path> or postgresql://..., got {url.split(':', 1)[0]}:...")
     return db
+
+
+def _pooled_postgres(url: str, service: str) -> Database:
+    """A pool of psycopg connections to `url`, built here rather than by playhouse.db_url,
+    which cannot parse several hosts. Each checkout pings the connection (peewee's pool),
+    so connections cut by a server restart or a failover are dropped, not handed to a
+    request; a new one goes to whichever host accepts writes (target_session_attrs)."""
+    params = database_url.postgres_params(url)
+    conninfo = database_url.postgres_conninfo(
+        url,
+        application_name=live_processes.application_name(service),
+        options=_with_idle_timeout(params.get("options", "")),
+    )
+    db: Database = PooledPsycopg3Database(
+        params["dbname"],
+        conninfo=conninfo,
+        max_connections=POSTGRES_POOL_SIZE,
+        stale_timeout=300,
+        timeout=POOL_WAIT_SECONDS,
+    )
+    return db
+
+
+def _with_idle_timeout(options: str) -> str:
+    """The URL's own `options` (server settings), with ours after them."""
+    ours = f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_SECONDS}s"
+    return f"{options} {ours}".strip()
 
 
 class _MeasuredPool(PooledDatabase):  # type: ignore[misc]  # peewee is untyped

@@ -74,7 +74,7 @@ def worker(args):
     _sweep(database, orphaned)
     processing.requeue_waiting(queue)
     if queue.presence:
-        queue.presence.start(lambda: _sweep(database, orphaned))
+        queue.presence.start(lambda: _sweep_redis(database, orphaned, queue))
     threading.Thread(target=_preload_model, args=(settings,), daemon=True, name="model-preload").start()
     # SQLite: poll the queue every 50 ms when busy, backing off to 0.5 s when idle (a
     # queued job starts within half a second). Redis: each thread waits in BRPOP, and
@@ -116,6 +116,20 @@ def _sweep(database, orphaned):
         recovered = processing.recover_interrupted(orphaned)
     if recovered:
         log.warning("%d job(s) were cut off by a stopped worker: marked failed", recovered)
+
+
+def _sweep_redis(database, orphaned, queue):
+    """The periodic sweep of a Redis queue: the jobs of gone workers, then the queue
+    entries a Redis failover lost (a command `new` for a whole sweep's period that the
+    queue does not hold is queued again; a copy runs once)."""
+    from app.notebook.worker import processing
+    from app.notebook.worker.presence import BEAT_SECONDS
+
+    _sweep(database, orphaned)
+    with database.connection_context():
+        lost = processing.requeue_lost(queue, older_than=BEAT_SECONDS)
+    if lost:
+        log.warning("%d queued job(s) were missing from the queue (a Redis failover?): queued again", lost)
 
 
 def reembed(args):

@@ -16,6 +16,7 @@ SMOKE_ARGUMENTS = {
     "audio": ["--quick"],
     "backup": ["--quick"],
     "decks": ["--quick"],
+    "failover": ["--quick"],
     "fanout": ["--quick"],
     "metrics": ["--quick"],
     "notebook": ["--quick", "--sources", "20", "--queries", "20"],

@@ -72,9 +72,7 @@ class JobQueue:
     def describe(self):
         """Where the queue is, for the worker's start line (no password)."""
         if self.on_redis:
-            kwargs = self.huey.storage.pool.connection_kwargs
-            where = kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}"
-            return f"redis {where} db {kwargs.get('db', 0)}"
+            return redis_client.describe_url(self.settings.redis_url)
         return self.settings.jobs_path
 
     def note_command(self, note):
@@ -96,6 +94,10 @@ class JobQueue:
             fail_unqueued(command, "the job queue is unavailable; retry later")
             return False
         return True
+
+    def queued_command_keys(self) -> set[str]:
+        """The commands the queue holds now (its whole list: a Redis LRANGE)."""
+        return {task.args[0] for task in self.huey.pending() if task.args}
 
     def requeue(self, command):
         """Hand `command` to the worker; the storage's error when it does not take it."""

@@ -11,6 +11,7 @@ result in the same transaction that checks once more. A job that raises is
 import logging
 import os
 from contextlib import nullcontext
+from datetime import timedelta
 
 from app.common.failures import Failure
 from app.notebook import llm
@@ -97,6 +98,27 @@ def recover_interrupted(orphaned=None):
     for key in keys:
         fail(Command.get_by_id(key), "the worker stopped while this job ran; retry it")
     return len(keys)
+
+
+def requeue_lost(queue, older_than: float):
+    """Hand the queue again every `new` command older than `older_than` seconds that it
+    no longer holds; their number. Redis replicates asynchronously: an enqueue that the
+    old master acknowledged may be missing from the new one after a failover (and a
+    Redis that lost its last writes, too). The commands are read before the queue: a
+    command taken from the queue meanwhile, not yet claimed, is queued twice, and runs
+    once (the second claim finds it no longer `new`). `older_than` leaves alone the
+    commands a web worker committed and is about to queue."""
+    cutoff = now() - timedelta(seconds=older_than)
+    waiting = list(
+        Command.select().where((Command.status == "new") & (Command.created < cutoff)).order_by(Command.created)
+    )
+    if not waiting:
+        return 0
+    queued = queue.queued_command_keys()
+    lost = [command for command in waiting if command.id not in queued]
+    for command in lost:
+        queue.requeue(command)
+    return len(lost)
 
 
 def requeue_waiting(queue):
