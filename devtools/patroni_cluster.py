@@ -10,12 +10,15 @@ synchronous replication to one standby, and faults to play a lost host with.
         new = cluster.wait_for_leader(other_than=old)
         cluster.thaw_member(old)          # it finds itself demoted, rewinds, follows
         cluster.wait_streaming(old)
+        cluster.cut_member(new)           # frozen, and its PostgreSQL port's packets dropped (nft)
+        cluster.reconnect_member(new)
 
-As root (the tests here) the members run as devtools.pg_server's dedicated system user:
-PostgreSQL refuses root. Loopback trusts every connection (a test cluster holds no
-secret); fsync is off (a test cluster never outlives its session) but synchronous
-commit is on, as in production: a commit is acknowledged once the synchronous standby
-has it, which is what a failover keeps.
+cut_member needs root and nftables. As root (the tests here) the members run as
+devtools.pg_server's dedicated system user: PostgreSQL refuses root. Loopback
+trusts every connection (a test cluster holds no secret); fsync is off (a test
+cluster never outlives its session) but synchronous commit is on, as in production:
+a commit is acknowledged once the synchronous standby has it, which is what a
+failover keeps.
 
 Timings (Patroni's DCS settings): ttl 10 s, loop_wait 1 s, retry_timeout 4 s, with which
 a failover measured 11.8 s (the defaults take 26 s); the playbook's hosts use 20/2/9.
@@ -81,10 +84,13 @@ class PatroniCluster:
     def __init__(self, members: int = 3, max_connections: int = 300):
         self.bin = server_bin_dir()
         self.user = _server_user()
-        self.root = Path(tempfile.mkdtemp(prefix="bundle-patroni-"))
+        # Under /tmp whatever TMPDIR says when the members run as another user: a test's
+        # own temporary folder (pytest's, 0700) is closed to them.
+        self.root = Path(tempfile.mkdtemp(prefix="bundle-patroni-", dir="/tmp" if self.user else None))
         self.max_connections = max_connections
         self.members = [Member(self.root, i) for i in range(members)]
         self._log_handles: list = []
+        self._cut: set[int] = set()  # members cut off by nftables tables of their own
         try:
             for member in self.members:
                 member.folder.mkdir()
@@ -338,9 +344,39 @@ class PatroniCluster:
         for pid in reversed(pids):
             _signal(pid, signal.SIGCONT)
 
+    def cut_member(self, index: int) -> None:
+        """freeze_member, and every TCP packet to or from its PostgreSQL port dropped
+        (an nftables table of its own): to its clients a host cut off the network, as far
+        as one machine plays it: no FIN, no RST, no acknowledgement either, so a client's
+        unacknowledged data trips its tcp_user_timeout and a new connection's SYN its
+        connect_timeout, as on a real network (freeze alone leaves the kernel acknowledging)."""
+        member = self.members[index]
+        self.freeze_member(index)
+        port = member.pg_port
+        rules = (
+            f"table inet {self._cut_table(index)} {{\n"
+            "  chain output { type filter hook output priority -10;"
+            f" tcp dport {port} drop; tcp sport {port} drop; }}\n"
+            "}\n"
+        )
+        subprocess.run(["nft", "-f", "-"], input=rules, text=True, check=True, capture_output=True, timeout=30)
+        self._cut.add(index)
+
+    def reconnect_member(self, index: int) -> None:
+        """Undo cut_member: the packets flow again, then the member thaws."""
+        if index in self._cut:
+            self._cut.discard(index)
+            subprocess.run(
+                ["nft", "delete", "table", "inet", self._cut_table(index)], capture_output=True, timeout=30, check=False
+            )
+        self.thaw_member(index)
+
+    def _cut_table(self, index: int) -> str:
+        return f"bundle_patroni_cut_{os.getpid()}_{index}"
+
     def close(self) -> None:
         for member in self.members:
-            self.thaw_member(member.index)
+            self.reconnect_member(member.index)
             try:
                 self.kill_member(member.index)
             except TimeoutError:

@@ -269,16 +269,19 @@ class SentinelSet:
             return c.info("replication").get("master_link_status") == "down"
 
     def wait_for_failover(self, old: tuple[str, int], timeout: float = 60) -> tuple[str, int]:
-        """Until every running sentinel names a new master, which says it is one; its address."""
+        """Until every running sentinel names a new master, which says it is one, and the
+        old one, if it answers, says it is a replica (a planned failover leaves it master
+        for a while: clients still connected to it write there, and lose it); the new
+        master's address."""
 
         def done() -> tuple[str, int] | None:
             answers = {a for a, s in zip(self.sentinel_answers(), self.sentinels, strict=True) if s.running()}
             if len(answers) != 1:
                 return None
             new = answers.pop()
-            if new is None or new == old:
+            if new is None or new == old or self._role(self._node_at(new)) != "master":
                 return None
-            return new if self._role(self._node_at(new)) == "master" else None
+            return new if self._role(self._node_at(old)) in (None, "slave") else None
 
         return wait_for(done, f"a failover of {self.master_name} away from port {old[1]}", timeout=timeout)
 

@@ -79,11 +79,23 @@ class FileChangeCounter:
             _COUNTER.pack_into(mapped, 0, _COUNTER.unpack_from(mapped)[0] + 1)
 
 
+# Bumps fit below this bit for ages (2**48); the masters seen count above it.
+MASTER_EPOCH_SHIFT = 48
+
+
 class RedisChangeCounter:
-    """The counter in a Redis key, shared by the workers of every host."""
+    """The counter in a Redis key, shared by the workers of every host.
+
+    With Sentinel, a failover may lose the last bumps (replication is asynchronous): the
+    counter goes back to a value that a worker's cache still holds, computed before the
+    change. So the value read carries, in its high bits, how many masters this process
+    has seen: after a failover it differs from anything read before, and every cache of
+    this process computes again."""
 
     def __init__(self, client: redis.Redis, key: str) -> None:
         self.client, self.key = client, key
+        self._master: object = None  # the master's address when last read (Sentinel)
+        self._masters_seen = 0
 
     def current(self) -> int | None:
         try:
@@ -91,7 +103,14 @@ class RedisChangeCounter:
         except (redis.RedisError, OSError) as exc:
             log.warning("the generation %s cannot be read: %s", self.key, type(exc).__name__)
             return None
-        return int(value or 0)
+        return int(value or 0) + (self._master_epoch() << MASTER_EPOCH_SHIFT)
+
+    def _master_epoch(self) -> int:
+        # The pool learns the master's address at each new connection (a memory read here).
+        master = getattr(self.client.connection_pool, "master_address", None)
+        if master != self._master:
+            self._master, self._masters_seen = master, self._masters_seen + 1
+        return self._masters_seen
 
     def bump(self) -> None:
         self.client.incr(self.key)

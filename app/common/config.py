@@ -280,9 +280,11 @@ DATA_DIR = SHARED.add(
 REDIS_URL = SHARED.add(
     Text(
         name="REDIS_URL",
-        values="redis:// or rediss:// URL",
+        values="redis://, rediss:// or redis+sentinel:// URL",
         doc="Redis for live events, rate limits and locks shared by several workers or hosts; "
-        "blank: all of it in the process. A secret (it may hold a password).",
+        "blank: all of it in the process. With Sentinel: "
+        "`redis+sentinel://:password@host:26379,host:26379,host:26379/<master name>/<db>` (the services "
+        "follow the master after a failover). A secret (it may hold a password).",
     )
 )
 LOG_FORMAT = SHARED.add(

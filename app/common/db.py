@@ -205,6 +205,17 @@ class _MeasuredPool(PooledDatabase):  # type: ignore[misc]  # peewee is untyped
             if waited:
                 metrics.of_service(POOL_WAIT_TIME).observe(time.monotonic() - started)
 
+    def _is_closed(self, conn: Any) -> bool:
+        """peewee's ping of an idle connection as it is checked out (under the pool's
+        lock: every other checkout of the worker waits meanwhile). One that fails takes
+        the pool's other idle connections with it: they reached the same server, which
+        restarted, failed over or was cut off, and pinging each in turn would cost a
+        host that vanished tcp_user_timeout per connection (app.common.database_url)."""
+        closed = bool(super()._is_closed(conn))
+        if closed:
+            self.close_idle()
+        return closed
+
     def _connect(self) -> Any:
         connection = super()._connect()
         metrics.of_service(POOL_IN_USE).set(len(self._in_use))

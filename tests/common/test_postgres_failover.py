@@ -2,7 +2,8 @@
 2 workers) with libpq's multi-host DATABASE_URL over a real three-member Patroni
 cluster (devtools.patroni_cluster: synchronous replication to one standby), under a
 load of counted writes (new blueprints, likes), its primary frozen (SIGSTOP: a host
-that stops answering without closing anything) and then killed mid-writes.
+that stops answering without closing anything), killed, then cut off the network
+(frozen, its packets dropped: nothing acknowledged) mid-writes. About 80 s in all.
 
 Checked each time: every write answered 2xx is on the new primary (the synchronous
 standby had it before the answer); a refused write got the clean 503 with Retry-After,
@@ -13,7 +14,8 @@ streaming replica with no command.
 
 On loopback a frozen member's kernel still acknowledges packets: the requests in flight
 on its connections wait until it thaws (Patroni then demotes it, cutting them: their
-503s), rather than for tcp_user_timeout as on a real network.
+503s). A cut-off one acknowledges nothing: tcp_user_timeout and connect_timeout end
+them while it is still cut off, as on a real network.
 """
 
 import os
@@ -116,9 +118,10 @@ class Load:
             return {k: a for k, a in self.answers.items() if not (isinstance(a, requests.Response) and a.ok)}
 
 
-def ride_through(cluster, wizard, fault):
-    """The load running, `fault` (a callable of the leader's index) played, then the
-    load stopped once writes succeed again on a new leader: (load, old, new)."""
+def ride_through(cluster, wizard, fault, heal=None):
+    """The load running, `fault` (a callable of the leader's index) played, `heal` (of
+    the old leader's index) once another member leads, then the load stopped once
+    writes succeed again on the new leader: (load, old, new)."""
     service, url, target = wizard
     load = Load(service.base_url, target)
     old = cluster.leader()
@@ -129,24 +132,15 @@ def ride_through(cluster, wizard, fault):
             fault(old)
             new = cluster.wait_for_leader(other_than=old)
             before = len(load.acknowledged())
-            # Writes succeed again, the service untouched (the thaw of a frozen member
-            # happens inside `fault`'s second half, recover).
-            recover(cluster, old)
+            if heal is not None:
+                heal(old)
+            # Writes succeed again, the service untouched.
             wait_for(lambda: len(load.acknowledged()) >= before + 20, "writes after the failover", timeout=120)
         finally:
             load.stop.set()
         for writer in running:
             writer.result(timeout=REQUEST_SECONDS + 10)
     return load, old, new
-
-
-def recover(cluster, old):
-    """The old member back: thawed if frozen, started again if its Patroni is gone."""
-    process = cluster.members[old].process
-    if process is not None and process.poll() is None:
-        cluster.thaw_member(old)
-    else:
-        cluster.start_member(old, wait=False)
 
 
 def check_writes(cluster, wizard, load, new):
@@ -173,7 +167,9 @@ def check_writes(cluster, wizard, load, new):
 
 
 def test_a_frozen_primary_costs_clean_503s_then_writes_go_on_and_it_rejoins(cluster, wizard):
-    load, old, new = ride_through(cluster, wizard, cluster.freeze_member)
+    # Thawed once another member leads: on loopback its kernel acknowledged the
+    # requests' packets, so they wait for the thaw (and its demotion, which cuts them).
+    load, old, new = ride_through(cluster, wizard, cluster.freeze_member, heal=cluster.thaw_member)
     refused = check_writes(cluster, wizard, load, new)
     print(
         f"frozen primary: {len(load.acknowledged())} writes acknowledged, {len(refused)} refused (503),"
@@ -186,7 +182,9 @@ def test_a_frozen_primary_costs_clean_503s_then_writes_go_on_and_it_rejoins(clus
 
 def test_a_killed_primary_costs_clean_503s_then_writes_go_on_and_it_rejoins(cluster, wizard):
     cluster.wait_healthy()  # a synchronous standby to promote (the last test's rejoin settled)
-    load, old, new = ride_through(cluster, wizard, cluster.kill_member)
+    load, old, new = ride_through(
+        cluster, wizard, cluster.kill_member, heal=lambda old: cluster.start_member(old, wait=False)
+    )
     refused = check_writes(cluster, wizard, load, new)
     print(
         f"killed primary: {len(load.acknowledged())} writes acknowledged, {len(refused)} refused (503),"
@@ -234,3 +232,19 @@ def locks_hold_on_the_new_primary(cluster, wizard, new):
         out, err = command.communicate(timeout=60)
     assert command.returncode == 0, err
     assert "nothing to contract" in out
+
+
+def test_a_primary_cut_off_the_network_costs_seconds_not_minutes(cluster, wizard):
+    """Frozen and its packets dropped (no acknowledgement either): the requests in flight
+    on its connections and the pool's pings fail after tcp_user_timeout, a new
+    connection moves past it after connect_timeout (app.common.database_url), so writes
+    go on while it is still cut off; let back, it rejoins."""
+    cluster.wait_healthy()
+    load, old, new = ride_through(cluster, wizard, cluster.cut_member)
+    refused = check_writes(cluster, wizard, load, new)
+    print(
+        f"cut-off primary: {len(load.acknowledged())} writes acknowledged, {len(refused)} refused (503),"
+        f" writes refused for {load.refused_seconds():.1f} s"
+    )
+    cluster.reconnect_member(old)
+    cluster.wait_streaming(old)

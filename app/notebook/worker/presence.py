@@ -15,6 +15,10 @@ predecessor's jobs at once), or when its key has expired, a judgement that a wor
 makes only once it has itself been connected to Redis for a whole TTL (a live holder
 refreshes its key several times within one, even after Redis itself restarted).
 Every worker sweeps for orphaned commands at its start and then every BEAT_SECONDS.
+A Redis failover may lose a holder's record (replication is asynchronous): each beat
+records the worker again among the holders of the commands it runs, a worker never
+judges the commands it runs, and a command with no holder recorded is orphaned only
+when it still has none at the next sweep (a beat has come in between).
 """
 
 import logging
@@ -72,13 +76,23 @@ class Presence:
         self.id = f"{self.space}:{os.getpid()}:{secrets.token_hex(4)}"
         self._stopping = threading.Event()
         self._connected_since = None  # when this run of unbroken beats began (monotonic)
+        self._held = set()  # the commands this worker runs now
+        self._unrecorded = set()  # running commands with no holder recorded, at the last sweep
+        self._held_lock = threading.Lock()  # a beat never re-records a command just released
 
     # ------------------------------------------------------------------ this worker
 
     def beat(self):
-        """Refresh this worker's key; False when Redis did not answer."""
+        """Refresh this worker's key, and record it again among the holders of the
+        commands it runs (a Redis failover may have lost the record: another worker's
+        sweep would find the command orphaned); False when Redis did not answer."""
         try:
-            self.client.set(_alive_key(self.id), str(int(time.time())), ex=TTL_SECONDS)
+            with self._held_lock:
+                with self.client.pipeline(transaction=False) as pipe:
+                    pipe.set(_alive_key(self.id), str(int(time.time())), ex=TTL_SECONDS)
+                    for command_key in self._held:
+                        pipe.hset(_holders_key(command_key), self.id, str(int(time.time())))
+                    pipe.execute()
         except redis.RedisError as exc:
             if self._connected_since is not None:
                 log.warning("the job queue's Redis does not answer: %s", exc)
@@ -121,18 +135,23 @@ class Presence:
     def holding(self, command_key):
         """Around a job: this worker among the holders of `command_key` (before the claim)."""
         holders = _holders_key(command_key)
+        with self._held_lock:
+            self._held.add(command_key)
         try:
             self.client.hset(holders, self.id, str(int(time.time())))
         except redis.RedisError as exc:
-            # Run it anyway: a job left `new` would wait for the next worker start.
+            # Run it anyway: a job left `new` would wait for the next worker start (the
+            # next beat records it).
             log.warning("command %s runs without its holder recorded (Redis: %s)", command_key, exc)
         try:
             yield
         finally:
-            try:
-                self.client.hdel(holders, self.id)
-            except redis.RedisError:
-                pass  # a finished command is never judged again
+            with self._held_lock:
+                self._held.discard(command_key)
+                try:
+                    self.client.hdel(holders, self.id)
+                except redis.RedisError:
+                    pass  # a finished command is never judged again
 
     # ------------------------------------------------------------------ the others
 
@@ -147,11 +166,21 @@ class Presence:
                 pipe.hkeys(_holders_key(key))
             holders_of = pipe.execute()
         judge_expired = self._connected_since is not None and time.monotonic() - self._connected_since > TTL_SECONDS
-        found = []
+        found, unrecorded = [], set()
         for key, holders in zip(command_keys, holders_of):
             holders = [h.decode() if isinstance(h, bytes) else h for h in holders]
+            if key in self._held:
+                continue  # this worker runs it (its record may be lost: the next beat makes it again)
+            if not holders:
+                # No holder recorded: lost in a Redis failover, or never made (Redis failed
+                # then); its holder's next beat records it again. Orphaned if still so at
+                # the next sweep.
+                unrecorded.add(key)
+                if key not in self._unrecorded:
+                    continue
             if not any(self._may_live(holder, judge_expired) for holder in holders):
                 found.append(key)
+        self._unrecorded = unrecorded
         if found:
             self.client.delete(*(_holders_key(key) for key in found))
         return found

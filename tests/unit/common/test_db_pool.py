@@ -113,3 +113,29 @@ def test_a_request_that_finds_no_connection_within_the_bound_answers_503(tmp_pat
         holder.release()
     database.obj.close_idle()  # the holder thread's SQLite connection serves no other thread
     assert client.get("/health").status_code == 200
+
+
+def test_a_connection_that_fails_its_checkout_ping_takes_the_idle_ones_with_it(tmp_path):
+    """After a server restart, a failover or a cut-off host every idle connection is
+    dead: the first that fails its ping closes the others, rather than each costing a
+    checkout its own failed ping (tcp_user_timeout, under the pool's lock)."""
+    database = db._open(f"sqlite:///{tmp_path / 'x.db'}", "test", pool=True)
+    database.connect_params["check_same_thread"] = False
+    proxy = DatabaseProxy()
+    proxy.initialize(database)
+    holders = [Holder(proxy) for _ in range(3)]  # three threads, three connections at once
+    for holder in holders:
+        holder.release()
+    idle = [conn for _, _, conn in database._connections]
+    assert len(idle) == 3
+    oldest = min(database._connections)[2]
+    oldest.close()  # its server went away: the next checkout's ping fails on it
+    database.connect()
+    fresh = database.connection()
+    assert fresh not in idle
+    assert database._connections == []  # the other two were closed, not left to fail later
+    for conn in idle:
+        with pytest.raises(Exception, match="closed"):
+            conn.execute("SELECT 1")
+    database.close()
+    database.close_all()
