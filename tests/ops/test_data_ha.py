@@ -202,7 +202,11 @@ def tier(tmp_path_factory):
         ]
 
         def pull_app(name):
-            pulls[name] = _pull(boxes[name], _app_vars(hosts, name, ai), bootstrap, files)
+            try:
+                pulls[name] = _pull(boxes[name], _app_vars(hosts, name, ai), bootstrap, files)
+            except staging.StagingError as error:  # with the services' own words
+                journal = boxes[name].run("journalctl", "-u", "bundle@*", "-n", "80", "--no-pager", check=False)
+                raise staging.StagingError(f"{error}\n{name}'s services:\n{journal.stdout[-6000:]}") from None
 
         _in_parallel(pull_app, APPS)
         _log(f"every host pulled after {time.monotonic() - started:.0f} s")
@@ -477,6 +481,13 @@ def test_the_cut_host_rejoins_as_a_standby_without_an_admin(tier, primary_cut):
     assert member in [m["name"] for m in cluster["members"] if m["role"] != "leader"]
     # WAL archiving goes on from the new leader into the one repository.
     tier.boxes[new].run("runuser", "-u", "postgres", "--", "pgbackrest", "--stanza=bundle", "check", timeout=120)
+    # The backup timers' unit backs up on the leader, and skips on a standby.
+    for name in (old, new):
+        tier.boxes[name].run("systemctl", "start", "bundle-pg-backup@full.service", timeout=600)
+    info = tier.boxes[new].run("runuser", "-u", "postgres", "--", "pgbackrest", "info", "--output=json").stdout
+    backups = json.loads(info)[0]["backup"]
+    _log(f"backups in the repository after a run on the standby {old} and one on the leader {new}: {len(backups)}")
+    assert len(backups) == 1 and backups[0]["type"] == "full"
 
 
 # --------------------------------------------------------------------------- the Redis master's host lost
