@@ -534,6 +534,31 @@ def test_an_ipv6_data_host_is_bracketed_in_the_urls(tmp_path):
     assert files["audio"]["REDIS_URL"].endswith("@[fd00::5]:6379/2")
 
 
+def test_env_files_with_the_ha_tier_name_every_host_and_the_sentinels(tmp_path):
+    passwords = _passwords()
+    result, files = _write_env_files(
+        tmp_path,
+        bundle_data_hosts=["10.0.0.5", "10.0.0.6", "fd00::7"],
+        services_web_concurrency=2,
+        base_secret_values={
+            "notebook_password": "nb",
+            "notebook_encryption_key": "k",
+            "workspace_oidc_client_secret": "o",
+            "workspace_mesh_secret": "m",
+            **passwords,
+        },
+    )
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert files["wizard"]["DATABASE_URL"] == (
+        f"postgresql://bundle_wizard:{passwords['postgresql_wizard_password']}"
+        "@10.0.0.5:5432,10.0.0.6:5432,[fd00::7]:5432/bundle_wizard?target_session_attrs=read-write"
+    )
+    for service, number in GROUP_VARS["bundle_redis_databases"].items():
+        assert files[service]["REDIS_URL"] == (
+            f"redis+sentinel://:{passwords['redis_password']}@10.0.0.5:26379,10.0.0.6:26379,[fd00::7]:26379/bundle/{number}"
+        )
+
+
 def test_secrets_import_takes_the_named_entries_of_another_host(tmp_path):
     data_host, app_host = tmp_path / "data.json", tmp_path / "app.json"
     specs = [*[f"postgresql_{s}_password=token" for s in DATABASE_SERVICES], "redis_password=token", "x=token"]
