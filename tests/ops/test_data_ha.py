@@ -193,6 +193,13 @@ def tier(tmp_path_factory):
 
         _in_parallel(pull_data, DATA)
         _log(f"the data hosts pulled after {time.monotonic() - started:.0f} s")
+        # The application hosts' first start migrates their databases: on a tier still
+        # settling (a standby not yet streaming, the synchronous one not yet named).
+        wait_for(
+            lambda: _formed(Tier(lan, hosts, boxes, pulls, json.loads(secrets_text))),
+            "a leader, a synchronous standby and a replica streaming",
+            timeout=120,
+        )
         idp = _start_idp(lan, hosts["idp"], json.loads(secrets_text), work)
         stack.callback(_stop, idp)
         files = [
