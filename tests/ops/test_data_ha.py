@@ -32,7 +32,7 @@ from devtools import private_network, staging
 from devtools.fake_providers import FakeProviders
 from devtools.waiting import wait_for
 from tests.ops.test_two_hosts import OWNER, _application_vars, _certificate, _pull, _start_idp, _stop
-from tests.support.ops import ServerName, group_vars, recap
+from tests.support.ops import ServerName, group_vars, in_parallel, recap
 
 # The application hosts serve the deployment's self-signed certificate.
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
@@ -136,25 +136,6 @@ def _app_vars(hosts, name, ai):
     return {**settings, "bundle_data_hosts": [hosts[d].address for d in DATA], "monitoring_enabled": False}
 
 
-def _in_parallel(function, names):
-    """function(name) for each name in threads; raises the first failure."""
-    failures = []
-
-    def run(name):
-        try:
-            function(name)
-        except Exception as exc:  # raised below
-            failures.append(exc)
-
-    threads = [threading.Thread(target=run, args=(name,)) for name in names]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if failures:
-        raise failures[0]
-
-
 @pytest.fixture(scope="module")
 def tier(tmp_path_factory):
     reason = staging.nspawn_unavailable() or private_network.unavailable()
@@ -191,7 +172,7 @@ def tier(tmp_path_factory):
         def pull_data(name):
             pulls[name] = _pull(boxes[name], _data_vars(addresses, hosts[name].address), bootstrap, secrets_file)
 
-        _in_parallel(pull_data, DATA)
+        in_parallel(pull_data, DATA)
         _log(f"the data hosts pulled after {time.monotonic() - started:.0f} s")
         # The application hosts' first start migrates their databases: on a tier still
         # settling (a standby not yet streaming, the synchronous one not yet named).
@@ -215,7 +196,7 @@ def tier(tmp_path_factory):
                 journal = boxes[name].run("journalctl", "-u", "bundle@*", "-n", "80", "--no-pager", check=False)
                 raise staging.StagingError(f"{error}\n{name}'s services:\n{journal.stdout[-6000:]}") from None
 
-        _in_parallel(pull_app, APPS)
+        in_parallel(pull_app, APPS)
         _log(f"every host pulled after {time.monotonic() - started:.0f} s")
         yield Tier(lan, hosts, boxes, pulls, json.loads(secrets_text))
 
@@ -540,6 +521,6 @@ def test_a_second_pull_changes_nothing_on_any_data_host_after_the_failovers(tier
     def pull(name):
         outputs[name] = tier.boxes[name].run("bash", "/root/bootstrap.sh", check=False, timeout=900).stdout
 
-    _in_parallel(pull, DATA)
+    in_parallel(pull, DATA)
     for name, output in outputs.items():
         assert recap(output)["changed"] == "0", (name, output[-6000:])

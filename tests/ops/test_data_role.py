@@ -90,6 +90,17 @@ def _passwords():
     }
 
 
+def _secret_values(passwords):
+    """A secrets file's values for the services' environment files: placeholders and `passwords`."""
+    return {
+        "notebook_password": "nb",
+        "notebook_encryption_key": "k",
+        "workspace_oidc_client_secret": "o",
+        "workspace_mesh_secret": "m",
+        **passwords,
+    }
+
+
 # --------------------------------------------------------------------------- the playbook's settings
 
 
@@ -522,13 +533,7 @@ def test_an_ipv6_data_host_is_bracketed_in_the_urls(tmp_path):
     result, files = _write_env_files(
         tmp_path,
         bundle_data_host="fd00::5",
-        base_secret_values={
-            "notebook_password": "nb",
-            "notebook_encryption_key": "k",
-            "workspace_oidc_client_secret": "o",
-            "workspace_mesh_secret": "m",
-            **passwords,
-        },
+        base_secret_values=_secret_values(passwords),
     )
     assert result.returncode == 0, result.stdout[-3000:]
     assert files["audio"]["REDIS_URL"].endswith("@[fd00::5]:6379/2")
@@ -540,13 +545,7 @@ def test_env_files_with_the_ha_tier_name_every_host_and_the_sentinels(tmp_path):
         tmp_path,
         bundle_data_hosts=["10.0.0.5", "10.0.0.6", "fd00::7"],
         services_web_concurrency=2,
-        base_secret_values={
-            "notebook_password": "nb",
-            "notebook_encryption_key": "k",
-            "workspace_oidc_client_secret": "o",
-            "workspace_mesh_secret": "m",
-            **passwords,
-        },
+        base_secret_values=_secret_values(passwords),
     )
     assert result.returncode == 0, result.stdout[-3000:]
     assert files["wizard"]["DATABASE_URL"] == (

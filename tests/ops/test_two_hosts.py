@@ -43,7 +43,7 @@ from devtools import private_network, staging
 from devtools.fake_providers import FakeProviders
 from devtools.load_loop import LoadLoop, p99
 from devtools.waiting import wait_for
-from tests.support.ops import ServerName, group_vars, recap
+from tests.support.ops import ServerName, group_vars, in_parallel, recap
 from tests.support.workspace import agent_program, http_on, websocket_on
 
 pytestmark = pytest.mark.slow
@@ -462,23 +462,13 @@ def deployment(tmp_path_factory):
             ("/etc/bundle/staging-tls/bundle.crt", crt.read_text(), "0644"),
             ("/etc/bundle/staging-tls/bundle.key", key.read_text(), "0600"),
         ]
-        failures = []
 
         def pull(name):
-            try:
-                pulls[name] = _pull(
-                    boxes[name], _application_vars(hosts[name], hosts["data"], hosts["idp"], ai), bootstrap, files
-                )
-            except Exception as exc:  # reported below
-                failures.append(exc)
+            pulls[name] = _pull(
+                boxes[name], _application_vars(hosts[name], hosts["data"], hosts["idp"], ai), bootstrap, files
+            )
 
-        threads = [threading.Thread(target=pull, args=(name,)) for name in ("app-a", "app-b")]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        if failures:
-            raise failures[0]
+        in_parallel(pull, ("app-a", "app-b"))
         print(f"two hosts: every pull done after {time.monotonic() - started:.0f} s", file=sys.stderr)
         front = _start_front(lan, hosts["front"], [hosts["app-a"], hosts["app-b"]], work)
         stack.callback(_stop, front)
@@ -1216,10 +1206,6 @@ def test_a_second_pull_changes_nothing_on_any_host(deployment):
     def pull(name):
         outputs[name] = deployment.boxes[name].run("bash", "/root/bootstrap.sh", check=False, timeout=900).stdout
 
-    threads = [threading.Thread(target=pull, args=(name,)) for name in deployment.boxes]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    in_parallel(pull, deployment.boxes)
     for name, output in outputs.items():
         assert recap(output)["changed"] == "0", (name, output[-6000:])

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import jinja2
@@ -123,3 +124,23 @@ def run_play(folder, tasks, variables, roles=("base",)):
         cwd=folder,
         env={**os.environ, "ANSIBLE_LOCAL_TEMP": str(folder / "tmp"), "ANSIBLE_NOCOLOR": "1"},
     )
+
+
+def in_parallel(function, names):
+    """function(name) for each name, each in a thread of its own (staging boxes pulled at
+    the same time); raises the first failure once every thread is done."""
+    failures = []
+
+    def run(name):
+        try:
+            function(name)
+        except Exception as exc:  # raised below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=run, args=(name,)) for name in names]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise failures[0]
