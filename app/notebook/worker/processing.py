@@ -108,10 +108,7 @@ def requeue_lost(queue, older_than: float):
     command taken from the queue meanwhile, not yet claimed, is queued twice, and runs
     once (the second claim finds it no longer `new`). `older_than` leaves alone the
     commands a web worker committed and is about to queue."""
-    cutoff = now() - timedelta(seconds=older_than)
-    waiting = list(
-        Command.select().where((Command.status == "new") & (Command.created < cutoff)).order_by(Command.created)
-    )
+    waiting = _new_commands(created_before=now() - timedelta(seconds=older_than))
     if not waiting:
         return 0
     queued = queue.queued_command_keys()
@@ -125,10 +122,19 @@ def requeue_waiting(queue):
     """At worker start: hand every `new` command to the queue again, so that none is
     lost if a web worker died between its commit and its enqueue. A command queued
     twice runs once: the second claim finds it no longer `new`."""
-    waiting = list(Command.select().where(Command.status == "new").order_by(Command.created))
+    waiting = _new_commands()
     for command in waiting:
         queue.requeue(command)
     return len(waiting)
+
+
+def _new_commands(created_before=None):
+    """The commands no worker has claimed yet (`new`), oldest first; only those created
+    before `created_before` when given."""
+    query = Command.select().where(Command.status == "new")
+    if created_before is not None:
+        query = query.where(Command.created < created_before)
+    return list(query.order_by(Command.created))
 
 
 # --------------------------------------------------------------------------- sources
