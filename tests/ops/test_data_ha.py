@@ -4,14 +4,16 @@ their own (devtools.private_network):
 
     data-1, data-2, data-3   PostgreSQL under Patroni (Raft), Redis and Sentinel
     app-a, app-b             every service, WEB_CONCURRENCY=2, on the tier's HA URLs
+    front                    nginx balancing TCP across app-a and app-b (test_two_hosts' front)
     idp                      the stand-in OpenID provider
 
 One deployment for the module: the data hosts pull at once, then the application hosts
 (they need the tier's databases). The hosts share one secrets file, made here first.
 Tests run in file order: the tier forms; the primary's host is cut off the network (no
-FIN, no RST) while counted writes go on, through the services and straight to
-PostgreSQL; it comes back and rejoins as a standby; the Redis master's host likewise;
-a second pull changes nothing on any data host. Figures are printed, not asserted.
+FIN, no RST) while counted writes go on, through the front to the services and straight
+to PostgreSQL; it comes back and rejoins as a standby, and the new leader backs up from a
+standby; the Redis master's host likewise; a second pull changes nothing on any data host.
+Figures are printed, not asserted.
 """
 
 import contextlib
@@ -31,7 +33,7 @@ import yaml
 from devtools import private_network, staging
 from devtools.fake_providers import FakeProviders
 from devtools.waiting import wait_for
-from tests.ops.test_two_hosts import OWNER, _application_vars, _certificate, _pull, _start_idp, _stop
+from tests.ops.test_two_hosts import OWNER, _application_vars, _certificate, _pull, _start_front, _start_idp, _stop
 from tests.support.ops import ServerName, group_vars, in_parallel, recap
 
 # The application hosts serve the deployment's self-signed certificate.
@@ -93,7 +95,7 @@ class Tier:
     def box_at(self, address):
         return next(name for name in DATA if self.address(name) == address)
 
-    def client(self, service, host):
+    def client(self, service, host="front"):
         http = requests.Session()
         http.verify = False
         http.trust_env = False
@@ -151,7 +153,7 @@ def tier(tmp_path_factory):
     shared_repository.mkdir()
     with contextlib.ExitStack() as stack:
         lan = stack.enter_context(private_network.PrivateNetwork())
-        hosts = {name: lan.add(name) for name in (*DATA, *APPS, "idp")}
+        hosts = {name: lan.add(name) for name in (*DATA, *APPS, "front", "idp")}
         ai = stack.enter_context(FakeProviders(host=lan.gateway))
         boxes = {}
         for index, name in enumerate((*DATA, *APPS)):
@@ -198,6 +200,8 @@ def tier(tmp_path_factory):
 
         in_parallel(pull_app, APPS)
         _log(f"every host pulled after {time.monotonic() - started:.0f} s")
+        front = _start_front(lan, hosts["front"], [hosts["app-a"], hosts["app-b"]], work)
+        stack.callback(_stop, front)
         yield Tier(lan, hosts, boxes, pulls, json.loads(secrets_text))
 
 
@@ -249,7 +253,7 @@ def _formed(tier):
 class Writes:
     """Counted writes in threads until stop(): rows committed straight to PostgreSQL
     through the multi-host URL (the driver finds the primary), and each database
-    service's creations through the application hosts' nginx (in turn). Keeps what was
+    service's creations through the front (its nginx balances the application hosts). Keeps what was
     acknowledged, and when each attempt succeeded or failed (time.monotonic())."""
 
     def __init__(self, tier):
@@ -303,29 +307,28 @@ class Writes:
                     conn.close()
                 time.sleep(0.2)  # the pace of a retrying client, not a wait for an outcome
 
-    def _post(self, service, host, path, body, headers=None):
-        http = self.tier.client(service, host)
+    def _post(self, service, path, body, headers=None):
+        http = self.tier.client(service)
         if service == "notebook":
             http.headers["Authorization"] = f"Bearer {self.tier.secrets['notebook_password']}"
         return http.post(http.base + path, json=body, timeout=10, headers=headers)
 
     def _workspaces(self):
         """The Owner signs in (once it can), then makes workspaces."""
-        token, turn = None, 0
+        token = None
         credentials = {"email": OWNER["email"], "password": self.tier.secrets["workspace_owner_password"]}
         while not self.stopping.is_set():
-            turn += 1
             ok = False
             try:
                 if token is None:
-                    login = self._post("workspace", APPS[turn % 2], "/api/v2/users/login", credentials)
+                    login = self._post("workspace", "/api/v2/users/login", credentials)
                     token = login.json()["session_token"] if login.status_code in (200, 201) else None
                     if token is None:
                         self._note("workspace", False, failure=f"login {login.status_code} {login.text[:200]}")
                 if token is not None:
                     body = {"name": f"ha-{uuid.uuid4().hex[:12]}", "agents": [{"name": "main", "apps": []}]}
                     headers = {"Workspace-Session-Token": token}
-                    made = self._post("workspace", APPS[turn % 2], "/api/v2/users/me/workspaces", body, headers)
+                    made = self._post("workspace", "/api/v2/users/me/workspaces", body, headers)
                     ok = made.status_code == 201
                     self._note(
                         "workspace", ok, made.json()["id"] if ok else None, f"{made.status_code} {made.text[:200]}"
@@ -340,11 +343,9 @@ class Writes:
             "wizard": ("/api/collections/wizards", {"name": "ha"}),
             "notebook": ("/notebooks", {"name": "ha", "description": "x"}),
         }[service]
-        turn = 0
         while not self.stopping.is_set():
-            turn += 1
             try:
-                made = self._post(service, APPS[turn % 2], path, body)
+                made = self._post(service, path, body)
                 ok = made.status_code in (200, 201)
                 self._note(service, ok, made.json()["id"] if ok else None, f"{made.status_code} {made.text[:200]}")
             except requests.RequestException as error:
@@ -354,17 +355,15 @@ class Writes:
 
     def _likes(self):
         """A blueprint made, then liked once; acknowledged: the blueprint whose like was."""
-        turn = 0
         while not self.stopping.is_set():
-            turn += 1
             try:
-                made = self._post("wizard", APPS[turn % 2], "/api/collections/blueprints", {"title": "ha"})
+                made = self._post("wizard", "/api/collections/blueprints", {"title": "ha"})
                 if made.status_code != 201:
                     self._note("likes", False, failure=f"{made.status_code} {made.text[:200]}")
                     time.sleep(0.2)  # the pace of a retrying client
                     continue
                 blueprint = made.json()["id"]
-                liked = self._post("wizard", APPS[turn % 2], "/api/likes/toggle", {"blueprint_id": blueprint})
+                liked = self._post("wizard", "/api/likes/toggle", {"blueprint_id": blueprint})
                 ok = liked.status_code == 200 and liked.json() == {"liked": True, "likes_count": 1}
                 self._note("likes", ok, blueprint, f"{liked.status_code} {liked.text[:200]}")
             except requests.RequestException as error:
@@ -469,13 +468,18 @@ def test_the_cut_host_rejoins_as_a_standby_without_an_admin(tier, primary_cut):
     assert member in [m["name"] for m in cluster["members"] if m["role"] != "leader"]
     # WAL archiving goes on from the new leader into the one repository.
     tier.boxes[new].run("runuser", "-u", "postgres", "--", "pgbackrest", "--stanza=bundle", "check", timeout=120)
-    # The backup timers' unit backs up on the leader, and skips on a standby.
+    # The backup timers' unit backs up on the leader, and skips on a standby; the leader's
+    # backup copies the files from a standby, through its pgBackRest server.
     for name in (old, new):
         tier.boxes[name].run("systemctl", "start", "bundle-pg-backup@full.service", timeout=600)
     info = tier.boxes[new].run("runuser", "-u", "postgres", "--", "pgbackrest", "info", "--output=json").stdout
     backups = json.loads(info)[0]["backup"]
     _log(f"backups in the repository after a run on the standby {old} and one on the leader {new}: {len(backups)}")
     assert len(backups) == 1 and backups[0]["type"] == "full"
+    log = tier.boxes[new].run("cat", "/var/log/pgbackrest/bundle-backup.log").stdout
+    last_run = log[log.rindex("backup command begin") :]
+    assert f"new backup label = {backups[0]['label']}" in last_run, last_run[-3000:]
+    assert "replay on the standby reached" in last_run, last_run[-3000:]
 
 
 # --------------------------------------------------------------------------- the Redis master's host lost

@@ -8,7 +8,9 @@
 
 Prints "changed" when it wrote the file, nothing else: never a secret. Kinds:
 token (32 random bytes, URL-safe base64), fernet (a Fernet key), client_secret (a
-token as NAME and its PBKDF2-SHA512 digest in Authelia's format as NAME_digest).
+token as NAME and its PBKDF2-SHA512 digest in Authelia's format as NAME_digest),
+tls_ca (a private certificate authority: its certificate as NAME, PEM, valid 100
+years, and its key as NAME_key; made with the openssl command).
 Standard library only: it runs with the host's python3 before any venv exists.
 """
 
@@ -18,7 +20,9 @@ import hashlib
 import json
 import os
 import secrets
+import subprocess
 import sys
+import tempfile
 
 ROUNDS = 310000  # Authelia's default for pbkdf2-sha512
 
@@ -34,6 +38,20 @@ def pbkdf2_sha512(secret):
     return f"$pbkdf2-sha512${ROUNDS}${ab64(salt)}${ab64(checksum)}"
 
 
+def certificate_authority(name):
+    """A P-256 key and its self-signed CA certificate (PEM), named CN=`name`."""
+    with tempfile.TemporaryDirectory() as folder:
+        key, crt = os.path.join(folder, "ca.key"), os.path.join(folder, "ca.crt")
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+            + ["-days", "36500", "-subj", f"/CN={name}", "-keyout", key, "-out", crt],
+            check=True,
+            capture_output=True,
+        )
+        with open(crt) as certificate, open(key) as private:
+            return certificate.read(), private.read()
+
+
 def generate(name, kind):
     if kind == "token":
         return {name: secrets.token_urlsafe(32)}
@@ -42,6 +60,9 @@ def generate(name, kind):
     if kind == "client_secret":
         value = secrets.token_urlsafe(48)
         return {name: value, f"{name}_digest": pbkdf2_sha512(value)}
+    if kind == "tls_ca":
+        certificate, key = certificate_authority(name.replace("_", "-"))
+        return {name: certificate, f"{name}_key": key}
     raise SystemExit(f"bundle_secrets: unknown kind {kind!r}")
 
 
