@@ -34,7 +34,7 @@ from devtools import private_network, staging
 from devtools.fake_providers import FakeProviders
 from devtools.waiting import wait_for
 from tests.ops.test_two_hosts import OWNER, _application_vars, _certificate, _pull, _start_front, _start_idp, _stop
-from tests.support.ops import ServerName, group_vars, in_parallel, recap
+from tests.support.ops import group_vars, in_parallel, recap, site_session
 
 # The application hosts serve the deployment's self-signed certificate.
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
@@ -96,13 +96,7 @@ class Tier:
         return next(name for name in DATA if self.address(name) == address)
 
     def client(self, service, host="front"):
-        http = requests.Session()
-        http.verify = False
-        http.trust_env = False
-        http.mount("https://", ServerName(f"{service}.{DOMAIN}"))
-        http.headers["Host"] = f"{service}.{DOMAIN}"
-        http.base = f"https://{self.address(host)}"
-        return http
+        return site_session(f"{service}.{DOMAIN}", f"https://{self.address(host)}")
 
 
 def _shared_secrets(folder):

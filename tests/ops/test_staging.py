@@ -32,7 +32,7 @@ from devtools.load_loop import LoadLoop, p99
 from devtools.oidc_provider import sign_in
 from devtools.services import free_port
 from devtools.waiting import wait_for
-from tests.support.ops import ServerName, recap
+from tests.support.ops import ServerName, recap, site_session
 
 pytestmark = pytest.mark.slow
 
@@ -58,12 +58,7 @@ class Staging:
         return f"{service}.{DOMAIN}"
 
     def client(self, service):
-        http = requests.Session()
-        http.verify = str(self.acme_root)  # the box's certificate comes from pebble
-        http.trust_env = False  # else REQUESTS_CA_BUNDLE from the environment overrides verify
-        http.mount("https://", ServerName(self.host(service)))
-        http.headers["Host"] = self.host(service)
-        return http
+        return site_session(self.host(service), self.base, verify=str(self.acme_root))  # pebble's certificate
 
     def open_client(self, service):
         """A client of `service` through the box's nginx, and its base URL (devtools.load_loop)."""

@@ -43,7 +43,7 @@ from devtools import private_network, staging
 from devtools.fake_providers import FakeProviders
 from devtools.load_loop import LoadLoop, p99
 from devtools.waiting import wait_for
-from tests.support.ops import ServerName, group_vars, in_parallel, recap
+from tests.support.ops import group_vars, in_parallel, recap, site_session
 from tests.support.workspace import agent_program, http_on, websocket_on
 
 pytestmark = pytest.mark.slow
@@ -137,13 +137,7 @@ class Deployment:
 
     def client(self, service, host="front"):
         """requests to `service` through the front (or straight to an application host)."""
-        http = requests.Session()
-        http.verify = False
-        http.trust_env = False
-        http.mount("https://", ServerName(f"{service}.{DOMAIN}"))
-        http.headers["Host"] = f"{service}.{DOMAIN}"
-        http.base = self.url(host)
-        return http
+        return site_session(f"{service}.{DOMAIN}", self.url(host))
 
     def in_client(self, *argv, env=None, **kwargs):
         """A process on the client host, where the public names lead to the front."""

@@ -59,6 +59,19 @@ class ServerName(requests.adapters.HTTPAdapter):
         super().init_poolmanager(*args, server_hostname=self.server_name, **kwargs)
 
 
+def site_session(name, base, verify=False):
+    """requests to the site `name` (SNI and Host) at `base` (https://<address>, kept as
+    `.base`): the staging boxes' names resolve nowhere. `verify`: a CA file, or False for
+    the deployment's self-signed certificate."""
+    http = requests.Session()
+    http.verify = verify
+    http.trust_env = False  # else REQUESTS_CA_BUNDLE from the environment overrides verify
+    http.mount("https://", ServerName(name))
+    http.headers["Host"] = name
+    http.base = base
+    return http
+
+
 def recap(output):
     match = re.search(r"^localhost\s+:\s+(.*)$", output, re.M)
     assert match, output[-3000:]
