@@ -9,7 +9,8 @@ POST lost that way is never retried. Here only the idle wait between the request
 of a kept-alive connection is bounded by `keepalive`; the first request may take
 up to `timeout`, the bound the sync worker gives it too.
 
-Also: a small answer's head and body go out in one send (OneSendResponse).
+Also: a small answer's head and body go out in one send (OneSendResponse), and a
+connection accepted just before the worker stops is still answered (_NamedListener).
 
 Loaded by the arbiter before any worker forks: it imports gunicorn and gevent only
 (the worker monkey-patches after the fork), never app code.
@@ -58,6 +59,26 @@ class OneSendResponse(wsgi.Response):
             sock.sendall(held.data)
 
 
+class _NamedListener:
+    """A worker's listening socket, its name read once, at the worker's start.
+
+    gunicorn asks the listener its name as it begins each connection's greenlet. A
+    stopping worker closes its listener first (the held socket stays open in the
+    arbiter, or systemd, for the next workers); a connection it had accepted just
+    before, whose greenlet began after, then failed with EBADF ("Socket error
+    processing request") and was closed unanswered: a few users' requests in every
+    restart under load. With the name known, it is served, with `Connection: close`."""
+
+    def __init__(self, listener):
+        self._listener, self._name = listener, listener.getsockname()
+
+    def getsockname(self):
+        return self._name
+
+    def __getattr__(self, name):
+        return getattr(self._listener, name)
+
+
 class Worker(GeventWorker):
     def init_process(self):
         # gunicorn's worker builds each response through wsgi.create(), which takes
@@ -65,10 +86,15 @@ class Worker(GeventWorker):
         wsgi.Response = OneSendResponse
         super().init_process()
 
+    def run(self):
+        # The sockets as the worker serves them: gevent's, made by init_process's patch().
+        self._named = {id(listener): _NamedListener(listener) for listener in self.sockets}
+        super().run()
+
     def handle(self, listener, client, addr):
         # Each connection is served by a greenlet of its own: mark it fresh.
         gevent.getcurrent().bundle_served_a_request = False
-        super().handle(listener, client, addr)
+        super().handle(self._named.get(id(listener), listener), client, addr)
 
     def handle_request(self, listener_name, req, sock, addr):
         gevent.getcurrent().bundle_served_a_request = True

@@ -145,3 +145,21 @@ def test_the_service_answers_head_and_body_together(decks):
                 next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))
             )
             assert len(body) == length, first
+
+
+# --------------------------------------------------------------------------- a connection accepted as the worker stops
+
+
+def test_the_listeners_name_is_known_after_the_stopping_worker_closed_it():
+    """gunicorn asks the listener its name as each connection's greenlet begins; a
+    stopping worker has closed it by then for a connection accepted just before."""
+    from gunicorn_worker import _NamedListener
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    name = listener.getsockname()
+    named = _NamedListener(listener)
+    listener.close()
+    with pytest.raises(OSError):
+        listener.getsockname()
+    assert named.getsockname() == name
+    assert named.fileno() == -1  # everything else is the listener's own
