@@ -194,6 +194,10 @@ def build_request(method, path, host, headers=None, body=None):
     return head.encode("latin-1") + b"\r\n" + payload
 
 
+class NoAnswer(ConnectionError):
+    """The connection ended (closed or reset) before any byte of the response."""
+
+
 def read_response(sock, buf, what):
     """(status, headers, body, rest of buf) of one HTTP/1.1 response with a
     Content-Length (Flask's, and nginx's passing them on, have one), read from
@@ -202,9 +206,14 @@ def read_response(sock, buf, what):
         end = buf.find(b"\r\n\r\n")
         if end >= 0:
             break
-        data = sock.recv(65536)
+        try:
+            data = sock.recv(65536)
+        except ConnectionResetError as exc:
+            if not buf:
+                raise NoAnswer(f"{what}: the server reset the connection") from exc
+            raise
         if not data:
-            raise ConnectionError(f"{what}: the server closed the connection")
+            raise (ConnectionError if buf else NoAnswer)(f"{what}: the server closed the connection")
         buf += data
     lines = buf[:end].decode("latin-1").split("\r\n")
     buf = buf[end + 4 :]
@@ -254,8 +263,8 @@ class KeepAliveClient:
     # reconnect rather than reuse one idle for longer than this.
     MAX_IDLE_S = 1.0
 
-    def __init__(self, port, host=None, timeout=REQUEST_TIMEOUT_S):
-        self.port, self.timeout = port, timeout
+    def __init__(self, port, host=None, timeout=REQUEST_TIMEOUT_S, resend_stale=False):
+        self.port, self.timeout, self.resend_stale = port, timeout, resend_stale
         self.host = host or f"{HOST}:{port}"
         self.sock, self.buf = None, b""
         self.connects = 0
@@ -277,7 +286,19 @@ class KeepAliveClient:
                 self.sock = None
 
     def send(self, raw):
-        """Send prepared request bytes (build_request); (status, headers, body bytes)."""
+        """Send prepared request bytes (build_request); (status, headers, body bytes).
+        With `resend_stale`, a GET on a kept-alive connection that the server closed
+        meanwhile (a stopping worker closes its idle ones) is sent again on a new one,
+        once, as browsers, urllib3 and nginx's upstream keep-alive do."""
+        reused = self.sock is not None and time.monotonic() - self.last_used <= self.MAX_IDLE_S
+        try:
+            return self._send(raw)
+        except (NoAnswer, BrokenPipeError):
+            if not (self.resend_stale and reused and raw.startswith(b"GET ")):
+                raise
+            return self._send(raw)
+
+    def _send(self, raw):
         if self.sock is None or time.monotonic() - self.last_used > self.MAX_IDLE_S:
             self.connect()
         try:
