@@ -42,6 +42,7 @@ from workspace_agent import version
 from workspace_agent.connection import (
     DIAL_TIMEOUT_S,
     TOKEN_HEADER,
+    UPGRADE_ANSWER_S,
     StreamClosed,
     connect,
     is_local_name,
@@ -221,7 +222,13 @@ class Agent:
         headers = {TOKEN_HEADER: self.token, **(dict([UNMASKED_HEADER]) if unmasked_is_safe(self.rpc_url) else {})}
         try:
             self.link = await connect(
-                self.rpc_url, headers, opens=False, on_open=self.on_open, on_hello=on_hello, on_relay=self.on_relay
+                self.rpc_url,
+                headers,
+                opens=False,
+                on_open=self.on_open,
+                on_hello=on_hello,
+                on_relay=self.on_relay,
+                answer_timeout=UPGRADE_ANSWER_S,
             )
         except HandshakeRefused as exc:
             self.retry_after = exc.retry_after

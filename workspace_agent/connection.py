@@ -40,6 +40,11 @@ from workspace_protocol.mux import (
 
 TOKEN_HEADER = "Workspace-Session-Token"
 DIAL_TIMEOUT_S = 10.0
+# How long the agent waits for the answer to its upgrade: a platform in a reconnect
+# storm keeps arrivals in line (up to 45 s, app.workspace.tunnel.agents) and answers
+# each, accepted or refused with a Retry-After, within it (nginx waits 60 s too). Waiting in line beats being
+# refused: a refused agent stays away for its Retry-After while the platform may idle.
+UPGRADE_ANSWER_S = 60.0
 # Above this many bytes queued in the socket's buffer, writers wait for it to drain.
 WRITE_HIGH_WATER = 1024 * 1024
 
@@ -342,9 +347,12 @@ class Link(asyncio.BufferedProtocol):
             await asyncio.sleep(limit - quiet)
 
 
-async def connect(url, headers, opens, on_open=None, on_hello=None, on_relay=None, timeout=DIAL_TIMEOUT_S):
+async def connect(
+    url, headers, opens, on_open=None, on_hello=None, on_relay=None, timeout=DIAL_TIMEOUT_S, answer_timeout=None
+):
     """A Link to a ws:// or wss:// `url`, upgraded; HandshakeRefused (with the HTTP
-    status) when the server answers something else, OSError when it cannot be reached."""
+    status) when the server answers something else, OSError when it cannot be reached.
+    `timeout` bounds the dial, `answer_timeout` (default: `timeout`) the upgrade's answer."""
     parts = urlsplit(url)
     secure = parts.scheme == "wss"
     loop = asyncio.get_running_loop()
@@ -362,10 +370,10 @@ async def connect(url, headers, opens, on_open=None, on_hello=None, on_relay=Non
             timeout,
         )
         link.start_handshake(parts.netloc, f"{parts.path or '/'}{'?' + parts.query if parts.query else ''}", headers)
-        await asyncio.wait_for(asyncio.shield(link.upgraded), timeout)
+        await asyncio.wait_for(asyncio.shield(link.upgraded), answer_timeout or timeout)
     except asyncio.TimeoutError:
         link.close("no answer")  # the connection may not even be made: close() copes
-        raise TimeoutError(f"no answer from {parts.netloc} within {timeout:.0f} s") from None
+        raise TimeoutError(f"no answer from {parts.netloc} in time") from None
     except BaseException:
         if link.transport is not None:
             link.transport.close()

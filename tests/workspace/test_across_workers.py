@@ -241,6 +241,35 @@ def test_a_killed_holder_s_agent_comes_back_on_a_live_worker(platform):
         _serves_everything(platform, pid)
 
 
+def test_a_request_that_finds_a_dead_holder_s_entry_waits_for_the_agent_on_a_new_worker(platform):
+    """A restart's stopped workers leave their agents' entries behind (a stopping worker
+    writes nothing): a request reaching a new worker first finds the old holder's."""
+    wait_for(lambda: platform.holder_pid() in platform.service.worker_pids(), "the agent on a live worker", timeout=30)
+    holder, before = platform.holder_pid(), set(platform.service.worker_pids())
+    agent = platform.agent_process.process.pid
+    os.kill(agent, signal.SIGSTOP)  # it cannot come back before the request finds the entry
+    answers = []
+    try:
+        os.kill(holder, signal.SIGKILL)
+        wait_for(lambda: set(platform.service.worker_pids()) - before, "the killed worker's replacement", timeout=60)
+        (young,) = set(platform.service.worker_pids()) - before
+        assert platform.holder_pid() == holder  # the dead worker's entry is still there
+        sock = connect_to_worker(platform.service, young)
+        asking = threading.Thread(
+            target=lambda: answers.append(http_on(sock, "GET", APP + "/hello", platform.headers()))
+        )
+        asking.start()
+        wait_for(lambda: platform.holder() is None, "the dead holder's entry forgotten by the request", timeout=30)
+    finally:
+        os.kill(agent, signal.SIGCONT)  # it sees its connection ended, and comes back
+    asking.join(60)
+    sock.close()
+    assert answers == [(200, b"hello from the app\n")]
+    wait_for(lambda: len(platform.service.worker_pids()) == WORKERS, f"{WORKERS} workers again")
+    for pid in platform.service.worker_pids():
+        _serves_everything(platform, pid)
+
+
 def _watch_on_another_worker(platform, holder):
     """The owner's dashboard watch (SSE) on a worker other than `holder`: the response,
     and the list its reader fills with the agent's statuses as they arrive."""

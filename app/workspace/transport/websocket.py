@@ -82,6 +82,25 @@ def is_upgrade(environ=None) -> bool:
     )
 
 
+def client_still_there() -> bool:
+    """False when this request's client has closed its end (or reset it), as an agent
+    that gave up waiting for the answer has: the connection reads as at its end. True
+    with no raw socket (a test client), or with nothing or something to read."""
+    sock = request.environ.get("gunicorn.socket")
+    if sock is None:
+        return True
+    timeout = sock.gettimeout()
+    sock.settimeout(0.0)  # a look, never a wait
+    try:
+        return sock.recv(1, socket.MSG_PEEK) != b""
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        sock.settimeout(timeout)
+
+
 class _AlreadyAnswered(Response):
     """The response of a request whose connection was taken over (a websocket, a
     spliced upgrade): gunicorn writes nothing more and closes the connection, as

@@ -20,13 +20,14 @@ Status, as Coder derives it from the timestamps:
 
 import logging
 import time
+from collections import deque
 from datetime import timedelta
 
 import gevent
 from flask import Blueprint, current_app, request
 from gevent.lock import BoundedSemaphore
 from peewee import fn
-from prometheus_client import Gauge
+from prometheus_client import Counter, Gauge
 
 from app.common import lifecycle
 from app.common.broker import broker
@@ -54,6 +55,14 @@ CONNECTED = Gauge(
     "Agents' connections held by the workers, summed over them",
     multiprocess_mode="livesum",
 )
+ARRIVALS = Counter(
+    "bundle_workspace_agent_arrivals_total",
+    "Agents' websocket upgrades at a worker's gate, by outcome: admitted, refused (after the wait in line, "
+    "with a Retry-After), gone (the agent left the line before its turn)",
+    ["outcome"],
+)
+for _outcome in ("admitted", "refused", "gone"):  # every series from the start, at 0
+    ARRIVALS.labels(_outcome)
 # Set when the worker is told to stop: it still serves requests on open connections
 # meanwhile, and an agent reconnecting then would hold it until gunicorn's time-out.
 stopping = False
@@ -184,9 +193,13 @@ def _unreachable(agent_id, address, exc):
 
 # An agent whose connection ended moments ago (a restart of the platform, a network
 # blip) is most likely on its way back: a request for it waits for it, polling, rather
-# than failing at once (a reconnect storm of 10,000 agents takes a while to settle).
-RETURN_WINDOW_SECONDS = 30.0
+# than failing at once. A lone agent's reconnect takes seconds; while this worker
+# settles a reconnect storm (agents in line at its gate, or many admitted of late),
+# the wait covers the storm: 10,000 agents are back within a minute of a restart, and a user's
+# request is slow meanwhile rather than failed.
+RETURN_WINDOW_SECONDS = 90.0
 RETURN_WAIT_SECONDS = 5.0  # below the usual clients' 10 s time-outs
+STORM_WAIT_SECONDS = 45.0  # within nginx's 60 s for an answer (proxy_read_timeout)
 RETURN_POLL_SECONDS = 0.5
 
 
@@ -195,9 +208,9 @@ def _held_somewhere(agent_id):
 
 
 def _wait_if_returning(agent_id):
-    """Wait (up to RETURN_WAIT_SECONDS) for an agent that is not connected anywhere but
-    was connected within RETURN_WINDOW_SECONDS. Takes a database connection only for
-    the one read (the callers hold none)."""
+    """Wait (up to RETURN_WAIT_SECONDS, or STORM_WAIT_SECONDS in a storm) for an agent
+    that is not connected anywhere but was connected within RETURN_WINDOW_SECONDS.
+    Takes a database connection only for the one read (the callers hold none)."""
     if stopping or _held_somewhere(agent_id):  # a stopping worker's requests must not hold its exit
         return
     with connection_for_block(database):
@@ -205,7 +218,7 @@ def _wait_if_returning(agent_id):
     seen = agent and max(filter(None, (agent.last_connected_at, agent.disconnected_at)), default=None)
     if not seen or now() - seen > timedelta(seconds=RETURN_WINDOW_SECONDS):
         return
-    deadline = time.monotonic() + RETURN_WAIT_SECONDS
+    deadline = time.monotonic() + (STORM_WAIT_SECONDS if arrivals.settling() else RETURN_WAIT_SECONDS)
     while time.monotonic() < deadline and not _held_somewhere(agent_id):
         gevent.sleep(RETURN_POLL_SECONDS)
 
@@ -213,19 +226,27 @@ def _wait_if_returning(agent_id):
 def open_stream(agent_id, meta, data=b""):
     """A new stream to the agent, its first `data` sent with the OPEN, through the
     worker holding its connection (this one or another); or 502 (after a wait for an
-    agent that was connected moments ago: _wait_if_returning)."""
-    _wait_if_returning(agent_id)
-    connection = connections.get(str(agent_id))
-    if connection is not None:
+    agent that was connected moments ago: _wait_if_returning).
+
+    An entry naming a worker that does not answer is most often a stopped worker's (a
+    restart: it writes nothing as it stops): forgotten, and the agent waited for once
+    more, as one on its way back to the new workers."""
+    for last_try in (False, True):
+        _wait_if_returning(agent_id)
+        connection = connections.get(str(agent_id))
+        if connection is not None:
+            try:
+                return connection.mux.open(meta, data)
+            except StreamClosed as exc:
+                raise AgentUnavailable(f"the agent's connection is closing: {exc}") from None
+        address = _holder(agent_id)
         try:
-            return connection.mux.open(meta, data)
-        except StreamClosed as exc:
-            raise AgentUnavailable(f"the agent's connection is closing: {exc}") from None
-    address = _holder(agent_id)
-    try:
-        return mesh.open(address, {"kind": "agent", "agent": str(agent_id), "meta": meta}, data)
-    except Unreachable as exc:
-        raise _unreachable(agent_id, address, exc) from None
+            return mesh.open(address, {"kind": "agent", "agent": str(agent_id), "meta": meta}, data)
+        except Unreachable as exc:
+            failure = _unreachable(agent_id, address, exc)
+            if last_try or isinstance(exc, Refused):
+                raise failure from None
+    raise AssertionError("not reached: the last try returns or raises")
 
 
 @mesh.serves("agent")
@@ -360,6 +381,10 @@ def _record_apps(agent_id, info):
         grants.changed()  # requests kept going to the old address would reach another app
 
 
+STORM_ADMISSIONS = 16  # admitted within STORM_WINDOW_SECONDS: a storm, not a lone agent's reconnect
+STORM_WINDOW_SECONDS = 10.0
+
+
 class _Arrivals:
     """The agents' connections this worker is setting up (from the upgrade request to
     the agent recorded as held): at most HANDSHAKES_AT_ONCE; a further one waits its
@@ -367,15 +392,40 @@ class _Arrivals:
     answered 503 with a Retry-After, before any database work, and its agent backs off.
     Without it, a reconnect storm (10,000 agents after a restart) ran every handshake
     at once, each slower than the agents' own time-out (10 s): each agent retried, the
-    work done for it was lost, and none connected."""
+    work done for it was lost, and none connected.
+
+    The wait is long, as the agent's patience for the answer is (60 s), and longer than
+    a restart's storm takes to clear: a refused agent stays away for its Retry-After
+    (10-20 s) even once the line is empty, so refusals after a 5 s wait left the
+    workers idle while agents slept (10,000 agents took 52 s to connect and 65 s to
+    come back after a restart; about 21 s and 32-41 s with the long wait). An arrival
+    whose client left the line meanwhile (an older agent's 10 s) is dropped when its
+    turn comes, before any work is done for it."""
 
     def __init__(self, at_once, wait):
         self._free, self._wait = BoundedSemaphore(at_once), wait
+        self._admitted_at: deque[float] = deque(maxlen=STORM_ADMISSIONS)  # the latest admissions' times
 
-    def admit(self):
-        """A release() callable (idempotent) for an admitted arrival; else Unavailable."""
+    def settling(self) -> bool:
+        """This worker is in a reconnect storm: every slot is taken (arrivals are in
+        line), or it admitted STORM_ADMISSIONS agents within STORM_WINDOW_SECONDS."""
+        latest = self._admitted_at
+        return self._free.locked() or (
+            len(latest) == latest.maxlen and time.monotonic() - latest[0] < STORM_WINDOW_SECONDS
+        )
+
+    def admit(self, still_there=lambda: True):
+        """A release() callable (idempotent) for an admitted arrival; else Unavailable
+        (refused after the wait, or `still_there()` false once its turn came)."""
         if not self._free.acquire(timeout=self._wait):
+            ARRIVALS.labels("refused").inc()
             raise Unavailable("The platform is busy connecting other agents; try again in a moment.", retry_after=10)
+        if not still_there():
+            self._free.release()
+            ARRIVALS.labels("gone").inc()
+            raise Unavailable("The agent left before its turn came.", retry_after=10)
+        ARRIVALS.labels("admitted").inc()
+        self._admitted_at.append(time.monotonic())
         released = []
 
         def release():
@@ -387,7 +437,7 @@ class _Arrivals:
 
 
 HANDSHAKES_AT_ONCE = 16  # per worker: CPU-bound work, and half the database pool at most
-ARRIVAL_WAIT_SECONDS = 5.0  # well within the agent's 10 s for the upgrade's answer
+ARRIVAL_WAIT_SECONDS = 45.0  # well within the agent's 60 s for the upgrade's answer (UPGRADE_ANSWER_S)
 arrivals = _Arrivals(HANDSHAKES_AT_ONCE, ARRIVAL_WAIT_SECONDS)
 # Views that take no database connection per request (app.common.db.bind_to_requests):
 # the agent's websocket takes one for its reads once admitted.
@@ -398,7 +448,7 @@ NO_CONNECTION = frozenset({"agent_rpc"})
 def agent_rpc():
     """The agent's websocket (authenticated by its token): the one connection the platform reaches the workspace
     through."""
-    release = arrivals.admit()
+    release = arrivals.admit(still_there=websocket.client_still_there)
     try:
         with connection_for_block(database):  # given back before the websocket, which lasts hours
             agent = authenticate_agent(request.headers.get(HEADER))
