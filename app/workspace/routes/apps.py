@@ -46,6 +46,7 @@ import re
 import time
 from urllib.parse import urlencode
 
+import gevent
 from flask import Blueprint, Response, current_app, g, redirect, render_template, request
 from peewee import JOIN
 
@@ -388,6 +389,10 @@ def app_route(user, target, slug, path):
         answer = app_proxy.exchange(request.environ, app, SANDBOX if sandbox else None)
     except _Redirect as exc:
         return redirect(exc.location, 307)
+    except agents.AgentUnavailable as exc:
+        if agents.stopping and request.method in FRONT_METHODS and "HTTP_UPGRADE" not in request.environ:
+            return _to_the_next_workers()
+        return page_error(exc)
     except Failure as exc:
         return page_error(exc)
     request.environ[APP_PROXY] = True
@@ -400,6 +405,25 @@ def app_route(user, target, slug, path):
     if not any(name.lower() == "content-type" for name, _ in answer.headers):
         del response.headers["Content-Type"]
     return response
+
+
+# A stopping worker answers a few more requests (those on its kept-alive connections,
+# and those it accepted before it stopped accepting: gunicorn's gevent worker looks
+# at its stop flag once a second) after it closed its agents' connections.
+NEXT_WORKERS_DELAY_SECONDS = 1.0
+
+
+def _to_the_next_workers():
+    """A GET or HEAD for an agent this stopping worker no longer holds (a restart: the
+    agent is on its way to the next workers) is sent to itself again, on a new
+    connection, which the next workers take: slow, not failed. The answer waits a
+    second first, so that the new connection finds this worker no longer accepting."""
+    gevent.sleep(NEXT_WORKERS_DELAY_SECONDS)
+    target = request.environ.get("RAW_URI") or request.path  # as the client sent it (gunicorn's has the query)
+    query = request.environ.get("QUERY_STRING", "")
+    answer = redirect(target if "?" in target or not query else f"{target}?{query}", 307)
+    answer.headers["Retry-After"] = "1"
+    return answer
 
 
 def _splice_upgrade(app):

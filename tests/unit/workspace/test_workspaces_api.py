@@ -151,3 +151,22 @@ def test_the_rpc_answers_plain_requests_without_an_upgrade(owned):
         headers={"Workspace-Session-Token": created["agents"][0]["token"]},
     )
     assert plain.status_code == 400 and "websocket" in plain.json()["message"]
+
+
+def test_a_stopping_worker_sends_a_get_for_an_agent_it_no_longer_holds_to_the_next_workers(owned, monkeypatch):
+    """A restart: the stopping worker closed its agents' connections; a GET it still
+    answers goes again, on a new connection, to the next workers (slow, not failed)."""
+    from app.workspace.tunnel import agents
+
+    ws, owner = owned
+    create_workspace(ws, owner, "stops", [{"name": "main", "apps": [{"slug": "code", "url": "http://127.0.0.1:9"}]}])
+    app = f"{ws.url}/@owner/stops.main/apps/code/page?x=1"
+    monkeypatch.setattr(agents, "stopping", True)
+    again = requests.get(app, headers=ws.as_user(owner), timeout=30, allow_redirects=False)
+    assert again.status_code == 307 and again.headers["Location"].endswith("/@owner/stops.main/apps/code/page?x=1")
+    assert again.headers["Retry-After"] == "1"
+    posted = requests.post(app, data=b"body", headers=ws.as_user(owner), timeout=30, allow_redirects=False)
+    assert posted.status_code == 502  # a body is never sent twice
+    monkeypatch.setattr(agents, "stopping", False)
+    running = requests.get(app, headers=ws.as_user(owner), timeout=30, allow_redirects=False)
+    assert running.status_code == 502 and running.json()["message"] == "The workspace agent is not connected."
