@@ -118,6 +118,7 @@ USER_TIMEOUT_S = 10.0
 # waits for its agent's return (app.workspace.tunnel.agents' STORM_WAIT_SECONDS), up to
 # what nginx waits for an answer (proxy_read_timeout, 60 s) before a browser gets a 504.
 STORM_USER_TIMEOUT_S = 60.0
+MAX_REDIRECTS = 20  # as browsers
 SWARM_STOP_S = 15.0  # for the swarm's processes to end after SIGTERM, all together; then killed
 REPORT_EVERY_S = 0.5  # a swarm process's report of its agents
 GAUGE = re.compile(r"^bundle_workspace_agents_connected(?:\{[^}]*\})?\s+(\S+)", re.M)
@@ -525,6 +526,7 @@ class UserLoad:
     def __init__(self, platform, agents, rate, seconds, timeout=USER_TIMEOUT_S):
         self.platform, self.agents, self.rate, self.seconds = platform, agents, rate, seconds
         self.timeout = timeout
+        self.redirects = 0  # 307s followed (a stopping worker sends a GET to the next workers)
         self.latencies = {kind: [] for kind in self.KINDS}
         self.failures = {kind: Counter() for kind in self.KINDS}
         self.idle = []
@@ -547,7 +549,13 @@ class UserLoad:
             else KeepAliveClient(self.platform.port, timeout=self.timeout, resend_stale=True)
         )
         try:
-            status, _, content = client.send(self._request(kind))
+            status, headers, content = client.send(self._request(kind))
+            for _ in range(MAX_REDIRECTS):  # as a browser: a 307 is followed, on the same or a new connection
+                if status != 307:
+                    break
+                self.redirects += 1
+                again = build_request("GET", headers["location"], f"{HOST}:{self.platform.port}", self.platform.headers)
+                status, headers, content = client.send(again)
         except Exception as exc:
             client.close()
             self.failures[kind][type(exc).__name__] += 1
@@ -824,7 +832,10 @@ def restart_storm(args, platform, agents, n, groups):
     )
     print_users(figures, failures, cpu, args, args.storm_seconds)
     slow = sum(1 for values in load.latencies.values() for seconds in values if seconds > USER_TIMEOUT_S)
-    print(f"     answered, but after more than {USER_TIMEOUT_S:g} s: {slow}", flush=True)
+    print(
+        f"     answered, but after more than {USER_TIMEOUT_S:g} s: {slow}; redirects followed: {load.redirects}",
+        flush=True,
+    )
     return {"slow": slow, "back_s": back, "stop_s": stop_took, "ready_s": ready, "users": figures, "failures": failures}
 
 
