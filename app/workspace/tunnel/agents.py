@@ -499,13 +499,17 @@ def _hold_agent(app, agent_id, owner_id, transport, arrived):
             TRY_AGAIN_LATER,
         )
         return
+    # Here before the mesh names this worker: another worker may carry a request here
+    # the moment the entry is written, before this greenlet runs again.
+    connection = AgentConnection(agent_id, owner_id, mux)
+    previous, connections[key] = connections.get(key), connection
     try:
         holding = mesh.hold(key, on_lost=lambda: mux.close("replaced by a newer connection of the agent"))
     except Failure as exc:
+        if connections.get(key) is connection:
+            _put_back(key, previous)
         mux.close(exc.message, TRY_AGAIN_LATER)
         return
-    connection = AgentConnection(agent_id, owner_id, mux)
-    previous, connections[key] = connections.get(key), connection
     if previous is not None:
         previous.mux.close("replaced by a new connection of the agent")
     with app.app_context(), CONNECTED.track_inprogress():
@@ -528,6 +532,13 @@ def _hold_agent(app, agent_id, owner_id, transport, arrived):
             if connections.get(key) is connection:
                 del connections[key]
     log.info("agent %s disconnected: %s", agent_id, reason)
+
+
+def _put_back(key, previous):
+    if previous is None:
+        del connections[key]
+    else:
+        connections[key] = previous
 
 
 def _connected(agent_id, owner_id):
