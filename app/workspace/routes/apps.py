@@ -389,7 +389,7 @@ def app_route(user, target, slug, path):
         answer = app_proxy.exchange(request.environ, app, SANDBOX if sandbox else None)
     except _Redirect as exc:
         return redirect(exc.location, 307)
-    except agents.AgentUnavailable as exc:
+    except UpstreamFailed as exc:  # the agent not connected, or its connection gone mid-way
         if agents.stopping and request.method in FRONT_METHODS and "HTTP_UPGRADE" not in request.environ:
             return _to_the_next_workers()
         return page_error(exc)
@@ -414,8 +414,9 @@ NEXT_WORKERS_DELAY_SECONDS = 1.0
 
 
 def _to_the_next_workers():
-    """A GET or HEAD for an agent this stopping worker no longer holds (a restart: the
-    agent is on its way to the next workers) is sent to itself again, on a new
+    """A GET or HEAD that failed for want of its agent at this stopping worker (a
+    restart: it let its agents go, here or at the worker that held the one asked for,
+    and they are on their way to the next workers) is sent to itself again, on a new
     connection, which the next workers take: slow, not failed. The answer waits a
     second first, so that the new connection finds this worker no longer accepting."""
     gevent.sleep(NEXT_WORKERS_DELAY_SECONDS)
