@@ -42,8 +42,9 @@ TOKEN_HEADER = "Workspace-Session-Token"
 DIAL_TIMEOUT_S = 10.0
 # How long the agent waits for the answer to its upgrade: a platform in a reconnect
 # storm keeps arrivals in line (up to 45 s, app.workspace.tunnel.agents) and answers
-# each, accepted or refused with a Retry-After, within it (nginx waits 60 s too). Waiting in line beats being
-# refused: a refused agent stays away for its Retry-After while the platform may idle.
+# each, accepted or refused with a Retry-After, within it (nginx waits 60 s too).
+# Waiting in line beats being refused: a refused agent stays away for its
+# Retry-After while the platform may idle.
 UPGRADE_ANSWER_S = 60.0
 # Above this many bytes queued in the socket's buffer, writers wait for it to drain.
 WRITE_HIGH_WATER = 1024 * 1024

@@ -93,7 +93,7 @@ def client_still_there() -> bool:
     sock.settimeout(0.0)  # a look, never a wait
     try:
         return sock.recv(1, socket.MSG_PEEK) != b""
-    except BlockingIOError:
+    except (BlockingIOError, ValueError):  # nothing to read; or TLS, where no look is possible
         return True
     except OSError:
         return False

@@ -195,8 +195,8 @@ def _unreachable(agent_id, address, exc):
 # blip) is most likely on its way back: a request for it waits for it, polling, rather
 # than failing at once. A lone agent's reconnect takes seconds; while this worker
 # settles a reconnect storm (agents in line at its gate, or many admitted of late),
-# the wait covers the storm: 10,000 agents are back within a minute of a restart, and a user's
-# request is slow meanwhile rather than failed.
+# the wait covers the storm: 10,000 agents are back within a minute of a restart,
+# and a user's request is slow meanwhile rather than failed.
 RETURN_WINDOW_SECONDS = 90.0
 RETURN_WAIT_SECONDS = 5.0  # below the usual clients' 10 s time-outs
 STORM_WAIT_SECONDS = 45.0  # within nginx's 60 s for an answer (proxy_read_timeout)
@@ -398,7 +398,7 @@ class _Arrivals:
     a restart's storm takes to clear: a refused agent stays away for its Retry-After
     (10-20 s) even once the line is empty, so refusals after a 5 s wait left the
     workers idle while agents slept (10,000 agents took 52 s to connect and 65 s to
-    come back after a restart; about 21 s and 32-41 s with the long wait). An arrival
+    come back after a restart; 20-28 s and 36-48 s with the long wait). An arrival
     whose client left the line meanwhile (an older agent's 10 s) is dropped when its
     turn comes, before any work is done for it."""
 
