@@ -532,9 +532,12 @@ class UserLoad:
         self.idle = []
         self.sent = 0
 
+    def _host(self):
+        return f"{HOST}:{self.platform.port}"
+
     def _request(self, kind):
         headers = self.platform.headers
-        host = f"{HOST}:{self.platform.port}"
+        host = self._host()
         agent = random.choice(self.agents)
         if kind == "agent status":
             return build_request("GET", f"/api/v2/workspaceagents/{agent['id']}", host, headers)
@@ -554,7 +557,7 @@ class UserLoad:
                 if status != 307:
                     break
                 self.redirects += 1
-                again = build_request("GET", headers["location"], f"{HOST}:{self.platform.port}", self.platform.headers)
+                again = build_request("GET", headers["location"], self._host(), self.platform.headers)
                 status, headers, content = client.send(again)
         except Exception as exc:
             client.close()

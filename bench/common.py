@@ -290,7 +290,7 @@ class KeepAliveClient:
         With `resend_stale`, a GET on a kept-alive connection that the server closed
         meanwhile (a stopping worker closes its idle ones) is sent again on a new one,
         once, as browsers, urllib3 and nginx's upstream keep-alive do."""
-        reused = self.sock is not None and time.monotonic() - self.last_used <= self.MAX_IDLE_S
+        reused = self._reusable()
         try:
             return self._send(raw)
         except (NoAnswer, BrokenPipeError):
@@ -298,8 +298,12 @@ class KeepAliveClient:
                 raise
             return self._send(raw)
 
+    def _reusable(self):
+        """Whether the next request goes on the connection kept from the last one."""
+        return self.sock is not None and time.monotonic() - self.last_used <= self.MAX_IDLE_S
+
     def _send(self, raw):
-        if self.sock is None or time.monotonic() - self.last_used > self.MAX_IDLE_S:
+        if not self._reusable():
             self.connect()
         try:
             self.sock.sendall(raw)
